@@ -1,0 +1,120 @@
+// ext/core/include/leapp/cuda_driver.h: the CUDA driver API, loaded at run time.
+//
+// leapp never links against CUDA: libcuda.so.1 is dlopen'ed on first use and
+// every entry point comes from cuGetProcAddress with the ABI version its
+// pointer type below was written for. The few driver types we need are
+// declared here so the build needs no CUDA headers either. On a machine with
+// no driver everything still builds and imports; driver() throws
+// leapp::DriverUnavailable with the loader's reason.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace leapp {
+
+// --- driver types (ABI-identical to cuda.h) --------------------------------
+using CUresult = int;
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;
+using CUcontext = struct CUctx_st*;
+using CUmodule = struct CUmod_st*;
+using CUfunction = struct CUfunc_st*;
+using CUstream = struct CUstream_st*;
+using CUevent = struct CUevent_st*;
+
+constexpr CUresult CUDA_SUCCESS = 0;
+constexpr CUresult CUDA_ERROR_NOT_READY = 600;
+constexpr CUresult CUDA_ERROR_NO_BINARY_FOR_GPU = 209;
+constexpr CUresult CUDA_ERROR_UNSUPPORTED_PTX_VERSION = 222;
+constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
+constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
+constexpr int CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97;
+constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
+constexpr int CU_POINTER_ATTRIBUTE_CONTEXT = 1;
+constexpr int CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9;
+constexpr int CU_STREAM_CAPTURE_STATUS_NONE = 0;
+
+/// The driver entry points leapp uses, resolved once per process.
+struct CudaDriver {
+  int version = 0;  ///< cuDriverGetVersion, e.g. 13000 for CUDA 13.0
+
+  CUresult (*cuGetErrorName)(CUresult, const char**) = nullptr;
+  CUresult (*cuGetErrorString)(CUresult, const char**) = nullptr;
+  CUresult (*cuInit)(unsigned) = nullptr;
+  CUresult (*cuDriverGetVersion)(int*) = nullptr;
+  CUresult (*cuDeviceGetCount)(int*) = nullptr;
+  CUresult (*cuDeviceGet)(CUdevice*, int) = nullptr;
+  CUresult (*cuDeviceGetName)(char*, int, CUdevice) = nullptr;
+  CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice) = nullptr;
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice) = nullptr;
+  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice) = nullptr;
+  CUresult (*cuCtxGetCurrent)(CUcontext*) = nullptr;
+  CUresult (*cuCtxSetCurrent)(CUcontext) = nullptr;
+  CUresult (*cuCtxGetDevice)(CUdevice*) = nullptr;
+  CUresult (*cuCtxSynchronize)() = nullptr;
+  CUresult (*cuStreamGetCtx)(CUstream, CUcontext*) = nullptr;
+  CUresult (*cuStreamSynchronize)(CUstream) = nullptr;
+  CUresult (*cuStreamIsCapturing)(CUstream, int*) = nullptr;
+  CUresult (*cuModuleLoadDataEx)(CUmodule*, const void*, unsigned, int*, void**) = nullptr;
+  CUresult (*cuModuleUnload)(CUmodule) = nullptr;
+  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
+  CUresult (*cuFuncSetAttribute)(CUfunction, int, int) = nullptr;
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, CUstream, void**, void**) = nullptr;
+  CUresult (*cuMemAlloc)(CUdeviceptr*, size_t) = nullptr;
+  CUresult (*cuMemFree)(CUdeviceptr) = nullptr;
+  CUresult (*cuMemAllocHost)(void**, size_t) = nullptr;
+  CUresult (*cuMemFreeHost)(void*) = nullptr;
+  CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream) = nullptr;
+  CUresult (*cuMemcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream) = nullptr;
+  CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream) = nullptr;
+  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream) = nullptr;
+  CUresult (*cuMemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream) = nullptr;
+  CUresult (*cuPointerGetAttribute)(void*, int, CUdeviceptr) = nullptr;
+};
+
+/// Thrown when libcuda cannot be loaded or initialised; what() says why.
+class DriverUnavailable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A failed driver call: code, name, text and the call site.
+class CudaError : public std::runtime_error {
+ public:
+  CudaError(CUresult code, const std::string& msg) : std::runtime_error(msg), code(code) {}
+  CUresult code;
+};
+
+/// The process-wide driver table; loads libcuda.so.1 and calls cuInit(0) the
+/// first time (thread-safe). Throws DriverUnavailable when that fails.
+const CudaDriver& driver();
+
+/// "CUDA_ERROR_X (text)" for a driver result code, also without a driver.
+std::string cu_error_text(CUresult code);
+
+/// Throws CudaError naming `what` and the call site when `code` is not success.
+void check_cu(CUresult code, const char* what, const char* file, int line);
+#define LEAPP_CHECK_CU(call) ::leapp::check_cu((call), #call, __FILE__, __LINE__)
+
+struct DeviceInfo {
+  int ordinal = 0;
+  std::string name;
+  int cc_major = 0;
+  int cc_minor = 0;
+};
+
+/// What the driver reports; never throws (a missing driver is `available=false`).
+struct DriverStatus {
+  bool available = false;
+  std::string error;       ///< why the driver is unavailable, empty otherwise
+  int version = 0;         ///< cuDriverGetVersion
+  std::vector<DeviceInfo> devices;
+};
+DriverStatus driver_status();
+
+}  // namespace leapp

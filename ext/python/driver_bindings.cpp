@@ -1,0 +1,39 @@
+// ext/python/driver_bindings.cpp: CUDA driver state for Python (leapp.doctor, tests).
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "bindings.h"
+#include "leapp/cuda_driver.h"
+
+namespace nb = nanobind;
+
+namespace leapp::python {
+
+void bind_driver(nb::module_& m) {
+  static nb::exception<DriverUnavailable> driver_unavailable(m, "DriverUnavailable", PyExc_RuntimeError);
+  (void)driver_unavailable;
+
+  m.def(
+      "driver_status",
+      [] {
+        DriverStatus s = driver_status();
+        nb::dict d;
+        d["available"] = s.available;
+        d["error"] = s.error;
+        d["version"] = s.version;
+        nb::list devices;
+        for (const DeviceInfo& info : s.devices) {
+          nb::dict dev;
+          dev["ordinal"] = info.ordinal;
+          dev["name"] = info.name;
+          dev["compute_capability"] = nb::make_tuple(info.cc_major, info.cc_minor);
+          devices.append(dev);
+        }
+        d["devices"] = devices;
+        return d;
+      },
+      "Loads libcuda.so.1 (once) and reports {available, error, version, devices}. Never raises.");
+}
+
+}  // namespace leapp::python

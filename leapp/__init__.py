@@ -1,0 +1,2 @@
+"""leapp: export PyTorch + NVIDIA Warp pipelines to ONNX and PT2.
+"""
