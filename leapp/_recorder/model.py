@@ -1,0 +1,147 @@
+"""leapp/_recorder/model.py: the plain data model the recorder hands to the exporter.
+
+NOTE: this module is the contract of /work/briefs/model.md. Field names are
+binding; the recorder may add fields (with defaults) but never renames one.
+The exporter consumes these objects in the same process, right after tracing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import torch.fx
+    import warp
+
+__all__ = [
+    "TensorSpec",
+    "SegmentIO",
+    "KernelRef",
+    "SegmentRecord",
+    "Sample",
+    "NodeRecord",
+    "SessionRecord",
+    "warp_segment_call",
+]
+
+
+@dataclass
+class TensorSpec:
+    """How a value crosses a node or segment boundary, seen as a torch tensor.
+
+    Compound Warp dtypes use the expanded scalar layout: a (2, 4) ``wp.vec3``
+    array is a (2, 4, 3) float32 tensor; ``logical_shape`` keeps (2, 4).
+    """
+
+    name: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    warp_dtype: str | None = None
+    logical_shape: tuple[int, ...] | None = None
+
+
+@dataclass
+class SegmentIO:
+    """One APIC memory region bound to a traced torch value.
+
+    ``spec`` describes a contiguous tensor whose bytes are exactly the region's
+    bytes (the whole storage of the traced tensor).
+    """
+
+    spec: TensorSpec
+    region_id: int
+    nbytes: int
+
+
+@dataclass
+class KernelRef:
+    """A Warp kernel launched by a segment, as captured (export recompiles it)."""
+
+    kernel: "warp.Kernel"
+    block_dim: int
+    key: str
+
+
+@dataclass
+class SegmentRecord:
+    """One ``annotate.warp_op()`` block of a node, captured with APIC in pass 2.
+
+    Invariant: a region both read and written appears in ``inputs`` and in
+    ``outputs`` with the same ``region_id``.
+    """
+
+    id: str
+    node: str
+    index: int
+    source: str
+    device: str
+    ops: list[str]
+    wrp: bytes
+    kernels: list[KernelRef]
+    inputs: list[SegmentIO]
+    outputs: list[SegmentIO]
+    constants: dict[int, bytes]
+    scratch: dict[int, int]
+
+
+@dataclass
+class Sample:
+    """One recorded execution of a node: cloned inputs and eager outputs."""
+
+    inputs: list[torch.Tensor]
+    outputs: list[torch.Tensor]
+
+
+@dataclass
+class NodeRecord:
+    """Everything recorded for one ``leapp.node``.
+
+    ``graph`` has one placeholder per input (in order) and returns a tuple of
+    the outputs (in order). Each Warp segment is ONE call_function node
+    ``warp_segment_call(segment_id, [inputs])`` followed by getitem nodes.
+    """
+
+    name: str
+    export_with: str
+    backend_params: dict
+    source: str
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    graph: "torch.fx.GraphModule"
+    segments: list[SegmentRecord]
+    samples: list[Sample]
+
+
+@dataclass
+class SessionRecord:
+    """The result of one ``leapp.trace`` session; nodes in order of first execution."""
+
+    name: str
+    save_path: str
+    nodes: dict[str, NodeRecord] = field(default_factory=dict)
+    edges: list[tuple[str, str, str, str]] = field(default_factory=list)
+    constants_report: list[str] = field(default_factory=list)
+
+
+def warp_segment_call(segment_id: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """FX leaf standing for one captured Warp segment.
+
+    The exporter replaces it with ``torch.ops.leapp.warp_segment``; it has no
+    eager meaning because the segment's code lives in the captured graph.
+    """
+    raise RuntimeError(
+        f"leapp: warp_segment_call({segment_id!r}) is a placeholder in a recorded FX graph; "
+        "replace it with the exported segment (leapp._export) or a replay function before running the graph."
+    )
+
+
+# FX must not trace into the placeholder when graphs are re-traced.
+try:  # pragma: no cover - depends on torch version
+    import torch.fx
+
+    torch.fx.wrap("warp_segment_call")
+except Exception:  # noqa: BLE001
+    pass
