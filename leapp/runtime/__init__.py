@@ -1,0 +1,1 @@
+"""Running exported artifacts: native op libraries, the torch op, validation, pipelines."""

@@ -1,0 +1,77 @@
+"""The ``leapp::warp_segment`` torch operator.
+
+Schema: ``leapp::warp_segment(Tensor[] inputs, Tensor bundle, str signature) -> Tensor[]``.
+
+NOTE: the schema is defined in exactly one place per process. When the native
+library ``libleapp_warp_torch.so`` is present it defines the op (TORCH_LIBRARY)
+and its CUDA kernel, so a PT2 program also runs in C++ without Python. Only
+when the library is missing (e.g. torch was installed after leapp) is the
+schema defined from Python. Either way the fake (meta) kernel is registered
+here: it reads output dtypes and shapes from ``signature``, because fake
+tensors carry no bundle bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import torch
+
+from leapp.runtime import libraries
+
+__all__ = ["OP_NAME", "SCHEMA", "ensure_registered", "output_specs", "native_library_loaded"]
+
+OP_NAME = "leapp::warp_segment"
+SCHEMA = "warp_segment(Tensor[] inputs, Tensor bundle, str signature) -> Tensor[]"
+
+_lock = threading.Lock()
+_state: dict[str, object] = {"registered": False, "native": False, "library": None}
+
+
+def output_specs(signature: str) -> list[tuple[str, torch.dtype, list[int]]]:
+    """(name, dtype, shape) of each output named in a segment signature string."""
+    try:
+        sig = json.loads(signature)
+        outs = sig["outputs"]
+        return [(o["name"], getattr(torch, o["dtype"]), [int(d) for d in o["shape"]]) for o in outs]
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{OP_NAME}: malformed signature {signature[:200]!r}: {e}") from e
+
+
+def _fake(inputs: list[torch.Tensor], bundle: torch.Tensor, signature: str) -> list[torch.Tensor]:
+    device = inputs[0].device if inputs else bundle.device
+    return [torch.empty(shape, dtype=dtype, device=device) for _, dtype, shape in output_specs(signature)]
+
+
+def _define_from_python() -> None:
+    lib = torch.library.Library("leapp", "DEF")  # noqa: TOR901 - owned for the process lifetime
+    lib.define(SCHEMA)
+    _state["library"] = lib
+    from leapp.runtime import python_kernel  # CUDA/CPU kernels through leapp._native
+
+    python_kernel.register(lib)
+
+
+def ensure_registered() -> bool:
+    """Makes ``torch.ops.leapp.warp_segment`` available; returns True when the native library serves it.
+
+    Idempotent and thread-safe. Loading never changes anything but the ``leapp`` op namespace.
+    """
+    with _lock:
+        if _state["registered"]:
+            return bool(_state["native"])
+        path = libraries.library_path("pt2")
+        if path.is_file():
+            torch.ops.load_library(str(path))
+            _state["native"] = True
+        elif not hasattr(torch.ops.leapp, "warp_segment"):
+            _define_from_python()
+        torch.library.register_fake(OP_NAME)(_fake)
+        _state["registered"] = True
+        return bool(_state["native"])
+
+
+def native_library_loaded() -> bool:
+    """Whether the op is served by libleapp_warp_torch.so (required for Python-free PT2)."""
+    return bool(_state["native"])
