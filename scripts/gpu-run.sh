@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# scripts/gpu-run.sh: build leapp on the lent GPU machine and run a command there.
+#
+# That machine has torch, onnx, onnxruntime and nvcc but no warp-lang, no
+# scikit-build-core and no network (see ../shared/gpu/README.md). Carry
+# .gpu/w2 (warp, staged by .gpu/w1/stage.sh in the previous run), .whl
+# (scikit-build-core's pathspec dependency) and third_party/onnxruntime
+# (ORT headers); then:
+#   bash scripts/gpu-run.sh python3 -m pytest -m cuda -q
+# The build log and the command's output are written to $OUT when set.
+set -uo pipefail
+out="${OUT:-/tmp}"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>&1 | tail -2
+fi
+if [ -f .gpu/w2/install.sh ]; then
+  # shellcheck disable=SC1091
+  source .gpu/w2/install.sh || exit 1
+fi
+export PYTHONPATH=/tmp/site:${PYTHONPATH:-} PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader
+python3 -c "import torch, onnxruntime, onnx; print('torch', torch.__version__, 'ort', onnxruntime.__version__, 'onnx', onnx.__version__)"
+if ! pip install --no-build-isolation --no-deps -e . -v > "$out/build.log" 2>&1; then
+  tail -40 "$out/build.log"; echo "gpu-run: build failed (full log: build.log)"; exit 1
+fi
+grep -E "libleapp_warp_(ort|torch)|torch not found|headers not found" "$out/build.log" | head -5
+"$@" 2>&1 | tee "$out/run.log"
+exit "${PIPESTATUS[0]}"
