@@ -1,0 +1,100 @@
+"""leapp/bundle/format.py: the constants of docs/bundle-format.md (segment bundle, format version 1).
+
+NOTE: the C++ reader (ext/core) mirrors every constant here by hand; the spec
+text is the single source of truth, and a change here is a change there.
+Pure Python on purpose: a bundle must be readable where neither torch nor
+warp is installed.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from leapp.errors import LeappError
+
+__all__ = [
+    "BundleError",
+    "MAGIC",
+    "FORMAT_VERSION",
+    "MIN_READER_VERSION",
+    "READER_VERSION",
+    "OLDEST_READABLE_VERSION",
+    "HEADER",
+    "HEADER_SIZE",
+    "BLOB_ENTRY",
+    "BLOB_ENTRY_SIZE",
+    "HASH_SIZE",
+    "MIN_FILE_SIZE",
+    "ALIGNMENT",
+    "MAX_BLOBS",
+    "MAX_MANIFEST_SIZE",
+    "MAX_INT",
+    "FORMAT_NAME",
+    "ROLES",
+    "INIT_KINDS",
+    "OP_KINDS",
+    "BINARY_KINDS",
+    "DTYPE_ITEMSIZE",
+    "DTYPES",
+    "align_up",
+]
+
+
+class BundleError(LeappError, ValueError):
+    """A bundle (or its manifest, or a segment signature) breaks docs/bundle-format.md.
+
+    The message names the check, the field and what was expected vs found.
+    """
+
+
+BundleError.__module__ = "leapp.bundle"
+
+MAGIC = b"LEAPPWB\0"
+FORMAT_VERSION = 1  # what this writer writes
+MIN_READER_VERSION = 1  # the oldest reader able to read what this writer writes
+READER_VERSION = 1  # the newest format this reader knows (files with min_reader_version above it are refused)
+OLDEST_READABLE_VERSION = 1  # the oldest format_version this reader still reads
+
+# magic, format_version, min_reader_version, file_size, blob_table_offset,
+# blob_count, flags, manifest_offset, manifest_size, reserved
+HEADER = struct.Struct("<8sIIQQIIQQQ")
+HEADER_SIZE = 64
+assert HEADER.size == HEADER_SIZE
+
+# offset, length, sha256
+BLOB_ENTRY = struct.Struct("<QQ32s")
+BLOB_ENTRY_SIZE = 48
+assert BLOB_ENTRY.size == BLOB_ENTRY_SIZE
+
+HASH_SIZE = 32  # trailing sha256 of bytes [0, file_size - 32)
+MIN_FILE_SIZE = HEADER_SIZE + HASH_SIZE
+ALIGNMENT = 8
+MAX_BLOBS = 65536
+MAX_MANIFEST_SIZE = 64 * 1024 * 1024
+MAX_INT = 2**63 - 1  # every manifest integer lies in [0, MAX_INT]: sums of two never overflow a u64
+
+FORMAT_NAME = "leapp.warp.bundle"
+ROLES = ("input", "output", "scratch", "constant")
+INIT_KINDS = ("none", "zero", "blob", "input")
+OP_KINDS = ("launch", "memset", "copy")
+BINARY_KINDS = ("ptx", "cubin")
+
+# torch dtype name -> bytes per element (Warp's uint16/32/64 travel as the signed type of that width)
+DTYPE_ITEMSIZE = {
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "float64": 8,
+    "int8": 1,
+    "int16": 2,
+    "int32": 4,
+    "int64": 8,
+    "uint8": 1,
+    "bool": 1,
+}
+DTYPES = tuple(DTYPE_ITEMSIZE)
+
+
+def align_up(n: int, alignment: int = ALIGNMENT) -> int:
+    """The smallest multiple of ``alignment`` that is >= n."""
+    return (n + alignment - 1) // alignment * alignment

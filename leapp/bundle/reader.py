@@ -1,0 +1,239 @@
+"""leapp/bundle/reader.py: parse and fully check a segment bundle (docs/bundle-format.md sections 1 and 2).
+
+NOTE: bundles arrive from files users hand us, so every offset, size and
+hash is checked before use, in the order the spec lists; any failure is a
+BundleError that names the check and the field (never an IndexError,
+KeyError, UnicodeDecodeError or json error).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from leapp.bundle.format import (
+    ALIGNMENT,
+    BLOB_ENTRY,
+    BLOB_ENTRY_SIZE,
+    HASH_SIZE,
+    HEADER,
+    HEADER_SIZE,
+    MAGIC,
+    MAX_BLOBS,
+    MAX_MANIFEST_SIZE,
+    MIN_FILE_SIZE,
+    OLDEST_READABLE_VERSION,
+    READER_VERSION,
+    BundleError,
+)
+from leapp.bundle.manifest import validate_manifest
+
+__all__ = ["Bundle", "read_bundle", "decode_manifest"]
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A bundle that passed every check of the spec.
+
+    Attributes:
+        manifest: the decoded manifest (section 2).
+        blobs: blob i's bytes, in table order.
+        digest: hex sha256 of the file (its trailing hash); the runtimes' cache key.
+        format_version: the header's format_version.
+    """
+
+    manifest: dict
+    blobs: list[bytes]
+    digest: str
+    format_version: int
+
+    @property
+    def segment(self) -> str:
+        return self.manifest["segment"]
+
+    @property
+    def source(self) -> str:
+        return self.manifest["source"]
+
+    @property
+    def producer(self) -> dict[str, str]:
+        return self.manifest["producer"]
+
+    @property
+    def modules(self) -> list[dict]:
+        return self.manifest["modules"]
+
+    @property
+    def kernels(self) -> list[dict]:
+        return self.manifest["kernels"]
+
+    @property
+    def buffers(self) -> list[dict]:
+        return self.manifest["buffers"]
+
+    @property
+    def ops(self) -> list[dict]:
+        return self.manifest["ops"]
+
+    @property
+    def inputs(self) -> list[dict]:
+        """signature.inputs: name, buffer, dtype, shape (+ warp_dtype, logical_shape) per input tensor."""
+        return self.manifest["signature"]["inputs"]
+
+    @property
+    def outputs(self) -> list[dict]:
+        """signature.outputs, same fields as ``inputs``."""
+        return self.manifest["signature"]["outputs"]
+
+    def blob(self, index: int) -> bytes:
+        """The bytes of blob ``index``; IndexError names the blob count when out of range."""
+        if not 0 <= index < len(self.blobs):
+            raise IndexError(f"bundle {self.segment}: blob {index} out of range ({len(self.blobs)} blobs)")
+        return self.blobs[index]
+
+
+Bundle.__module__ = "leapp.bundle"
+
+
+def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
+    obj: dict = {}
+    for key, value in pairs:
+        if key in obj:
+            raise BundleError(f'bundle manifest: duplicate key "{key}" in one JSON object')
+        obj[key] = value
+    return obj
+
+
+def _reject_constant(name: str) -> Any:
+    raise BundleError(f"bundle manifest: {name} is not valid JSON (RFC 8259)")
+
+
+def decode_manifest(raw: bytes | memoryview) -> Any:
+    """Strict UTF-8 JSON decoding: no BOM, no NaN/Infinity, no duplicate keys; errors are BundleErrors."""
+    try:
+        text = bytes(raw).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BundleError(f"bundle manifest: not valid UTF-8 at byte {e.start}: {e.reason}") from e
+    try:
+        return json.loads(text, object_pairs_hook=_reject_duplicate_keys, parse_constant=_reject_constant)
+    except json.JSONDecodeError as e:
+        raise BundleError(f"bundle manifest: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
+    except RecursionError as e:
+        raise BundleError("bundle manifest: not readable JSON: nested too deeply") from e
+    except ValueError as e:  # e.g. an integer literal beyond Python's digit limit
+        raise BundleError(f"bundle manifest: not readable JSON: {e}") from e
+
+
+def _as_bytes(data: Any) -> bytes:
+    if isinstance(data, bytes):
+        return data
+    try:
+        view = memoryview(data)
+    except TypeError as e:
+        raise TypeError(f"read_bundle: expected bytes or a buffer, got {type(data).__name__}") from e
+    if not view.contiguous:
+        raise TypeError("read_bundle: the buffer is not contiguous")
+    return view.tobytes()
+
+
+def read_bundle(data: bytes | bytearray | memoryview) -> Bundle:
+    """Checks everything of sections 1 and 2, in the spec's order, and returns the Bundle.
+
+    Raises:
+        BundleError: the first check that fails, naming the field, expected and found values.
+        TypeError: ``data`` is not a bytes-like object.
+    """
+    buf = _as_bytes(data)
+    n = len(buf)
+    if n < MIN_FILE_SIZE:
+        raise BundleError(
+            f"bundle: truncated: {n} bytes, a bundle has at least {MIN_FILE_SIZE} "
+            f"({HEADER_SIZE}-byte header + {HASH_SIZE}-byte sha256)"
+        )
+    (magic, format_version, min_reader, file_size, table_offset, blob_count, flags,
+     manifest_offset, manifest_size, reserved) = HEADER.unpack_from(buf, 0)
+    if magic != MAGIC:
+        raise BundleError(f"bundle: bad magic {magic!r}, expected {MAGIC!r}: not a leapp segment bundle")
+    _check_versions(format_version, min_reader)
+    if file_size != n:
+        raise BundleError(f"bundle: header file_size {file_size} differs from the data length {n} (truncated or padded)")
+    body_end = n - HASH_SIZE
+    stored = buf[body_end:]
+    computed = hashlib.sha256(memoryview(buf)[:body_end]).digest()
+    if stored != computed:
+        raise BundleError(f"bundle: whole-file sha256 mismatch: stored {stored.hex()}, computed {computed.hex()}")
+
+    if table_offset != HEADER_SIZE:
+        raise BundleError(f"bundle header: blob_table_offset must be {HEADER_SIZE}, got {table_offset}")
+    if blob_count > MAX_BLOBS:
+        raise BundleError(f"bundle header: blob_count {blob_count} exceeds {MAX_BLOBS}")
+    if flags != 0:
+        raise BundleError(f"bundle header: flags must be 0 (reserved), got {flags:#x}")
+    if reserved != 0:
+        raise BundleError(f"bundle header: reserved must be 0, got {reserved:#x}")
+    table_end = table_offset + BLOB_ENTRY_SIZE * blob_count
+    if table_end > body_end:
+        raise BundleError(
+            f"bundle header: blob table [{table_offset}, {table_end}) of {blob_count} entries "
+            f"runs past the data end {body_end} (file_size - 32)"
+        )
+    if manifest_offset % ALIGNMENT:
+        raise BundleError(f"bundle header: manifest_offset {manifest_offset} is not {ALIGNMENT}-aligned")
+    if manifest_offset < table_end:
+        raise BundleError(f"bundle header: manifest_offset {manifest_offset} overlaps the blob table ending at {table_end}")
+    if not 0 < manifest_size <= MAX_MANIFEST_SIZE:
+        raise BundleError(f"bundle header: manifest_size {manifest_size} is not in [1, {MAX_MANIFEST_SIZE}]")
+    manifest_end = manifest_offset + manifest_size
+    if manifest_end > body_end:
+        raise BundleError(
+            f"bundle header: manifest [{manifest_offset}, {manifest_end}) runs past the data end {body_end} "
+            "(file_size - 32)"
+        )
+
+    entries = [BLOB_ENTRY.unpack_from(buf, table_offset + i * BLOB_ENTRY_SIZE) for i in range(blob_count)]
+    _check_blob_ranges(entries, manifest_end, body_end)
+    blobs = []
+    for i, (offset, length, digest) in enumerate(entries):
+        blob = buf[offset:offset + length]
+        actual = hashlib.sha256(blob).digest()
+        if actual != digest:
+            raise BundleError(f"bundle: blob {i} sha256 mismatch: stored {digest.hex()}, computed {actual.hex()}")
+        blobs.append(blob)
+
+    manifest = decode_manifest(memoryview(buf)[manifest_offset:manifest_end])
+    validate_manifest(manifest, [len(b) for b in blobs], blobs)
+    return Bundle(manifest=manifest, blobs=blobs, digest=stored.hex(), format_version=format_version)
+
+
+def _check_versions(format_version: int, min_reader: int) -> None:
+    supported = f"this leapp reads {OLDEST_READABLE_VERSION}..{READER_VERSION}"
+    if format_version < OLDEST_READABLE_VERSION:
+        raise BundleError(f"unsupported bundle format version {format_version} ({supported})")
+    if not 1 <= min_reader <= format_version:
+        raise BundleError(
+            f"bundle header: min_reader_version {min_reader} is not in [1, format_version {format_version}]"
+        )
+    if min_reader > READER_VERSION:
+        needs = "" if min_reader == format_version else f", which needs a reader of version {min_reader} or later"
+        raise BundleError(f"unsupported bundle format version {format_version}{needs} ({supported})")
+
+
+def _check_blob_ranges(entries: list[tuple[int, int, bytes]], manifest_end: int, body_end: int) -> None:
+    for i, (offset, length, _) in enumerate(entries):
+        if offset % ALIGNMENT:
+            raise BundleError(f"bundle: blob {i} offset {offset} is not {ALIGNMENT}-aligned")
+        if offset < manifest_end:
+            raise BundleError(f"bundle: blob {i} offset {offset} lies before the manifest end {manifest_end}")
+        if offset + length > body_end:
+            raise BundleError(
+                f"bundle: blob {i} [{offset}, {offset + length}) runs past the data end {body_end} (file_size - 32)"
+            )
+    spans = sorted((offset, offset + length, i) for i, (offset, length, _) in enumerate(entries) if length)
+    for (start_a, end_a, a), (start_b, end_b, b) in zip(spans, spans[1:]):
+        if start_b < end_a:
+            first, second = sorted(((a, start_a, end_a), (b, start_b, end_b)))
+            raise BundleError(
+                f"bundle: blob {second[0]} [{second[1]}, {second[2]}) overlaps blob {first[0]} [{first[1]}, {first[2]})"
+            )
