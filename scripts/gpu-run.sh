@@ -7,6 +7,7 @@
 # (scikit-build-core's pathspec dependency) and third_party/onnxruntime
 # (ORT headers); then:
 #   bash scripts/gpu-run.sh python3 -m pytest -m cuda -q
+# Use `python3 -m pip`: the machine's bare `pip` belongs to another interpreter.
 # The build log and the command's output are written to $OUT when set.
 set -uo pipefail
 out="${OUT:-/tmp}"
@@ -20,7 +21,7 @@ fi
 export PYTHONPATH=/tmp/site:${PYTHONPATH:-} PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader
 python3 -c "import torch, onnxruntime, onnx; print('torch', torch.__version__, 'ort', onnxruntime.__version__, 'onnx', onnx.__version__)"
-if ! pip install --no-build-isolation --no-deps -e . -v > "$out/build.log" 2>&1; then
+if ! python3 -m pip install --no-build-isolation --no-deps -e . -v > "$out/build.log" 2>&1; then
   tail -40 "$out/build.log"; echo "gpu-run: build failed (full log: build.log)"; exit 1
 fi
 grep -E "libleapp_warp_(ort|torch)|torch not found|headers not found" "$out/build.log" | head -5
