@@ -1,0 +1,260 @@
+"""leapp/_export/cuda_code.py: CUDA code of a Warp module variant, compiled without a GPU.
+
+A bundle replays kernels through the CUDA driver, so export needs the exact
+PTX/cubin of each module variant a segment launches. Warp's NVRTC compiles them
+on machines without a driver. We compile one variant (module content + block_dim)
+for PTX sm_75 plus cubins for sm_75/80/86/89/90/100/120 into a temporary
+directory and read the files back.
+
+NOTE: never change ``wp.config`` or a user's module. ``Module._compile`` with an
+explicit ``options`` dict (``resolve_options(wp.config, block_dim=bd)``) builds
+one variant without touching module options; hashing that variant caches a
+``ModuleHasher`` on the module and ``ModuleBuilder`` sets ``Kernel.hash``, so
+``_preserved_module_state`` snapshots and restores exactly that state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import tempfile
+import threading
+import weakref
+from dataclasses import dataclass, field
+
+from leapp.errors import ExportError
+
+__all__ = [
+    "DEFAULT_CUBIN_ARCHS",
+    "PTX_ARCH",
+    "ARCHS_ENV",
+    "CompiledModule",
+    "cubin_archs",
+    "compile_module",
+    "toolkit_version",
+    "clear_cache",
+]
+
+PTX_ARCH = 75  # driver-JIT fallback for GPUs newer than every cubin
+DEFAULT_CUBIN_ARCHS = (75, 80, 86, 89, 90, 100, 120)  # one per SM family a bundle targets (DESIGN.md section 4)
+ARCHS_ENV = "LEAPP_CUDA_ARCHS"  # e.g. "90" or "75,90": restricts cubins (tests); PTX sm_75 is always built
+
+_PTX_VERSION = re.compile(rb"^\s*\.version\s+(\d+\.\d+)", re.MULTILINE)
+
+
+@dataclass
+class CompiledModule:
+    """The CUDA code of one Warp module variant (module content, options, block_dim)."""
+
+    name: str  # "wp_<module>_<hash7>", as Warp names the variant's files
+    module_hash: str  # full hex hash of the variant
+    block_dim: int  # WP_TILE_BLOCK_DIM compiled in; launches must use it as blockDim.x
+    ptx: dict[int, bytes]  # arch -> NUL-terminated PTX text
+    cubins: dict[int, bytes]  # arch -> cubin image
+    smem_bytes: dict[str, int]  # entry symbol -> dynamic shared memory bytes (the .meta file)
+    ptx_isa: str  # ".version" of the PTX, e.g. "9.4"
+    toolkit: str  # NVRTC / CUDA toolkit version, e.g. "13.4"
+    _kernel_names: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary, repr=False)
+
+    def entry(self, kernel) -> str:
+        """The exact forward entry symbol of ``kernel`` in this variant."""
+        name = self._kernel_names.get(kernel)
+        if name is None:
+            raise ExportError(f"kernel '{kernel.key}' is not part of the compiled module {self.name}")
+        return name + "_cuda_kernel_forward"
+
+    def entry_smem(self, kernel) -> int:
+        entry = self.entry(kernel)
+        if entry not in self.smem_bytes:
+            raise ExportError(f"module {self.name}: no shared-memory size for entry {entry} in its .meta file")
+        return self.smem_bytes[entry]
+
+    def binaries(self) -> list[tuple[str, int, bytes]]:
+        """(kind, arch, bytes) in manifest order: PTX first, then cubins by arch."""
+        out = [("ptx", arch, data) for arch, data in sorted(self.ptx.items())]
+        out += [("cubin", arch, data) for arch, data in sorted(self.cubins.items())]
+        return out
+
+
+_cache: dict[tuple, CompiledModule] = {}
+_cache_lock = threading.Lock()
+
+
+def clear_cache() -> None:
+    """Forget compiled modules (tests; a long-lived process that exported many variants)."""
+    with _cache_lock:
+        _cache.clear()
+
+
+def _warp():
+    import warp  # noqa: PLC0415
+
+    from leapp._export.warp_abi import require_supported_warp  # noqa: PLC0415
+
+    require_supported_warp()
+    warp.init()
+    return warp
+
+
+def toolkit_version() -> str:
+    """NVRTC / CUDA toolkit version Warp compiles with, e.g. "13.4"."""
+    import warp._src.context as ctx  # noqa: PLC0415
+
+    _warp()
+    tk = ctx.runtime.toolkit_version
+    if tk is None:
+        raise ExportError("Warp was built without CUDA support (no NVRTC): cannot compile CUDA code for export")
+    return f"{tk[0]}.{tk[1]}"
+
+
+def cubin_archs() -> tuple[int, ...]:
+    """Cubin targets: all of DEFAULT_CUBIN_ARCHS, or the subset named by $LEAPP_CUDA_ARCHS."""
+    raw = os.environ.get(ARCHS_ENV, "").strip()
+    if not raw:
+        return DEFAULT_CUBIN_ARCHS
+    try:
+        archs = tuple(sorted({int(a.strip().removeprefix("sm_")) for a in raw.split(",") if a.strip()}))
+    except ValueError:
+        raise ExportError(f"{ARCHS_ENV}={raw!r}: expected comma-separated SM versions such as '75,90'") from None
+    bad = [a for a in archs if a not in DEFAULT_CUBIN_ARCHS]
+    if bad or not archs:
+        raise ExportError(f"{ARCHS_ENV}={raw!r}: each arch must be one of {list(DEFAULT_CUBIN_ARCHS)}")
+    return archs
+
+
+@contextlib.contextmanager
+def _preserved_module_state(module):
+    """Undo the variant caches that hashing/compiling a block_dim variant leaves on a module."""
+    hashers = dict(module.hashers)
+    resolved = dict(module.resolved_options)
+    unresolved = module.has_unresolved_static_expressions
+    failed = dict(module.failed_builds)
+    kernels = [(k, k._hash, k._mangled_name) for k in module._get_live_kernels()]
+    try:
+        yield
+    finally:
+        module.hashers.clear()
+        module.hashers.update(hashers)
+        module.resolved_options.clear()
+        module.resolved_options.update(resolved)
+        module.has_unresolved_static_expressions = unresolved
+        module.failed_builds.clear()
+        module.failed_builds.update(failed)
+        for k, h, mangled in kernels:
+            k._hash = h
+            k._mangled_name = mangled
+
+
+def compile_module(kernel, block_dim: int, archs: tuple[int, ...] | None = None) -> CompiledModule:
+    """Compile the module of ``kernel`` for CUDA at ``block_dim`` (cached per module hash and block_dim).
+
+    Args:
+        kernel: a (resolved, non-generic) ``wp.Kernel``; its whole module is compiled.
+        block_dim: the CUDA block size of the variant (Warp compiles it in).
+        archs: cubin targets; default ``cubin_archs()``. PTX is always built for sm_75.
+
+    Raises:
+        ExportError: unsupported Warp, no NVRTC, a kernel option that cannot be
+            exported (thread-block clusters, ``wp.config.cuda_arch_suffix``), or a
+            compile failure (the NVRTC message is chained).
+    """
+    wp = _warp()
+    import warp._src.context as ctx  # noqa: PLC0415
+
+    archs = tuple(sorted(set(archs if archs is not None else cubin_archs())))
+    if not 1 <= block_dim <= 1024:
+        raise ExportError(f"kernel '{kernel.key}': block_dim {block_dim} is outside 1..1024")
+    if wp.config.cuda_arch_suffix is not None:
+        raise ExportError(
+            f"wp.config.cuda_arch_suffix={wp.config.cuda_arch_suffix!r} builds architecture-specific code; "
+            "leapp exports portable sm_75..sm_120 binaries: unset it before exporting"
+        )
+    if ctx._get_kernel_cluster_dim(kernel) > 1:
+        raise ExportError(
+            f"kernel '{kernel.key}' uses cluster_dim={ctx._get_kernel_cluster_dim(kernel)}: thread-block clusters "
+            "need sm_90+ and cannot be exported with the sm_75 PTX fallback"
+        )
+    module = kernel.module
+    toolkit = toolkit_version()
+    missing = [a for a in (PTX_ARCH, *archs) if a not in ctx.runtime.nvrtc_supported_archs]
+    if missing:
+        raise ExportError(f"Warp's NVRTC {toolkit} cannot target sm_{missing[0]} "
+                          f"(supports {sorted(ctx.runtime.nvrtc_supported_archs)})")
+
+    with _cache_lock, _preserved_module_state(module):
+        module_hash = module.get_module_hash(block_dim).hex()
+        kernel_hash = module.hashers[block_dim].kernel_hashes.get(kernel)
+        if kernel_hash is None:
+            raise ExportError(f"kernel '{kernel.key}' is not a live kernel of module '{module.name}'")
+        key = (module.name, module_hash, block_dim, archs)
+        compiled = _cache.get(key)
+        if compiled is None:
+            compiled = _compile_variant(module, block_dim, archs, module_hash, toolkit)
+            _cache[key] = compiled
+        for k, h in module.hashers[block_dim].kernel_hashes.items():
+            compiled._kernel_names[k] = k.get_mangled_name(kernel_hash=h)
+        if _needs_deterministic(kernel):
+            raise ExportError(
+                f"kernel '{kernel.key}' runs in Warp's deterministic mode (hidden reduction buffers); "
+                "it cannot be exported: disable deterministic mode for this module"
+            )
+    return compiled
+
+
+def _needs_deterministic(kernel) -> bool:
+    meta = getattr(kernel.adj, "det_meta", None)
+    return bool(meta is not None and getattr(meta, "needs_deterministic", False))
+
+
+def _compile_variant(module, block_dim: int, archs: tuple[int, ...], module_hash: str, toolkit: str) -> CompiledModule:
+    import warp  # noqa: PLC0415
+
+    options = module.resolve_options(warp.config, block_dim=block_dim)
+    name = module.get_module_identifier(block_dim=block_dim)
+    with tempfile.TemporaryDirectory(prefix="leapp-cuda-") as tmp:
+        out_dir = os.path.join(tmp, name)
+        targets = [(PTX_ARCH, True)] + [(a, False) for a in archs]
+        for arch, use_ptx in targets:
+            try:
+                module._compile(None, out_dir, output_arch=arch, use_ptx=use_ptx, options=options)
+            except Exception as e:
+                kind = "PTX" if use_ptx else "cubin"
+                raise ExportError(f"compiling Warp module '{module.name}' ({name}, block_dim={block_dim}) "
+                                  f"to {kind} sm_{arch} failed: {e}") from e
+        ptx = {PTX_ARCH: _read(out_dir, f"{name}.sm{PTX_ARCH}.ptx")}
+        cubins = {a: _read(out_dir, f"{name}.sm{a}.cubin") for a in archs}
+        meta = json.loads(_read(out_dir, f"{name}.meta").decode("utf-8"))
+
+    ptx = {a: text.rstrip(b"\0") + b"\0" for a, text in ptx.items()}
+    match = _PTX_VERSION.search(ptx[PTX_ARCH])
+    if match is None:
+        raise ExportError(f"module {name}: the sm_{PTX_ARCH} PTX has no .version line")
+    smem = {k.removesuffix("_smem_bytes"): int(v) for k, v in meta.items() if k.endswith("_smem_bytes")}
+    return CompiledModule(
+        name=name, module_hash=module_hash, block_dim=block_dim, ptx=ptx, cubins=cubins, smem_bytes=smem,
+        ptx_isa=match.group(1).decode(), toolkit=toolkit,
+    )
+
+
+def _read(directory: str, filename: str) -> bytes:
+    path = os.path.join(directory, filename)
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        have = sorted(os.listdir(directory)) if os.path.isdir(directory) else []
+        raise ExportError(f"Warp did not write {filename} (found {have})") from None
+
+
+def uses_tiles(kernel) -> bool:
+    """Whether the kernel's last build used tile values (their semantics depend on block_dim)."""
+    import warp._src.codegen as codegen  # noqa: PLC0415
+    import warp._src.types as wt  # noqa: PLC0415
+
+    for var in getattr(kernel.adj, "variables", ()):
+        t = codegen.strip_reference(var.type)
+        if wt.is_tile(t):
+            return True
+    return False
