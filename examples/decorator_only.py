@@ -1,0 +1,71 @@
+"""leapp with decorators only: each node is a function, args in and return value out.
+
+`contacts` turns per-foot contact forces into a contact mask and force norms with a
+Warp kernel (exported as PT2); `gait` is plain torch (exported as ONNX).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+import warp as wp
+
+import leapp
+from leapp import annotate
+
+
+@wp.kernel
+def contact_state(forces: wp.array(dtype=wp.vec3), threshold: float,
+                  norms: wp.array(dtype=float), mask: wp.array(dtype=float)):
+    i = wp.tid()
+    n = wp.length(forces[i])
+    norms[i] = n
+    mask[i] = wp.where(n > threshold, 1.0, 0.0)
+
+
+@leapp.node("contacts", export_with="pt2")
+def contacts(forces: torch.Tensor):
+    flat = forces.reshape(-1, 3)
+    norms = torch.empty(flat.shape[0], device=forces.device)
+    mask = torch.empty(flat.shape[0], device=forces.device)
+    with annotate.warp_op():
+        wp.launch(contact_state, dim=flat.shape[0],
+                  inputs=[wp.from_torch(flat, dtype=wp.vec3), 5.0],
+                  outputs=[wp.from_torch(norms), wp.from_torch(mask)], device=str(forces.device))
+    return {"norms": norms.reshape(forces.shape[:-1]), "mask": mask.reshape(forces.shape[:-1])}
+
+
+@leapp.node("gait", export_with="onnx")
+def gait(mask: torch.Tensor):
+    return mask.mean(dim=-1, keepdim=True) * 2.0 - 1.0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="exports")
+    args = parser.parse_args(argv)
+    wp.init()
+    gpu = torch.cuda.is_available() and wp.is_cuda_available()
+    device = "cuda:0" if gpu else "cpu"
+    samples = [torch.randn(32, 4, 3, generator=torch.Generator().manual_seed(s)).mul(8).to(device) for s in range(3)]
+    with leapp.trace("quadruped_contacts", save_path=args.out) as session:
+        for forces in samples:
+            gait(contacts(forces)["mask"])
+    print(session.compile(validate=gpu))
+    if gpu:
+        pipeline = leapp.load(f"{args.out}/quadruped_contacts")
+        forces = samples[0]
+        eager = gait(contacts(forces)["mask"])
+        out = pipeline(forces=forces)
+        got = next(iter(out.values()))
+        err = (got - eager).abs().max().item()
+        print(f"max |exported - eager|: {err:.3e}")
+        return 0 if err <= 1e-5 else 1
+    print("No CUDA device: exported without validation.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""A legged-robot policy pipeline exported with leapp: the README's main example.
+
+Three nodes, as a robot's inference step has them:
+  obs     (PT2)   Warp kernels: projected gravity from the base quaternion, joint
+                  offsets from the default pose through a scratch buffer, scaling.
+  policy  (ONNX)  a small MLP.
+  action  (ONNX)  a Warp clamp-and-scale kernel on the policy output.
+
+The script traces the pipeline (two passes plus validation samples), exports it to
+./exports/go2, reloads it with leapp.load and compares it with the eager result.
+Without a GPU it stops after the export: Warp segments replay on CUDA only, so
+validation is switched off there and the script says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+import warp as wp
+
+import leapp
+from leapp import annotate
+
+NUM_JOINTS = 12
+
+
+@wp.kernel
+def projected_gravity(q: wp.array(dtype=wp.quat), g: wp.vec3, out: wp.array(dtype=wp.vec3)):
+    i = wp.tid()
+    out[i] = wp.quat_rotate_inv(q[i], g)
+
+
+@wp.kernel
+def joint_offsets(pos: wp.array2d(dtype=float), default: wp.array(dtype=float), offsets: wp.array2d(dtype=float)):
+    i, j = wp.tid()
+    offsets[i, j] = pos[i, j] - default[j]
+
+
+@wp.kernel
+def scale(src: wp.array2d(dtype=float), factor: float, out: wp.array2d(dtype=float)):
+    i, j = wp.tid()
+    out[i, j] = src[i, j] * factor
+
+
+@wp.kernel
+def clamp_scale(a: wp.array2d(dtype=float), lo: float, hi: float, factor: float, out: wp.array2d(dtype=float)):
+    i, j = wp.tid()
+    out[i, j] = wp.clamp(a[i, j], lo, hi) * factor
+
+
+class Policy(torch.nn.Module):
+    def __init__(self, n_in: int, n_out: int):
+        super().__init__()
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(n_in, 64), torch.nn.ELU(), torch.nn.Linear(64, 64), torch.nn.ELU(),
+            torch.nn.Linear(64, n_out),
+        )
+
+    def forward(self, obs):
+        return self.net(obs)
+
+
+class Go2:
+    """The robot's inference step; annotations are no-ops outside a leapp session."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.default_pose = wp.array([0.1, 0.8, -1.5] * 4, dtype=float, device=device)
+        torch.manual_seed(0)
+        POLICY_NET.append(Policy(3 + NUM_JOINTS, NUM_JOINTS).to(device).eval())
+
+    def observe(self, quat: torch.Tensor, joints: torch.Tensor) -> torch.Tensor:
+        with leapp.node("obs", export_with="pt2"):
+            quat, joints = annotate.input_tensors("obs", {"quat": quat, "joints": joints})
+            n = quat.shape[0]
+            grav = torch.empty(n, 3, device=quat.device)
+            joint_obs = torch.empty(n, NUM_JOINTS, device=quat.device)
+            with annotate.warp_op():
+                offsets = wp.empty((n, NUM_JOINTS), dtype=float, device=self.device)  # scratch
+                wp.launch(projected_gravity, dim=n,
+                          inputs=[wp.from_torch(quat, dtype=wp.quat), wp.vec3(0.0, 0.0, -1.0)],
+                          outputs=[wp.from_torch(grav, dtype=wp.vec3)], device=self.device)
+                wp.launch(joint_offsets, dim=(n, NUM_JOINTS),
+                          inputs=[wp.from_torch(joints), self.default_pose], outputs=[offsets],
+                          device=self.device)
+                wp.launch(scale, dim=(n, NUM_JOINTS), inputs=[offsets, 0.5],
+                          outputs=[wp.from_torch(joint_obs)], device=self.device)
+            obs = torch.cat([grav, joint_obs], dim=-1)
+            annotate.output_tensors("obs", {"obs": obs})
+        return obs
+
+    def act(self, raw: torch.Tensor) -> torch.Tensor:
+        with leapp.node("action", export_with="onnx"):
+            raw = annotate.input_tensors("action", {"raw": raw})
+            action = torch.empty_like(raw)
+            with annotate.warp_op():
+                wp.launch(clamp_scale, dim=raw.shape, inputs=[wp.from_torch(raw), -1.0, 1.0, 0.25],
+                          outputs=[wp.from_torch(action)], device=self.device)
+            annotate.output_tensors("action", {"action": action})
+        return action
+
+    def step(self, quat: torch.Tensor, joints: torch.Tensor) -> torch.Tensor:
+        obs = self.observe(quat, joints)
+        raw = policy(obs)
+        return self.act(raw)
+
+
+POLICY_NET: list[Policy] = []  # the trained network, as a deployment script would load it
+
+
+@leapp.node("policy", export_with="onnx")
+def policy(obs: torch.Tensor) -> torch.Tensor:
+    return POLICY_NET[-1](obs)
+
+
+def random_state(n: int, device: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    quat = torch.nn.functional.normalize(torch.randn(n, 4, generator=g), dim=-1)
+    joints = torch.randn(n, NUM_JOINTS, generator=g)
+    return quat.to(device), joints.to(device)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--envs", type=int, default=64, help="robots simulated in parallel")
+    parser.add_argument("--out", default="exports", help="export folder")
+    args = parser.parse_args(argv)
+
+    wp.init()
+    gpu = torch.cuda.is_available() and wp.is_cuda_available()
+    device = "cuda:0" if gpu else "cpu"
+    robot = Go2(device)
+    batches = [random_state(args.envs, device, seed) for seed in range(4)]
+
+    with leapp.trace("go2", save_path=args.out) as session:
+        for quat, joints in batches:  # pass 1: discovery, pass 2: capture, then validation samples
+            robot.step(quat, joints)
+    if not gpu:
+        print("No CUDA device: exporting without validation (Warp segments replay on CUDA only).")
+    report = session.compile(validate=gpu)
+    print(report)
+
+    if not gpu:
+        print(f"Exported to {args.out}/go2. Run this script on a machine with an NVIDIA GPU to replay and compare.")
+        return 0
+    pipeline = leapp.load(f"{args.out}/go2")
+    quat, joints = random_state(args.envs, device, seed=123)
+    eager = robot.step(quat, joints)
+    exported = pipeline(quat=quat, joints=joints)["action"]
+    err = (exported - eager).abs().max().item()
+    print(f"max |exported - eager| over {args.envs} robots: {err:.3e}")
+    return 0 if err <= 1e-4 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
