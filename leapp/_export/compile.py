@@ -1,0 +1,113 @@
+"""leapp/_export/compile.py: a recorded session -> ``<save_path>/<session>/`` (artifacts + pipeline.yaml).
+
+Steps: check every node's backend first (nothing is written when one is
+unsupported), build each node's exportable module (segments -> bundles ->
+``leapp::warp_segment``), export it, write ``pipeline.yaml``, then validate
+every artifact with the runtime ``leapp.load`` uses.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from leapp._export.exportable import BundleProvider, build_exportable
+from leapp._export.pipeline_yaml import NodeArtifact, describe_pipeline, write_pipeline_yaml
+from leapp._export.report import CompileReport, NodeReport
+from leapp._export.validate import SKIPPED, NodeValidation, raise_for_failures, validate_node
+from leapp._recorder.model import NodeRecord, SessionRecord
+from leapp.errors import ExportError
+
+__all__ = ["SEGMENT_BACKENDS", "BACKENDS", "check_backends", "compile_session"]
+
+SEGMENT_BACKENDS = ("onnx", "pt2")  # where a Warp segment can live (as leapp.warp::WarpSegment / leapp::warp_segment)
+BACKENDS = ("onnx", "pt2", "torchscript")  # torchscript: torch.jit.trace -> <node>.pt, nodes without segments
+
+
+def check_backends(record: SessionRecord) -> None:
+    """Raises before anything is written: NotImplementedError for a segment node on another backend."""
+    for node in record.nodes.values():
+        backend = node.export_with
+        if node.segments and backend not in SEGMENT_BACKENDS:
+            raise NotImplementedError(
+                f"node '{node.name}' ({node.source}) has Warp segment(s) {[s.id for s in node.segments]} and "
+                f"export_with={backend!r}; nodes with Warp segments export only with 'onnx' or 'pt2'"
+            )
+        if backend not in BACKENDS:
+            raise ExportError(
+                f"node '{node.name}' ({node.source}): unknown export_with={backend!r}; "
+                f"leapp exports with {list(BACKENDS)} ('torchscript' only for nodes without Warp segments)"
+            )
+
+
+def export_node(record: NodeRecord, folder: Path, bundles: BundleProvider | None = None) -> NodeArtifact:
+    """Writes one node's artifact into ``folder``."""
+    node = build_exportable(record, bundles)
+    extra: list[Path] = []
+    if record.export_with == "onnx":
+        from leapp._export.onnx_export import export_onnx
+
+        path, extra = export_onnx(node, folder)
+    elif record.export_with == "pt2":
+        from leapp._export.pt2_export import export_pt2
+
+        path = export_pt2(node, folder)
+    else:
+        from leapp._export.torchscript_export import export_torchscript
+
+        path = export_torchscript(node, folder)
+    return NodeArtifact(record, record.export_with, path, extra, node.segments)
+
+
+def compile_session(
+    record: SessionRecord,
+    validate: bool = True,
+    rtol: float = 1e-3,
+    atol: float = 1e-5,
+    *,
+    bundles: BundleProvider | None = None,
+) -> CompileReport:
+    """Exports every node of ``record`` and writes ``<save_path>/<name>/pipeline.yaml``.
+
+    Args:
+        record: the traced session.
+        validate: run each artifact through the real runtime on the recorded
+            samples and compare with the eager outputs.
+        rtol, atol: tolerances of that comparison (``torch.isclose``).
+        bundles: segment -> bundle bytes; defaults to compiling the Warp capture.
+
+    Returns:
+        The per-node report (``str()`` prints a table).
+
+    Raises:
+        NotImplementedError: a node with Warp segments asks for a backend other than onnx/pt2.
+        ExportError: a node cannot be exported.
+        ValidationError: validation could not run or found a mismatch
+            (``Model validation failed for N node(s): [...]``); the files are
+            written and the report is the exception's ``report`` attribute.
+    """
+    if not record.nodes:
+        raise ExportError(f"session '{record.name}': no leapp.node was recorded, nothing to export")
+    check_backends(record)
+    folder = Path(record.save_path) / record.name
+    folder.mkdir(parents=True, exist_ok=True)
+    artifacts = [export_node(node, folder, bundles) for node in record.nodes.values()]
+    write_pipeline_yaml(describe_pipeline(record, artifacts, folder), folder)
+    report = CompileReport(record.name, folder)
+    results = []
+    for art in artifacts:
+        if validate:
+            result = validate_node(art.record, art.backend, art.path, rtol, atol)
+        else:
+            result = NodeValidation(art.record.name, SKIPPED, samples=len(art.record.samples))
+        results.append(result)
+        report.nodes.append(
+            NodeReport(
+                node=art.record.name,
+                backend=art.backend,
+                artifact=art.path.relative_to(folder).as_posix(),
+                segments=[s.id for s in art.segments],
+                validation=result,
+            )
+        )
+    raise_for_failures(results, report)
+    return report

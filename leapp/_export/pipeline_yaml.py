@@ -1,0 +1,217 @@
+"""leapp/_export/pipeline_yaml.py: the ``pipeline.yaml`` that describes an export folder.
+
+Layout (``leapp.runtime.pipeline`` reads it; keys are stable, new keys may be added):
+
+    format: leapp.pipeline
+    version: 1
+    name: <session>
+    producer: {leapp, torch, warp, onnx, onnxruntime, onnxscript, python, cuda_toolkit, ptx_isa}
+    nodes:                       # in execution order
+    - name, backend, artifact (relative path), sha256, files ([{path, sha256}]: ONNX external data),
+      source, device, inputs/outputs ([{name, dtype, shape, warp_dtype?, logical_shape?}]),
+      segments ([{id, source, device, digest, kernels, producer}])
+    edges: [{from_node, from_output, to_node, to_input}]
+    inputs:  [{name, dtype, shape, consumers: [{node, input}]}]   # values the caller passes
+    outputs: [{name, node, output, dtype, shape}]                 # values the pipeline returns
+    constants: [...]             # untraced arrays snapshotted as constants (recorder's report)
+
+Pipeline inputs are node inputs that no edge feeds; nodes that read the same
+name share one pipeline input. Pipeline outputs are node outputs that no edge
+consumes, keyed by their name (``node.output`` where names collide). An edge
+into a node that ran earlier (state carried to the next step, e.g. the last
+action) is written with ``feedback: true``: within one run its input is a
+pipeline input and its source a pipeline output, and the caller carries it.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+import torch
+
+from leapp._recorder.model import NodeRecord, SessionRecord, TensorSpec
+from leapp.errors import ExportError
+from leapp.runtime.pipeline import PIPELINE_FILE, PIPELINE_FORMAT, PIPELINE_VERSION, dtype_name, sha256_file
+
+__all__ = ["NodeArtifact", "describe_pipeline", "write_pipeline_yaml", "producer_versions"]
+
+
+@dataclass
+class NodeArtifact:
+    """What compile wrote for one node."""
+
+    record: NodeRecord
+    backend: str
+    path: Path
+    extra_files: list[Path] = field(default_factory=list)
+    segments: list = field(default_factory=list)  # leapp._export.exportable.SegmentExport
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def producer_versions(segment_producers: list[Mapping[str, str]]) -> dict[str, str]:
+    """Versions of everything that shaped the export; CUDA toolkit / PTX ISA come from the bundles."""
+    versions = {
+        "leapp": _version("leapp"),
+        "torch": torch.__version__,
+        "warp": _version("warp-lang"),
+        "onnx": _version("onnx"),
+        "onnxruntime": _version("onnxruntime") or _version("onnxruntime-gpu"),
+        "onnxscript": _version("onnxscript"),
+        "python": platform.python_version(),
+    }
+    for key in ("cuda_toolkit", "ptx_isa", "param_abi"):
+        seen = sorted({str(p[key]) for p in segment_producers if p.get(key)})
+        if seen:
+            versions[key] = ", ".join(seen)
+    return {k: v for k, v in versions.items() if v is not None}
+
+
+def _spec(spec: TensorSpec) -> dict:
+    entry = {"name": spec.name, "dtype": dtype_name(spec.dtype), "shape": [int(d) for d in spec.shape]}
+    if spec.warp_dtype is not None:
+        entry["warp_dtype"] = spec.warp_dtype
+    if spec.logical_shape is not None:
+        entry["logical_shape"] = [int(d) for d in spec.logical_shape]
+    return entry
+
+
+def _device(record: NodeRecord) -> str:
+    for sample in record.samples:
+        for t in list(sample.inputs) + list(sample.outputs):
+            return str(t.device)
+    for seg in record.segments:
+        return str(seg.device)
+    return "cpu"
+
+
+def _node_entry(art: NodeArtifact, folder: Path) -> dict:
+    record = art.record
+    return {
+        "name": record.name,
+        "backend": art.backend,
+        "artifact": art.path.relative_to(folder).as_posix(),
+        "sha256": sha256_file(art.path),
+        "files": [{"path": p.relative_to(folder).as_posix(), "sha256": sha256_file(p)} for p in art.extra_files],
+        "source": record.source,
+        "device": _device(record),
+        "inputs": [_spec(s) for s in record.inputs],
+        "outputs": [_spec(s) for s in record.outputs],
+        "segments": [
+            {
+                "id": seg.id,
+                "source": seg.source,
+                "device": seg.device,
+                "digest": seg.digest,
+                "kernels": [k.get("key") or k.get("entry") for k in seg.manifest.get("kernels", [])],
+                "producer": dict(seg.manifest.get("producer", {})),
+            }
+            for seg in art.segments
+        ],
+    }
+
+
+def _check_edges(record: SessionRecord) -> None:
+    for edge in record.edges:
+        src, out, dst, inp = edge
+        for node, name, side in ((src, out, "outputs"), (dst, inp, "inputs")):
+            if node not in record.nodes:
+                raise ExportError(f"session '{record.name}': edge {edge} names unknown node '{node}'")
+            specs = {s.name: s for s in getattr(record.nodes[node], side)}
+            if name not in specs:
+                raise ExportError(
+                    f"session '{record.name}': edge {edge}: node '{node}' has no {side[:-1]} '{name}' "
+                    f"({side}: {list(specs)})"
+                )
+        a = next(s for s in record.nodes[src].outputs if s.name == out)
+        b = next(s for s in record.nodes[dst].inputs if s.name == inp)
+        if a.dtype != b.dtype or tuple(a.shape) != tuple(b.shape):
+            raise ExportError(
+                f"session '{record.name}': edge {edge} joins {dtype_name(a.dtype)}{list(a.shape)} "
+                f"to {dtype_name(b.dtype)}{list(b.shape)}"
+            )
+
+
+def _forward_edges(record: SessionRecord) -> list[tuple[str, str, str, str]]:
+    """Edges from a node to a later one (execution order); the others carry state between runs."""
+    order = list(record.nodes)
+    return [e for e in record.edges if order.index(e[0]) < order.index(e[2])]
+
+
+def _pipeline_inputs(record: SessionRecord) -> list[dict]:
+    fed = {(dst, inp) for _, _, dst, inp in _forward_edges(record)}
+    groups: dict[str, list[tuple[str, TensorSpec]]] = {}
+    for node in record.nodes.values():
+        for spec in node.inputs:
+            if (node.name, spec.name) not in fed:
+                groups.setdefault(spec.name, []).append((node.name, spec))
+    entries = []
+    for name, users in groups.items():
+        first = users[0][1]
+        same = all(s.dtype == first.dtype and tuple(s.shape) == tuple(first.shape) for _, s in users)
+        if same:
+            entry = _spec(first) | {"name": name, "consumers": [{"node": n, "input": name} for n, _ in users]}
+            entries.append(entry)
+        else:  # different values under one name: one pipeline input per node
+            for node_name, spec in users:
+                entries.append(_spec(spec) | {"name": f"{node_name}.{name}", "consumers": [{"node": node_name, "input": name}]})
+    return entries
+
+
+def _pipeline_outputs(record: SessionRecord) -> list[dict]:
+    consumed = {(src, out) for src, out, _, _ in _forward_edges(record)}
+    finals = [(n.name, s) for n in record.nodes.values() for s in n.outputs if (n.name, s.name) not in consumed]
+    counts: dict[str, int] = {}
+    for _, spec in finals:
+        counts[spec.name] = counts.get(spec.name, 0) + 1
+    return [
+        {
+            "name": spec.name if counts[spec.name] == 1 else f"{node}.{spec.name}",
+            "node": node,
+            "output": spec.name,
+            "dtype": dtype_name(spec.dtype),
+            "shape": [int(d) for d in spec.shape],
+        }
+        for node, spec in finals
+    ]
+
+
+def describe_pipeline(record: SessionRecord, artifacts: list[NodeArtifact], folder: Path) -> dict:
+    """The pipeline.yaml content (a plain dict of YAML-safe values)."""
+    _check_edges(record)
+    producers = [seg.manifest.get("producer", {}) for art in artifacts for seg in art.segments]
+    forward = set(_forward_edges(record))
+    return {
+        "format": PIPELINE_FORMAT,
+        "version": PIPELINE_VERSION,
+        "name": record.name,
+        "producer": producer_versions(producers),
+        "nodes": [_node_entry(art, folder) for art in artifacts],
+        "edges": [
+            {"from_node": e[0], "from_output": e[1], "to_node": e[2], "to_input": e[3]}
+            | ({} if tuple(e) in forward else {"feedback": True})
+            for e in record.edges
+        ],
+        "inputs": _pipeline_inputs(record),
+        "outputs": _pipeline_outputs(record),
+        "constants": [str(line) for line in record.constants_report],
+    }
+
+
+def write_pipeline_yaml(description: dict, folder: Path) -> Path:
+    """Writes ``folder/pipeline.yaml`` (``yaml.safe_dump``, keys in insertion order)."""
+    import yaml
+
+    path = Path(folder) / PIPELINE_FILE
+    with open(path, "w", encoding="utf-8") as f:
+        yaml.safe_dump(description, f, sort_keys=False, default_flow_style=None, width=120)
+    return path

@@ -1,0 +1,447 @@
+"""leapp/runtime/pipeline.py: loading and running an exported pipeline folder (``leapp.load``).
+
+``pipeline.yaml`` lists the nodes in execution order, their artifacts (with
+sha256), I/O specs and the data-flow edges. ``load`` checks every artifact's
+digest, opens each node with its real runtime (ONNX Runtime with leapp's op
+library, ``torch.export.load``, or TorchScript) and wires the nodes by the
+edges. The same per-node runners serve ``leapp._export.validate``, so
+validation exercises exactly what users load.
+
+NOTE: all values crossing node boundaries are torch tensors; ONNX nodes are
+fed through IO binding (no numpy round trip, every dtype including bfloat16).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from leapp.errors import LeappError
+
+__all__ = [
+    "PIPELINE_FILE",
+    "PIPELINE_FORMAT",
+    "PIPELINE_VERSION",
+    "IOSpec",
+    "NodeRunner",
+    "Pipeline",
+    "PipelineError",
+    "load",
+    "load_pt2",
+    "make_runner",
+    "sha256_file",
+]
+
+PIPELINE_FILE = "pipeline.yaml"
+PIPELINE_FORMAT = "leapp.pipeline"
+PIPELINE_VERSION = 1
+_CHUNK = 1 << 20
+
+
+class PipelineError(LeappError):
+    """An exported pipeline folder is inconsistent, or a run got wrong inputs."""
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file, read in chunks (artifacts may be gigabytes)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """'float32' for torch.float32 (the names pipeline.yaml and bundle signatures use)."""
+    return str(dtype).removeprefix("torch.")
+
+
+def _dtype(name: str, where: str) -> torch.dtype:
+    value = getattr(torch, str(name), None)
+    if not isinstance(value, torch.dtype):
+        raise PipelineError(f"{where}: unknown dtype {name!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class IOSpec:
+    """A named value at a node boundary: dtype and static shape."""
+
+    name: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+
+    @classmethod
+    def from_yaml(cls, entry: Mapping, where: str) -> IOSpec:
+        try:
+            return cls(str(entry["name"]), _dtype(entry["dtype"], where), tuple(int(d) for d in entry["shape"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise PipelineError(f"{where}: malformed I/O entry {dict(entry)!r}: {e}") from e
+
+    def describe(self) -> str:
+        return f"{dtype_name(self.dtype)}{list(self.shape)}"
+
+
+def _as_tensor(value: Any, where: str) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value
+    try:
+        import numpy as np
+
+        if isinstance(value, np.ndarray):
+            return torch.from_numpy(value)
+    except ImportError:  # pragma: no cover - numpy is a dependency
+        pass
+    raise PipelineError(f"{where}: expected a torch.Tensor or numpy array, got {type(value).__name__}")
+
+
+def check_inputs(specs: Sequence[IOSpec], values: Mapping[str, Any], where: str) -> list[torch.Tensor]:
+    """The values of ``specs`` in order, after checking names, dtypes and shapes (clear errors)."""
+    expected = [s.name for s in specs]
+    unknown = sorted(set(values) - set(expected))
+    missing = [n for n in expected if n not in values]
+    if unknown or missing:
+        parts = []
+        if missing:
+            parts.append(f"missing {missing}")
+        if unknown:
+            parts.append(f"unexpected {unknown}")
+        raise PipelineError(f"{where}: inputs {', '.join(parts)}; expected {expected}")
+    out = []
+    for spec in specs:
+        tensor = _as_tensor(values[spec.name], f"{where}: input '{spec.name}'")
+        if tensor.dtype != spec.dtype or tuple(tensor.shape) != spec.shape:
+            raise PipelineError(
+                f"{where}: input '{spec.name}' expects {spec.describe()}, "
+                f"got {dtype_name(tensor.dtype)}{list(tensor.shape)}"
+            )
+        out.append(tensor)
+    return out
+
+
+# --- per-node runners --------------------------------------------------------------------------------
+
+
+def load_pt2(path: str | Path) -> torch.export.ExportedProgram:
+    """``torch.export.load`` after registering ``leapp::warp_segment`` (needed to resolve the op)."""
+    from leapp.runtime import ops
+
+    ops.ensure_registered()
+    return torch.export.load(str(path))
+
+
+class NodeRunner:
+    """Runs one artifact: positional tensors in (node input order), tensors out (node output order)."""
+
+    backend = ""
+
+    def __init__(self, path: Path, inputs: Sequence[IOSpec], outputs: Sequence[IOSpec], device: str):
+        self.path = Path(path)
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+        self.device = torch.device(device)
+
+    def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        raise NotImplementedError
+
+    def _check_outputs(self, outs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        if len(outs) != len(self.outputs):
+            raise PipelineError(
+                f"{self.path.name}: produced {len(outs)} output(s), pipeline.yaml lists {len(self.outputs)}"
+            )
+        return list(outs)
+
+
+def _target_device(device: torch.device, where: str) -> torch.device:
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise PipelineError(f"{where}: the node was exported on {device} but torch sees no CUDA device here")
+    return device
+
+
+class Pt2Runner(NodeRunner):
+    """``torch.export.load(path).module()`` called on the node's recorded device."""
+
+    backend = "pt2"
+
+    def __init__(self, path, inputs, outputs, device):
+        super().__init__(path, inputs, outputs, device)
+        self.module = load_pt2(self.path).module()
+
+    def __call__(self, inputs):
+        device = _target_device(self.device, str(self.path))
+        args = [t.to(device) for t in inputs]
+        outs = self.module(*args)
+        if isinstance(outs, torch.Tensor):
+            outs = [outs]
+        return self._check_outputs(list(outs))
+
+
+class TorchScriptRunner(NodeRunner):
+    """``torch.jit.load`` of a traced node (nodes without Warp segments only)."""
+
+    backend = "torchscript"
+
+    def __init__(self, path, inputs, outputs, device):
+        super().__init__(path, inputs, outputs, device)
+        self.module = torch.jit.load(str(self.path), map_location=self.device)
+
+    def __call__(self, inputs):
+        device = _target_device(self.device, str(self.path))
+        outs = self.module(*[t.to(device) for t in inputs])
+        if isinstance(outs, torch.Tensor):
+            outs = [outs]
+        return self._check_outputs(list(outs))
+
+
+class OnnxRunner(NodeRunner):
+    """An ONNX Runtime session with leapp's op library; CUDA EP when present and the node ran on CUDA."""
+
+    backend = "onnx"
+
+    def __init__(self, path, inputs, outputs, device, needs_library: bool):
+        super().__init__(path, inputs, outputs, device)
+        import onnxruntime as ort
+
+        from leapp.runtime import libraries
+
+        options = ort.SessionOptions()
+        library = libraries.library_path("onnx")
+        if library.is_file():
+            options.register_custom_ops_library(str(library))
+        elif needs_library:
+            libraries.require_library("onnx")  # raises DESIGN.md's message
+        use_cuda = self.device.type == "cuda" and "CUDAExecutionProvider" in ort.get_available_providers()
+        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if use_cuda else ["CPUExecutionProvider"]
+        try:
+            self.session = ort.InferenceSession(str(self.path), options, providers=providers)
+        except Exception as e:  # ORT raises its own Fail/InvalidGraph types
+            raise PipelineError(f"onnxruntime could not load {self.path}: {e}") from e
+        self.io_device = self.device if use_cuda else torch.device("cpu")
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        if len(self.input_names) != len(self.inputs) or len(self.output_names) != len(self.outputs):
+            raise PipelineError(
+                f"{self.path}: the model has inputs {self.input_names} and outputs {self.output_names}, "
+                f"pipeline.yaml lists {[s.name for s in self.inputs]} and {[s.name for s in self.outputs]}"
+            )
+
+    def __call__(self, inputs):
+        binding = self.session.io_binding()
+        device_type = "cuda" if self.io_device.type == "cuda" else "cpu"
+        device_id = self.io_device.index or 0
+        keep = []
+        for name, tensor in zip(self.input_names, inputs):
+            t = tensor.to(self.io_device).contiguous()
+            keep.append(t)
+            binding.bind_input(name, device_type, device_id, _onnx_type(t.dtype), list(t.shape), t.data_ptr())
+        outs = []
+        for name, spec in zip(self.output_names, self.outputs):
+            t = torch.empty(spec.shape, dtype=spec.dtype, device=self.io_device)
+            outs.append(t)
+            binding.bind_output(name, device_type, device_id, _onnx_type(spec.dtype), list(spec.shape), t.data_ptr())
+        if device_type == "cuda":
+            torch.cuda.current_stream(self.io_device).synchronize()
+        self.session.run_with_iobinding(binding)
+        del keep
+        return self._check_outputs(outs)
+
+
+_ONNX_TYPES = {
+    torch.float32: 1,
+    torch.uint8: 2,
+    torch.int8: 3,
+    torch.int16: 5,
+    torch.int32: 6,
+    torch.int64: 7,
+    torch.bool: 9,
+    torch.float16: 10,
+    torch.float64: 11,
+    torch.bfloat16: 16,
+}
+
+
+def _onnx_type(dtype: torch.dtype) -> int:
+    try:
+        return _ONNX_TYPES[dtype]
+    except KeyError:
+        raise PipelineError(f"dtype {dtype_name(dtype)} cannot cross an ONNX boundary in leapp") from None
+
+
+def make_runner(
+    backend: str,
+    path: str | Path,
+    inputs: Sequence[IOSpec],
+    outputs: Sequence[IOSpec],
+    device: str = "cpu",
+    has_segments: bool = False,
+) -> NodeRunner:
+    """The runner of one artifact; ``has_segments`` makes a missing native op library an error."""
+    if backend == "onnx":
+        return OnnxRunner(path, inputs, outputs, device, needs_library=has_segments)
+    if backend == "pt2":
+        if has_segments:
+            from leapp.runtime import libraries
+
+            libraries.require_library("pt2")
+        return Pt2Runner(path, inputs, outputs, device)
+    if backend == "torchscript":
+        return TorchScriptRunner(path, inputs, outputs, device)
+    raise PipelineError(f"unknown backend {backend!r} (leapp runs 'onnx', 'pt2' and 'torchscript')")
+
+
+# --- the pipeline ------------------------------------------------------------------------------------
+
+
+@dataclass
+class PipelineNode:
+    """One node of a loaded pipeline."""
+
+    name: str
+    backend: str
+    artifact: Path
+    inputs: list[IOSpec]
+    outputs: list[IOSpec]
+    segments: list[dict]
+    runner: NodeRunner
+    sources: dict[str, tuple[str, str] | str] = field(default_factory=dict)  # input -> (node, output) | pipeline input
+
+
+@dataclass
+class Pipeline:
+    """A loaded export: ``pipeline(**inputs)`` returns a dict of the final outputs (torch tensors)."""
+
+    name: str
+    path: Path
+    nodes: dict[str, PipelineNode]
+    inputs: dict[str, IOSpec]
+    outputs: dict[str, tuple[str, str]]  # key -> (node, output)
+    description: dict
+
+    def run(self, **inputs: Any) -> dict[str, torch.Tensor]:
+        """Runs every node in order; checks input names, dtypes and shapes first."""
+        where = f"Pipeline '{self.name}'"
+        values = check_inputs(list(self.inputs.values()), inputs, where)
+        external = dict(zip(self.inputs, values))
+        produced: dict[tuple[str, str], torch.Tensor] = {}
+        for node in self.nodes.values():
+            args = [
+                produced[src] if isinstance(src, tuple) else external[src]
+                for src in (node.sources[s.name] for s in node.inputs)
+            ]
+            outs = self._run(node, args)
+            produced.update({(node.name, spec.name): t for spec, t in zip(node.outputs, outs)})
+        return {key: produced[src] for key, src in self.outputs.items()}
+
+    __call__ = run
+
+    def run_node(self, name: str, **inputs: Any) -> dict[str, torch.Tensor]:
+        """Runs one node alone on named inputs; returns its outputs by name."""
+        node = self.nodes.get(name)
+        if node is None:
+            raise PipelineError(f"Pipeline '{self.name}': no node {name!r} (nodes: {list(self.nodes)})")
+        args = check_inputs(node.inputs, inputs, f"Pipeline '{self.name}' node '{name}'")
+        return {spec.name: t for spec, t in zip(node.outputs, self._run(node, args))}
+
+    def _run(self, node: PipelineNode, args: list[torch.Tensor]) -> list[torch.Tensor]:
+        try:
+            return node.runner(args)
+        except LeappError:
+            raise
+        except Exception as e:
+            raise PipelineError(
+                f"Pipeline '{self.name}' node '{node.name}' ({node.artifact.name}): {type(e).__name__}: {e}"
+            ) from e
+
+
+def read_description(path: str | Path) -> tuple[Path, dict]:
+    """(folder, parsed pipeline.yaml) for a pipeline folder or its pipeline.yaml."""
+    import yaml
+
+    path = Path(path)
+    folder = path.parent if path.is_file() else path
+    file = folder / PIPELINE_FILE
+    if not file.is_file():
+        raise FileNotFoundError(f"leapp.load: no {PIPELINE_FILE} in {folder}")
+    with open(file, encoding="utf-8") as f:
+        desc = yaml.safe_load(f)
+    if not isinstance(desc, dict) or desc.get("format") != PIPELINE_FORMAT:
+        raise PipelineError(f"{file}: not a leapp pipeline description (format must be {PIPELINE_FORMAT!r})")
+    version = desc.get("version")
+    if version != PIPELINE_VERSION:
+        raise PipelineError(f"{file}: unsupported pipeline.yaml version {version!r} (this leapp reads {PIPELINE_VERSION})")
+    return folder, desc
+
+
+def verify_file(folder: Path, rel: str, expected: str, where: str) -> Path:
+    """``folder/rel`` after checking it exists and has sha256 ``expected``."""
+    path = (folder / rel).resolve()
+    if folder.resolve() not in path.parents:
+        raise PipelineError(f"{where}: artifact path {rel!r} leaves the pipeline folder {folder}")
+    if not path.is_file():
+        raise PipelineError(f"{where}: artifact {path} is missing")
+    actual = sha256_file(path)
+    if actual != expected:
+        raise PipelineError(
+            f"{where}: artifact {path} has sha256 {actual} but pipeline.yaml records {expected}; "
+            "the file changed after export"
+        )
+    return path
+
+
+def load(path: str | Path) -> Pipeline:
+    """Loads an exported pipeline folder; checks digests and opens every node with its runtime.
+
+    Raises:
+        PipelineError: a digest mismatch (naming the file and both digests), a
+            malformed pipeline.yaml or an artifact the runtime rejects.
+        RuntimeLibraryNotFound: a node with Warp segments needs a missing op library.
+    """
+    folder, desc = read_description(path)
+    name = str(desc.get("name", folder.name))
+    nodes: dict[str, PipelineNode] = {}
+    for entry in desc.get("nodes") or []:
+        node_name = str(entry["name"])
+        where = f"pipeline '{name}' node '{node_name}'"
+        artifact = verify_file(folder, entry["artifact"], entry["sha256"], where)
+        for extra in entry.get("files") or []:
+            verify_file(folder, extra["path"], extra["sha256"], where)
+        inputs = [IOSpec.from_yaml(e, where) for e in entry.get("inputs") or []]
+        outputs = [IOSpec.from_yaml(e, where) for e in entry.get("outputs") or []]
+        segments = list(entry.get("segments") or [])
+        runner = make_runner(
+            entry["backend"], artifact, inputs, outputs, entry.get("device", "cpu"), has_segments=bool(segments)
+        )
+        nodes[node_name] = PipelineNode(node_name, entry["backend"], artifact, inputs, outputs, segments, runner)
+    pipeline_inputs, outputs = _wire(name, nodes, desc)
+    return Pipeline(name, folder, nodes, pipeline_inputs, outputs, desc)
+
+
+def _wire(name: str, nodes: dict[str, PipelineNode], desc: dict) -> tuple[dict[str, IOSpec], dict[str, tuple[str, str]]]:
+    """Fills each node's input sources from the edges; returns (pipeline inputs, final outputs)."""
+    order = list(nodes)
+    for edge in desc.get("edges") or []:
+        src, out, dst, inp = edge["from_node"], edge["from_output"], edge["to_node"], edge["to_input"]
+        if src not in nodes or dst not in nodes:
+            raise PipelineError(f"pipeline '{name}': edge {edge} names an unknown node")
+        if edge.get("feedback"):
+            continue  # state carried between runs by the caller: a pipeline input and output
+        if order.index(src) >= order.index(dst):
+            raise PipelineError(f"pipeline '{name}': edge {edge} goes backwards (nodes run in the listed order)")
+        nodes[dst].sources[inp] = (src, out)
+    pipeline_inputs: dict[str, IOSpec] = {}
+    for entry in desc.get("inputs") or []:
+        spec = IOSpec.from_yaml(entry, f"pipeline '{name}' inputs")
+        pipeline_inputs[spec.name] = spec
+        for consumer in entry.get("consumers") or []:
+            nodes[consumer["node"]].sources[consumer["input"]] = spec.name
+    for node in nodes.values():
+        unfed = [s.name for s in node.inputs if s.name not in node.sources]
+        if unfed:
+            raise PipelineError(f"pipeline '{name}': inputs {unfed} of node '{node.name}' are fed by nothing")
+    outputs = {str(e["name"]): (str(e["node"]), str(e["output"])) for e in desc.get("outputs") or []}
+    return pipeline_inputs, outputs
