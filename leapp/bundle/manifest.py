@@ -66,6 +66,10 @@ def _describe(value: Any) -> str:
     return f"{text[:60]}{'...' if len(text) > 60 else ''} ({type(value).__name__})"
 
 
+def _a(word: str) -> str:
+    return f"an {word}" if word[0] in "aeiou" else f"a {word}"
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
@@ -167,6 +171,8 @@ class _ManifestCheck:
         self.check_signature_side(self.sig_inputs, "inputs", "input")
         self.check_signature_side(self.sig_outputs, "outputs", "output")
         for i, buffer in enumerate(self.buffers):
+            self.check_io(buffer, i)
+        for i, buffer in enumerate(self.buffers):
             self.check_init(buffer, i)
         for i, op in enumerate(self.ops):
             self.check_op(op, f"ops[{i}]")
@@ -233,8 +239,17 @@ class _ManifestCheck:
         role = buffer["role"]
         if kind not in ALLOWED_INIT[role]:
             allowed = " or ".join(f'"{k}"' if k in ("none", "zero") else f'{{"{k}": ...}}' for k in ALLOWED_INIT[role])
-            self.fail(f"{path}.init of a {role} buffer must be {allowed}, got {_describe(init)}")
+            self.fail(f"{path}.init of {_a(role)} buffer must be {allowed}, got {_describe(init)}")
         return kind
+
+    def check_io(self, buffer: dict, i: int) -> None:
+        """An input/output buffer is the one its signature entry names (entries -> buffers is checked per entry)."""
+        role = buffer["role"]
+        if role in ("input", "output"):
+            side = f"signature.{role}s"
+            owner = (self.sig_inputs if role == "input" else self.sig_outputs)[buffer["io"]]["buffer"]
+            if owner != i:
+                self.fail(f"buffers[{i}].io {buffer['io']} points to {side}[{buffer['io']}], whose buffer is {owner}")
 
     def check_init(self, buffer: dict, i: int) -> None:
         path = f"buffers[{i}]"
@@ -270,7 +285,7 @@ class _ManifestCheck:
             if buffer["io"] != j:
                 self.fail(f"{path}.buffer {b} has io {buffer['io']}, expected {j}")
             dtype = self.get(entry, "dtype", path)
-            if dtype not in DTYPE_ITEMSIZE:
+            if not isinstance(dtype, str) or dtype not in DTYPE_ITEMSIZE:
                 self.fail(f"{path}.dtype must be one of {', '.join(DTYPE_ITEMSIZE)}, got {_describe(dtype)}")
             shape = self.field(entry, "shape", path, "arr")
             for d, dim in enumerate(shape):
@@ -298,7 +313,7 @@ class _ManifestCheck:
         b = self.index(self.get(op, key, path), f"{path}.{key}", len(self.buffers), "buffers")
         buffer = self.buffers[b]
         if writes and buffer["role"] in READ_ONLY_ROLES:
-            self.fail(f"{path}.{key} {b} is an {buffer['role']} buffer, which the ops never write")
+            self.fail(f"{path}.{key} {b} is {_a(buffer['role'])} buffer, which the ops never write")
         return buffer
 
     def dims3(self, op: dict, key: str, path: str) -> list[int]:

@@ -120,6 +120,8 @@ def decode_manifest(raw: bytes | memoryview) -> Any:
         return json.loads(text, object_pairs_hook=_reject_duplicate_keys, parse_constant=_reject_constant)
     except json.JSONDecodeError as e:
         raise BundleError(f"bundle manifest: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
+    except BundleError:
+        raise
     except RecursionError as e:
         raise BundleError("bundle manifest: not readable JSON: nested too deeply") from e
     except ValueError as e:  # e.g. an integer literal beyond Python's digit limit

@@ -67,7 +67,7 @@ def _tensors(sig: dict, side: str) -> list[dict]:
         if name in names:
             raise _fail(f'{path}.name "{name}" is used twice')
         names.add(name)
-        if t.get("dtype") not in DTYPE_ITEMSIZE:
+        if not isinstance(t.get("dtype"), str) or t["dtype"] not in DTYPE_ITEMSIZE:
             raise _fail(f"{path}.dtype must be one of {', '.join(DTYPE_ITEMSIZE)}, got {t.get('dtype')!r}")
         shape = t.get("shape")
         if not isinstance(shape, list) or not all(

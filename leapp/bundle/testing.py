@@ -11,12 +11,11 @@ ndim`` at 48). Replayed on a GPU it computes ``y = x * c`` with ``c = [1, 2, ...
 from __future__ import annotations
 
 import hashlib
-import json
 import struct
 from collections.abc import Mapping, Sequence
 
 from leapp.bundle.format import BLOB_ENTRY, BLOB_ENTRY_SIZE, HASH_SIZE, HEADER, HEADER_SIZE
-from leapp.bundle.writer import pack
+from leapp.bundle.writer import encode_manifest, pack
 
 __all__ = [
     "EXAMPLE_ENTRY",
@@ -196,7 +195,7 @@ def set_header_field(data: bytes | bytearray, **fields: int | bytes) -> bytes:
 
 
 def write_unchecked(manifest: dict | bytes, blobs: Sequence[bytes]) -> bytes:
-    """A well-formed file around ``manifest`` (a dict, or raw manifest bytes) WITHOUT validating it.
+    """A well-formed file around ``manifest`` (a dict, encoded as the writer does, or raw bytes) WITHOUT validating it.
 
     For tests of the reader's manifest rules: the header, table and hashes are
     right, so the reader gets as far as the manifest.
@@ -204,6 +203,6 @@ def write_unchecked(manifest: dict | bytes, blobs: Sequence[bytes]) -> bytes:
     if isinstance(manifest, (bytes, bytearray)):
         raw = bytes(manifest)
     else:
-        raw = json.dumps(manifest, separators=(",", ":")).encode("utf-8")
+        raw = encode_manifest(manifest)
     return pack(raw, [bytes(b) for b in blobs])
 

@@ -48,7 +48,7 @@ def write_bundle(manifest: dict, blobs: Sequence[bytes | bytearray | memoryview]
     breaks one; whatever this returns, ``read_bundle`` accepts.
     """
     try:
-        blob_bytes = [bytes(b) for b in blobs]
+        blob_bytes = [memoryview(b).tobytes() for b in blobs]  # memoryview: bytes(5) would be 5 zeros
     except TypeError as e:
         raise BundleError(f"bundle: blobs must be bytes-like objects: {e}") from e
     if len(blob_bytes) > MAX_BLOBS:
