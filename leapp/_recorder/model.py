@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from leapp.errors import TraceError
+
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch.fx
     import warp
@@ -85,6 +87,10 @@ class SegmentRecord:
     outputs: list[SegmentIO]
     constants: dict[int, bytes]
     scratch: dict[int, int]
+    # Recorder additions (not in model.md; defaults keep the contract's constructor):
+    captured_ops: list[str] = field(default_factory=list)  # every APIC op of pass 2, e.g. ["launch:k", "copy", "memset"]
+    call_sites: list[str] = field(default_factory=list)  # "file:line" of each discovered launch, in ops order
+    modules: dict[str, bytes] = field(default_factory=dict)  # files of capture_save's <stem>_modules/ folder
 
 
 @dataclass
@@ -124,6 +130,14 @@ class SessionRecord:
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     edges: list[tuple[str, str, str, str]] = field(default_factory=list)
     constants_report: list[str] = field(default_factory=list)
+    # Recorder additions: pass errors that surface at compile time (DESIGN.md section 2), and notes.
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def check_complete(self) -> None:
+        """Raise the pass errors DESIGN.md assigns to ``compile_graph()`` (node run once, segment skipped)."""
+        if self.problems:
+            raise TraceError("\n".join(self.problems))
 
 
 def warp_segment_call(segment_id: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
