@@ -1,0 +1,155 @@
+"""CUDA code of a Warp module variant, compiled with Warp's NVRTC on a machine without a GPU."""
+
+from __future__ import annotations
+
+import re
+import struct
+
+import numpy as np
+import pytest
+
+wp = pytest.importorskip("warp")
+
+import warp._src.context as wctx  # noqa: E402
+
+from leapp._export import cuda_code  # noqa: E402
+from leapp.errors import ExportError  # noqa: E402
+
+TEST_ARCHS = (90,)  # one cubin keeps the suite fast; test_default_targets builds all of them once
+
+
+@wp.kernel
+def k_double(a: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = a[i] * 2.0
+
+
+@wp.kernel
+def k_tile(a: wp.array2d(dtype=float), out: wp.array2d(dtype=float)):
+    i = wp.tid()
+    t = wp.tile_load(a, shape=(1, 64), offset=(i, 0), storage="shared")
+    wp.tile_store(out, t * 2.0, offset=(i, 0))
+
+
+def config_snapshot() -> dict:
+    return {k: getattr(wp.config, k) for k in dir(wp.config)
+            if not k.startswith("_") and not callable(getattr(wp.config, k)) and not isinstance(getattr(wp.config, k), type(wp))}
+
+
+def module_state(module) -> dict:
+    return {
+        "options": dict(module.options),
+        "hashes": {bd: h.get_hash() for bd, h in module.hashers.items()},
+        "resolved": {bd: dict(o) for bd, o in module.resolved_options.items()},
+        "execs": {k: id(v) for k, v in module.execs.items()},
+        "kernel_hashes": {k.key: k.hash for k in module._get_live_kernels()},
+        "mangled": {k.key: k.get_mangled_name() for k in module._get_live_kernels() if k.hash is not None},
+    }
+
+
+@pytest.fixture(scope="module")
+def cpu_loaded():
+    """The module as a user leaves it: loaded and launched on CPU (block_dim 1)."""
+    a = wp.array(np.arange(4, dtype=np.float32), device="cpu")
+    out = wp.zeros(4, dtype=float, device="cpu")
+    wp.launch(k_double, dim=4, inputs=[a, out], device="cpu")
+    assert out.numpy().tolist() == [0.0, 2.0, 4.0, 6.0]
+    return k_double.module
+
+
+@pytest.fixture(scope="module")
+def compiled(cpu_loaded):
+    return cuda_code.compile_module(k_double, 256, TEST_ARCHS)
+
+
+def test_entry_exists_in_ptx_and_binaries_are_real(compiled):
+    entry = compiled.entry(k_double)
+    assert re.fullmatch(r"k_double_[0-9a-f]{8}_cuda_kernel_forward", entry)
+    ptx = compiled.ptx[75]
+    assert ptx.endswith(b"}\n\0") or ptx.endswith(b"\0") and ptx.count(b"\0") == 1
+    assert f".entry {entry}(".encode() in ptx
+    assert b".target sm_75" in ptx
+    assert f".version {compiled.ptx_isa}".encode() in ptx and re.fullmatch(r"\d+\.\d+", compiled.ptx_isa)
+    assert compiled.toolkit == "{}.{}".format(*wctx.runtime.toolkit_version)
+    assert set(compiled.cubins) == set(TEST_ARCHS)
+    assert all(c[:4] == b"\x7fELF" for c in compiled.cubins.values())
+    assert compiled.entry_smem(k_double) == 0
+    assert compiled.block_dim == 256 and compiled.name.startswith("wp_" + k_double.module.name + "_")
+    assert [(kind, arch) for kind, arch, _ in compiled.binaries()] == [("ptx", 75), ("cubin", 90)]
+
+
+def test_variant_is_the_cuda_default_block_dim_not_the_cpu_one(compiled, cpu_loaded):
+    """A CPU capture (block_dim 1) exports the code Warp would load on CUDA (block_dim 256)."""
+    module = k_double.module
+    options = module.resolve_options(wp.config, block_dim=256)
+    hasher = wctx.ModuleHasher(module._get_live_kernels(), options)
+    assert compiled.module_hash == hasher.get_hash().hex()
+    assert compiled.name == f"wp_{module.name}_{hasher.get_hash().hex()[:7]}"
+    assert compiled.entry(k_double) == f"k_double_{hasher.kernel_hashes[k_double].hex()[:8]}_cuda_kernel_forward"
+    cpu_hash = module.hashers[1].get_hash().hex()
+    assert cpu_hash != compiled.module_hash  # the hash depends on block_dim
+
+
+def test_user_module_and_config_are_unchanged(cpu_loaded):
+    module = k_double.module
+    before_state, before_config = module_state(module), config_snapshot()
+    result = cuda_code.compile_module(k_double, 128, TEST_ARCHS)  # a variant nobody used
+    assert result.block_dim == 128
+    assert module_state(module) == before_state
+    assert config_snapshot() == before_config
+    # and the module still runs on CPU exactly as before
+    a = wp.array(np.ones(3, dtype=np.float32), device="cpu")
+    out = wp.zeros(3, dtype=float, device="cpu")
+    wp.launch(k_double, dim=3, inputs=[a, out], device="cpu")
+    assert out.numpy().tolist() == [2.0, 2.0, 2.0]
+    assert module_state(module)["execs"] == before_state["execs"]
+
+
+def test_compiled_modules_are_cached_per_hash_and_block_dim(compiled):
+    assert cuda_code.compile_module(k_double, 256, TEST_ARCHS) is compiled
+    assert cuda_code.compile_module(k_tile, 256, TEST_ARCHS) is compiled  # same module, same variant
+    other = cuda_code.compile_module(k_double, 64, TEST_ARCHS)
+    assert other is not compiled and other.module_hash != compiled.module_hash
+    assert other.entry(k_double) in other.ptx[75].decode()
+
+
+def test_tile_kernel_has_dynamic_shared_memory_from_meta():
+    compiled = cuda_code.compile_module(k_tile, 64, TEST_ARCHS)
+    entry = compiled.entry(k_tile)
+    assert entry in compiled.smem_bytes and compiled.entry_smem(k_tile) == compiled.smem_bytes[entry]
+    assert f".entry {entry}(".encode() in compiled.ptx[75]
+    assert cuda_code.uses_tiles(k_tile) and not cuda_code.uses_tiles(k_double)
+
+
+def test_default_targets_are_ptx75_plus_eight_cubins(monkeypatch):
+    monkeypatch.delenv(cuda_code.ARCHS_ENV, raising=False)
+    assert cuda_code.cubin_archs() == (75, 80, 86, 89, 90, 100, 120)
+    full = cuda_code.compile_module(k_double, 256)
+    assert sorted(full.cubins) == [75, 80, 86, 89, 90, 100, 120] and list(full.ptx) == [75]
+    for arch, cubin in full.cubins.items():
+        assert cubin[:4] == b"\x7fELF"
+        e_flags = struct.unpack_from("<I", cubin, 48)[0]  # ELF e_flags carry the SM version
+        assert arch in (e_flags & 0xFF, (e_flags >> 8) & 0xFF), (arch, hex(e_flags))
+
+
+def test_archs_env(monkeypatch):
+    monkeypatch.setenv(cuda_code.ARCHS_ENV, "sm_90, 75")
+    assert cuda_code.cubin_archs() == (75, 90)
+    monkeypatch.setenv(cuda_code.ARCHS_ENV, "91")
+    with pytest.raises(ExportError, match="LEAPP_CUDA_ARCHS='91'"):
+        cuda_code.cubin_archs()
+    monkeypatch.setenv(cuda_code.ARCHS_ENV, "nine")
+    with pytest.raises(ExportError, match="comma-separated"):
+        cuda_code.cubin_archs()
+
+
+def test_arch_suffix_config_is_refused_not_changed(monkeypatch):
+    monkeypatch.setattr(wp.config, "cuda_arch_suffix", "a")
+    with pytest.raises(ExportError, match="cuda_arch_suffix='a'"):
+        cuda_code.compile_module(k_double, 32, TEST_ARCHS)
+    assert wp.config.cuda_arch_suffix == "a"
+
+
+def test_bad_block_dim():
+    with pytest.raises(ExportError, match="block_dim 2048"):
+        cuda_code.compile_module(k_double, 2048, TEST_ARCHS)
