@@ -1,0 +1,72 @@
+"""leapp/bundle/describe.py: a bundle in words, for ``leapp inspect`` and error reports."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from leapp.bundle.reader import Bundle
+
+__all__ = ["describe_bundle", "format_bytes"]
+
+
+def format_bytes(n: int) -> str:
+    """'812 B', '4.2 KiB', '3.1 MiB': sizes a person reads at a glance."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def _tensor(t: dict) -> str:
+    text = f"{t['name']}: {t['dtype']}{list(t['shape'])}"
+    if "warp_dtype" in t:
+        logical = t.get("logical_shape")
+        text += f" (warp {t['warp_dtype']}{'' if logical is None else list(logical)})"
+    return text
+
+
+def _init(init) -> str:
+    if isinstance(init, dict):
+        key = "blob" if "blob" in init else "input"
+        return f"init {key} {init[key]}"
+    return f"init {init}"
+
+
+def describe_bundle(bundle: Bundle, size: int | None = None) -> list[str]:
+    """Lines (no trailing newline) describing segment, producer, binaries, kernels, buffers, ops and I/O."""
+    m = bundle.manifest
+    lines = [f"segment {bundle.segment}" + (f" (source {bundle.source})" if bundle.source else "")]
+    size_text = f", {format_bytes(size)}" if size is not None else ""
+    lines.append(f"  digest {bundle.digest} (format v{bundle.format_version}{size_text}, {len(bundle.blobs)} blobs)")
+    if bundle.producer:
+        lines.append("  producer: " + ", ".join(f"{k} {v}" for k, v in bundle.producer.items()))
+    lines.append(f"  modules: {len(bundle.modules)}")
+    for i, module in enumerate(bundle.modules):
+        binaries = ", ".join(
+            f"{b['kind']} sm_{b['arch']} ({format_bytes(len(bundle.blobs[b['blob']]))})" for b in module["binaries"]
+        )
+        lines.append(f"    [{i}] {module['name']}: {binaries}")
+    lines.append(f"  kernels: {len(bundle.kernels)}")
+    for k, kernel in enumerate(bundle.kernels):
+        key = f" ({kernel['key']})" if kernel.get("key") else ""
+        lines.append(
+            f"    [{k}] {kernel['entry']}{key}: module {kernel['module']}, block_dim {kernel['block_dim']}, "
+            f"smem {kernel['smem_bytes']} B"
+        )
+    roles = Counter(b["role"] for b in bundle.buffers)
+    total = sum(b["bytes"] for b in bundle.buffers)
+    summary = ", ".join(f"{roles[r]} {r}" for r in ("input", "output", "scratch", "constant") if roles[r])
+    lines.append(f"  buffers: {len(bundle.buffers)} ({summary}{', ' if summary else ''}{format_bytes(total)} in all)")
+    names = {}
+    for entries in (bundle.inputs, bundle.outputs):
+        for t in entries:
+            names[t["buffer"]] = t["name"]
+    for buffer in bundle.buffers:
+        name = f" '{names[buffer['id']]}'" if buffer["id"] in names else ""
+        lines.append(f"    [{buffer['id']}] {buffer['role']}{name}: {buffer['bytes']} B, {_init(buffer['init'])}")
+    kinds = Counter(op["op"] for op in bundle.ops)
+    per_kind = ", ".join(f"{kinds[k]} {k}" for k in ("launch", "memset", "copy") if kinds[k])
+    lines.append(f"  ops: {len(bundle.ops)}" + (f" ({per_kind})" if per_kind else ""))
+    lines.append("  inputs: " + ("; ".join(_tensor(t) for t in bundle.inputs) or "none"))
+    lines.append("  outputs: " + ("; ".join(_tensor(t) for t in bundle.outputs) or "none"))
+    return lines

@@ -1,0 +1,539 @@
+"""leapp/cli.py: the ``leapp`` command: ``leapp inspect PATH`` and ``leapp doctor``.
+
+NOTE: ``inspect`` reads artifacts without running them, so it works where
+there is no GPU, no Warp and no torch: bundles through ``leapp.bundle``, ONNX
+through the ``onnx`` package, PT2 archives (zip files) by reading their
+entries (the graph JSON for ``leapp::warp_segment`` calls and every stored
+tensor that holds a bundle). Each problem it finds is printed as an
+``error:`` line and makes the exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import zipfile
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from leapp.bundle import Bundle, BundleError, parse_signature, read_bundle, signature_json
+from leapp.bundle.describe import describe_bundle, format_bytes
+from leapp.bundle.format import HEADER, MAGIC
+
+__all__ = ["main", "inspect_path", "doctor"]
+
+ONNX_DOMAIN = "leapp.warp"
+ONNX_OP = "WarpSegment"
+PT2_OP_TARGET = "torch.ops.leapp.warp_segment"
+PIPELINE_FILE = "pipeline.yaml"
+
+
+class _Report:
+    """Indented lines on ``out``; counts the problems (``error:`` lines)."""
+
+    def __init__(self, out: TextIO):
+        self.out = out
+        self.problems = 0
+        self.digests: set[str] = set()  # of every bundle read and described
+
+    def line(self, text: str, indent: int = 0) -> None:
+        print("  " * indent + text, file=self.out)
+
+    def lines(self, texts: list[str], indent: int = 0) -> None:
+        for text in texts:
+            self.line(text, indent)
+
+    def problem(self, text: str, indent: int = 0) -> None:
+        self.problems += 1
+        self.line(f"error: {text}", indent)
+
+
+# --- bundles and signatures ------------------------------------------------------------------------------
+
+
+def _check_signature(report: _Report, where: str, text: str | None, bundle: Bundle | None, indent: int) -> None:
+    """The signature string must parse and describe ``bundle`` exactly (digest, segment, tensors)."""
+    if text is None:
+        report.problem(f"{where}: no signature", indent)
+        return
+    try:
+        sig = parse_signature(text)
+    except BundleError as e:
+        report.problem(f"{where}: {e}", indent)
+        return
+    if bundle is None:
+        return
+    if sig["digest"] != bundle.digest:
+        report.problem(f"{where}: signature digest {sig['digest']} differs from the bundle's {bundle.digest}", indent)
+    elif sig != json.loads(signature_json(bundle)):
+        report.problem(f"{where}: signature {text} differs from the bundle's {signature_json(bundle)}", indent)
+    else:
+        report.line(f"signature matches the bundle (digest {bundle.digest[:16]}...)", indent)
+
+
+def _read(report: _Report, where: str, data: bytes, indent: int) -> Bundle | None:
+    try:
+        bundle = read_bundle(data)
+    except BundleError as e:
+        report.problem(f"{where}: {e}", indent)
+        return None
+    report.lines(describe_bundle(bundle, len(data)), indent)
+    report.digests.add(bundle.digest)
+    return bundle
+
+
+def _inspect_bundle_file(path: Path, report: _Report, indent: int) -> None:
+    data = path.read_bytes()
+    report.line(f"{path.name}: leapp segment bundle, {format_bytes(len(data))}", indent)
+    bundle = _read(report, str(path), data, indent + 1)
+    if bundle is not None:
+        report.line(f"signature: {signature_json(bundle)}", indent + 1)
+
+
+# --- ONNX ------------------------------------------------------------------------------------------------
+
+
+def _walk_graphs(graph) -> Iterator[Any]:
+    """The graph and every subgraph of If/Loop/Scan attributes."""
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                yield from _walk_graphs(attr.g)
+            for sub in attr.graphs:
+                yield from _walk_graphs(sub)
+
+
+def _onnx_dtype(onnx, elem_type: int) -> str:
+    """torch-style names (float32, not FLOAT) so ONNX and bundle dtypes read alike."""
+    try:
+        return str(onnx.helper.tensor_dtype_to_np_dtype(elem_type).name)
+    except (KeyError, TypeError, ValueError):
+        return onnx.TensorProto.DataType.Name(elem_type).lower() if elem_type else "?"
+
+
+def _value_text(value, onnx) -> str:
+    tensor = value.type.tensor_type
+    dtype = _onnx_dtype(onnx, tensor.elem_type)
+    dims = [d.dim_param or d.dim_value for d in tensor.shape.dim] if tensor.HasField("shape") else "?"
+    return f"{value.name}: {dtype}{dims}"
+
+
+def _inspect_onnx(path: Path, report: _Report, indent: int) -> None:
+    try:
+        import onnx
+        from onnx import numpy_helper
+    except ImportError as e:
+        report.problem(f"{path}: the onnx package is needed to inspect ONNX models ({e})", indent)
+        return
+    try:
+        model = onnx.load(str(path))  # external data is read from files next to the model
+    except Exception as e:  # noqa: BLE001 - protobuf and external-data errors have no common base
+        report.problem(f"{path}: cannot load as ONNX: {type(e).__name__}: {e}", indent)
+        return
+    graphs = list(_walk_graphs(model.graph))
+    nodes = [n for g in graphs for n in g.node]
+    initializers = {t.name: t for g in graphs for t in g.initializer}
+    opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)
+    producer = f"; producer {model.producer_name} {model.producer_version}".rstrip() if model.producer_name else ""
+    report.line(
+        f"{path.name}: ONNX model, {format_bytes(path.stat().st_size)} (ir_version {model.ir_version}; "
+        f"opsets {opsets}{producer})",
+        indent,
+    )
+    report.line("inputs: " + ("; ".join(_value_text(v, onnx) for v in model.graph.input) or "none"), indent + 1)
+    report.line("outputs: " + ("; ".join(_value_text(v, onnx) for v in model.graph.output) or "none"), indent + 1)
+    counts = Counter(f"{n.domain}::{n.op_type}" if n.domain else n.op_type for n in nodes)
+    report.line(f"nodes: {len(nodes)} (" + ", ".join(f"{k} x{v}" for k, v in counts.most_common()) + ")", indent + 1)
+    segments = [n for n in nodes if n.domain == ONNX_DOMAIN and n.op_type == ONNX_OP]
+    if not segments:
+        report.line(f"no {ONNX_DOMAIN} {ONNX_OP} nodes", indent + 1)
+    for number, node in enumerate(segments):
+        name = node.name or f"#{number}"
+        where = f"{path.name}: node {name}"
+        bundle_input = node.input[-1] if node.input else None
+        report.line(
+            f"node {name} ({ONNX_DOMAIN}::{ONNX_OP}): inputs {list(node.input[:-1])}, bundle '{bundle_input}', "
+            f"outputs {list(node.output)}",
+            indent + 1,
+        )
+        signature = next((a.s.decode("utf-8", "replace") for a in node.attribute if a.name == "signature"), None)
+        tensor = initializers.get(bundle_input)
+        bundle = None
+        if tensor is None:
+            report.problem(f"{where}: its last input '{bundle_input}' (the bundle) is not an initializer", indent + 2)
+        elif tensor.data_type != onnx.TensorProto.UINT8:
+            dtype = _onnx_dtype(onnx, tensor.data_type)
+            report.problem(f"{where}: bundle initializer '{bundle_input}' is {dtype}, expected uint8", indent + 2)
+        else:
+            try:
+                data = numpy_helper.to_array(tensor, base_dir=str(path.parent)).tobytes()
+            except Exception as e:  # noqa: BLE001 - missing external data files, bad raw data
+                report.problem(f"{where}: cannot read bundle initializer '{bundle_input}': {e}", indent + 2)
+            else:
+                bundle = _read(report, where, data, indent + 2)
+        _check_signature(report, where, signature, bundle, indent + 2)
+        if bundle is not None and (len(node.input) - 1, len(node.output)) != (len(bundle.inputs), len(bundle.outputs)):
+            report.problem(
+                f"{where}: {len(node.input) - 1} inputs and {len(node.output)} outputs, but the bundle has "
+                f"{len(bundle.inputs)} and {len(bundle.outputs)}",
+                indent + 2,
+            )
+
+
+# --- PT2 (and any zip archive) ---------------------------------------------------------------------------
+
+
+def _magic_offsets(data: bytes) -> Iterator[int]:
+    start = data.find(MAGIC)
+    while start >= 0:
+        yield start
+        start = data.find(MAGIC, start + 1)
+
+
+def _find_calls(obj: Any) -> Iterator[dict]:
+    """Serialized FX nodes (dicts) whose target is the leapp::warp_segment op, anywhere in a JSON document."""
+    if isinstance(obj, dict):
+        target = obj.get("target")
+        if isinstance(target, str) and target.startswith(PT2_OP_TARGET) and isinstance(obj.get("inputs"), list):
+            yield obj
+        for value in obj.values():
+            yield from _find_calls(value)
+    elif isinstance(obj, list):
+        for value in obj:
+            yield from _find_calls(value)
+
+
+def _tensor_names(arg: Any) -> list[str]:
+    if not isinstance(arg, dict):
+        return []
+    if isinstance(arg.get("as_tensor"), dict):
+        return [str(arg["as_tensor"].get("name"))]
+    return [str(t.get("name")) for t in arg.get("as_tensors", []) if isinstance(t, dict)]
+
+
+def _pt2_calls(archive: zipfile.ZipFile) -> list[dict]:
+    calls = []
+    for info in archive.infolist():
+        if not info.filename.endswith(".json"):
+            continue
+        raw = archive.read(info)
+        if PT2_OP_TARGET.encode() not in raw:
+            continue
+        try:
+            document = json.loads(raw)
+        except ValueError:
+            continue
+        for node in _find_calls(document):
+            args = {a.get("name"): a.get("arg") for a in node["inputs"] if isinstance(a, dict)}
+            signature = args.get("signature")
+            calls.append({
+                "name": node.get("name", "?"),
+                "inputs": _tensor_names(args.get("inputs")),
+                "bundle": (_tensor_names(args.get("bundle")) or ["?"])[0],
+                "outputs": [n for out in node.get("outputs", []) for n in _tensor_names(out)],
+                "signature": signature.get("as_string") if isinstance(signature, dict) else None,
+            })
+    return calls
+
+
+def _pt2_entry_names(archive: zipfile.ZipFile) -> dict[str, str]:
+    """Archive entry -> the module attribute (buffer/constant FQN) stored there, from the weights/constants configs."""
+    names = {}
+    for info in archive.infolist():
+        if not info.filename.endswith(("model_weights_config.json", "model_constants_config.json")):
+            continue
+        try:
+            config = json.loads(archive.read(info)).get("config", {})
+        except (ValueError, AttributeError):
+            continue
+        folder = info.filename.rsplit("/", 1)[0]
+        for fqn, entry in config.items() if isinstance(config, dict) else ():
+            if isinstance(entry, dict) and "path_name" in entry:
+                names[f"{folder}/{entry['path_name']}"] = fqn
+    return names
+
+
+def _inspect_zip(path: Path, report: _Report, indent: int, kind: str) -> None:
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as e:
+        report.problem(f"{path}: not a readable {kind} archive: {e}", indent)
+        return
+    with archive:
+        entries = archive.infolist()
+        report.line(f"{path.name}: {kind} archive, {format_bytes(path.stat().st_size)}, {len(entries)} entries", indent)
+        calls = _pt2_calls(archive)
+        entry_names = _pt2_entry_names(archive)
+        report.line(f"leapp::warp_segment calls: {len(calls)}", indent + 1)
+        for call in calls:
+            report.line(
+                f"call {call['name']}: inputs {call['inputs']}, bundle '{call['bundle']}', outputs {call['outputs']}",
+                indent + 2,
+            )
+        bundles: dict[str, Bundle] = {}
+        found = 0
+        for info in entries:
+            data = archive.read(info)
+            for offset in _magic_offsets(data):
+                if offset + HEADER.size > len(data):
+                    continue
+                size = HEADER.unpack_from(data, offset)[3]
+                label = info.filename + (f" @{offset}" if offset else "")
+                if info.filename in entry_names:
+                    label += f" (tensor {entry_names[info.filename]})"
+                try:
+                    bundle = read_bundle(data[offset:offset + size])
+                except BundleError as e:
+                    if offset == 0:  # an entry that starts like a bundle but is not one: corrupt
+                        report.problem(f"{path.name}: {label}: {e}", indent + 1)
+                    continue  # the magic bytes inside unrelated data
+                found += 1
+                report.line(f"bundle in {label}:", indent + 1)
+                report.lines(describe_bundle(bundle, size), indent + 2)
+                report.digests.add(bundle.digest)
+                bundles[bundle.digest] = bundle
+        if not found:
+            report.line("no segment bundles", indent + 1)
+        for call in calls:
+            where = f"{path.name}: call {call['name']}"
+            try:
+                digest = parse_signature(call["signature"] or "")["digest"]
+            except BundleError:
+                digest = None
+            bundle = bundles.get(digest) if digest else None
+            if digest and bundle is None:
+                report.problem(f"{where}: no bundle in the archive has the signature's digest {digest}", indent + 1)
+            report.line(f"call {call['name']}:", indent + 1)
+            _check_signature(report, where, call["signature"], bundle, indent + 2)
+
+
+# --- export folders --------------------------------------------------------------------------------------
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _tensor_list(entries: Any) -> str:
+    if not isinstance(entries, list) or not entries:
+        return "none"
+    return "; ".join(
+        f"{e.get('name')}: {e.get('dtype')}{e.get('shape')}" if isinstance(e, dict) else str(e) for e in entries
+    )
+
+
+def _inspect_dir(path: Path, report: _Report, indent: int) -> None:
+    pipeline_file = path / PIPELINE_FILE
+    if not pipeline_file.is_file():
+        artifacts = sorted(p for p in path.iterdir() if p.suffix in _INSPECTORS)
+        report.line(f"{path}: no {PIPELINE_FILE}; inspecting {len(artifacts)} artifact files", indent)
+        for artifact in artifacts:
+            _inspect_file(artifact, report, indent + 1)
+        return
+    try:
+        import yaml
+
+        pipeline = yaml.safe_load(pipeline_file.read_text(encoding="utf-8"))
+    except Exception as e:  # noqa: BLE001 - yaml.YAMLError, UnicodeDecodeError, OSError
+        report.problem(f"{pipeline_file}: cannot read: {e}", indent)
+        return
+    if not isinstance(pipeline, dict):
+        report.problem(f"{pipeline_file}: expected a mapping, got {type(pipeline).__name__}", indent)
+        return
+    report.line(
+        f"pipeline {pipeline.get('name')} ({pipeline.get('format')} v{pipeline.get('version')}) in {path}", indent
+    )
+    producer = pipeline.get("producer") or {}
+    if isinstance(producer, dict) and producer:
+        report.line("producer: " + ", ".join(f"{k} {v}" for k, v in producer.items()), indent + 1)
+    report.line(f"inputs: {_tensor_list(pipeline.get('inputs'))}", indent + 1)
+    report.line(f"outputs: {_tensor_list(pipeline.get('outputs'))}", indent + 1)
+    for edge in pipeline.get("edges") or []:
+        if isinstance(edge, dict):
+            feedback = " (feedback)" if edge.get("feedback") else ""
+            report.line(
+                f"edge {edge.get('from_node')}.{edge.get('from_output')} -> "
+                f"{edge.get('to_node')}.{edge.get('to_input')}{feedback}",
+                indent + 1,
+            )
+    nodes = pipeline.get("nodes") or []
+    report.line(f"nodes: {len(nodes)}", indent + 1)
+    for node in nodes:
+        if isinstance(node, dict):
+            _inspect_pipeline_node(path, node, report, indent + 2)
+
+
+def _inspect_pipeline_node(folder: Path, node: dict, report: _Report, indent: int) -> None:
+    name = node.get("name")
+    report.line(f"node {name}: backend {node.get('backend')}, artifact {node.get('artifact')}", indent)
+    report.line(f"inputs: {_tensor_list(node.get('inputs'))}", indent + 1)
+    report.line(f"outputs: {_tensor_list(node.get('outputs'))}", indent + 1)
+    segments = node.get("segments") or []
+    for seg in segments:
+        if isinstance(seg, dict):
+            report.line(f"segment {seg.get('id')}: digest {seg.get('digest')}, kernels {seg.get('kernels')}", indent + 1)
+    files = [{"path": node.get("artifact"), "sha256": node.get("sha256")}] + list(node.get("files") or [])
+    for entry in files:
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+            report.problem(f"node {name}: artifact entry without a path: {entry!r}", indent + 1)
+            continue
+        file = folder / entry["path"]
+        if not file.is_file():
+            report.problem(f"node {name}: {entry['path']} is missing", indent + 1)
+            continue
+        expected = entry.get("sha256")
+        if expected and _sha256_file(file) != expected:
+            report.problem(f"node {name}: {entry['path']} sha256 differs from pipeline.yaml's {expected}", indent + 1)
+    artifact = folder / str(node.get("artifact"))
+    if artifact.is_file():
+        before = report.problems
+        digests = _inspect_file(artifact, report, indent + 1)
+        for seg in segments:
+            if isinstance(seg, dict) and seg.get("digest") and seg["digest"] not in digests and report.problems == before:
+                report.problem(
+                    f"node {name}: segment {seg.get('id')} (digest {seg['digest']}) is not in {artifact.name}", indent + 1
+                )
+
+
+# --- dispatch --------------------------------------------------------------------------------------------
+
+
+def _inspect_pt2(path: Path, report: _Report, indent: int) -> None:
+    _inspect_zip(path, report, indent, "PT2")
+
+
+def _inspect_torchscript(path: Path, report: _Report, indent: int) -> None:
+    _inspect_zip(path, report, indent, "TorchScript")
+
+
+_INSPECTORS = {".lwb": _inspect_bundle_file, ".onnx": _inspect_onnx, ".pt2": _inspect_pt2, ".pt": _inspect_torchscript}
+
+
+def _inspect_file(path: Path, report: _Report, indent: int = 0) -> set[str]:
+    """Inspects one artifact; returns the digests of the bundles it holds."""
+    digests_before = set(report.digests)
+    suffix = path.suffix.lower()
+    inspector = _INSPECTORS.get(suffix)
+    if inspector is None:
+        with path.open("rb") as f:
+            head = f.read(8)
+        if head == MAGIC:
+            inspector = _inspect_bundle_file
+        elif head.startswith(b"PK\x03\x04"):
+            inspector = _inspect_pt2
+        else:
+            report.problem(f"{path}: not a bundle (.lwb), ONNX (.onnx), PT2 (.pt2) or TorchScript (.pt) file", indent)
+            return set()
+    inspector(path, report, indent)
+    return report.digests - digests_before
+
+
+def inspect_path(path: str | Path, out: TextIO | None = None) -> int:
+    """Prints what ``path`` (bundle, ONNX, PT2, TorchScript or export folder) holds; returns the problem count."""
+    report = _Report(out if out is not None else sys.stdout)
+    path = Path(path)
+    if path.is_dir():
+        _inspect_dir(path, report, 0)
+    elif path.is_file():
+        _inspect_file(path, report, 0)
+    else:
+        report.problem(f"{path}: no such file or directory")
+    return report.problems
+
+
+# --- doctor ----------------------------------------------------------------------------------------------
+
+
+def _version(dist: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def doctor(out: TextIO | None = None) -> int:
+    """Prints the CUDA driver, devices, op libraries and package versions; returns the problem count.
+
+    A machine without a driver is reported, not a problem: export works there, GPU replay does not.
+    """
+    report = _Report(out if out is not None else sys.stdout)
+    report.line(f"leapp {_version('leapp')} (Python {sys.version.split()[0]})")
+    try:
+        from leapp import _native
+    except ImportError as e:
+        report.problem(f"native module leapp._native cannot be imported: {e} (rebuild: pip install -e .)")
+        return report.problems
+    report.line(f"native module: {_native.__file__}")
+    status = _native.driver_status()
+    if status["available"]:
+        version = int(status["version"])
+        report.line(f"CUDA driver: available, CUDA {version // 1000}.{version % 1000 // 10} ({version})")
+        devices = status["devices"]
+        if not devices:
+            report.line("devices: none (the driver sees no GPU)", 1)
+        for device in devices:
+            major, minor = device["compute_capability"]
+            report.line(f"device {device['ordinal']}: {device['name']}, compute capability {major}.{minor} "
+                        f"(bundle arch {10 * major + minor})", 1)
+    else:
+        report.line(f"CUDA driver: not available ({status['error']})")
+        report.line("export and CPU tests work; replaying Warp segments needs an NVIDIA driver", 1)
+    try:
+        from leapp.runtime import libraries
+
+        for backend in ("pt2", "onnx"):
+            path = libraries.library_path(backend)
+            state = "found" if path.is_file() else "MISSING"
+            report.line(f"{backend} op library: {path} ({state})")
+    except Exception as e:  # noqa: BLE001 - diagnostics must not fail
+        report.line(f"op libraries: cannot locate ({e})")
+    versions = ", ".join(f"{d} {_version(d)}" for d in ("torch", "warp-lang", "onnx", "onnxruntime"))
+    report.line(f"packages: {versions}")
+    return report.problems
+
+
+# --- entry point -----------------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="leapp", description="leapp: exported PyTorch + Warp pipelines.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    inspect = commands.add_parser(
+        "inspect",
+        help="describe a bundle, ONNX model, PT2 archive or export folder",
+        description="Describe the Warp segments an artifact holds: kernels, buffers, ops, binaries, versions. "
+        "Exit status 1 when a bundle is corrupt or disagrees with its signature or pipeline.yaml.",
+    )
+    inspect.add_argument("path", help="a .lwb bundle, .onnx, .pt2 or .pt file, or an export folder with pipeline.yaml")
+    commands.add_parser("doctor", help="report the CUDA driver, devices and op libraries",
+                        description="Report the CUDA driver, devices, op libraries and package versions.")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``leapp`` console script; returns the exit status (0 ok, 1 problems found, 2 usage)."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "inspect":
+            return 1 if inspect_path(args.path) else 0
+        return 1 if doctor() else 0
+    except BrokenPipeError:  # `leapp inspect x | head`: stop quietly, as other command-line tools do
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
