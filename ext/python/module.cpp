@@ -11,4 +11,6 @@
 NB_MODULE(_native, m) {
   m.doc() = "leapp native runtime: bundle reader and CUDA-driver replay (no Warp, no cudart)";
   leapp::python::bind_driver(m);
+  leapp::python::bind_bundle(m);
+  leapp::python::bind_replay(m);
 }

@@ -79,7 +79,10 @@ Loaded load() {
             resolve(gpa, "cuMemcpyDtoDAsync", 3020, d.cuMemcpyDtoDAsync, e) &&
             resolve(gpa, "cuMemcpyHtoDAsync", 3020, d.cuMemcpyHtoDAsync, e) &&
             resolve(gpa, "cuMemcpyDtoHAsync", 3020, d.cuMemcpyDtoHAsync, e) &&
-            resolve(gpa, "cuPointerGetAttribute", 4000, d.cuPointerGetAttribute, e);
+            resolve(gpa, "cuPointerGetAttribute", 4000, d.cuPointerGetAttribute, e) &&
+            resolve(gpa, "cuStreamCreate", 2000, d.cuStreamCreate, e) &&
+            resolve(gpa, "cuStreamDestroy", 4000, d.cuStreamDestroy, e) &&
+            resolve(gpa, "cuThreadExchangeStreamCaptureMode", 10010, d.cuThreadExchangeStreamCaptureMode, e);
   if (!ok) return L;
   CUresult r = d.cuInit(0);
   if (r != CUDA_SUCCESS) {

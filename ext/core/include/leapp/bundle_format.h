@@ -1,0 +1,92 @@
+// ext/core/include/leapp/bundle_format.h: the on-disk layout of a leapp segment bundle.
+//
+// The binding contract is docs/bundle-format.md; this header mirrors its
+// section 1 byte for byte (the Python writer in leapp/bundle packs the same
+// structs with `struct`). All integers are little-endian; the reader copies
+// the header and each table entry out of the buffer with memcpy, so nothing
+// here is ever read in place from untrusted, possibly misaligned bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace leapp {
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "leapp bundles are little-endian; this reader assumes a little-endian host"
+#endif
+
+// --- constants ---------------------------------------------------------------
+constexpr char kBundleMagic[8] = {'L', 'E', 'A', 'P', 'P', 'W', 'B', '\0'};
+constexpr uint32_t kBundleFormatVersion = 1;      ///< the version this code writes and reads
+constexpr uint32_t kBundleReaderMinVersion = 1;   ///< oldest format_version this reader accepts
+constexpr uint32_t kBundleReaderMaxVersion = 1;   ///< newest min_reader_version this reader accepts
+constexpr uint64_t kBundleHeaderSize = 64;
+constexpr uint64_t kBundleBlobEntrySize = 48;
+constexpr uint64_t kBundleTrailerSize = 32;       ///< the whole-file sha256
+constexpr uint64_t kBundleMinSize = kBundleHeaderSize + kBundleTrailerSize;  // 96
+constexpr uint32_t kBundleMaxBlobCount = 65536;
+constexpr uint64_t kBundleMaxManifestSize = 64ull << 20;  // 64 MiB
+constexpr uint64_t kBundleAlignment = 8;
+constexpr const char* kBundleManifestFormat = "leapp.warp.bundle";
+
+// --- packed structs ------------------------------------------------------------
+#pragma pack(push, 1)
+struct BundleHeader {
+  char magic[8];                ///< kBundleMagic
+  uint32_t format_version;      ///< the writer's version
+  uint32_t min_reader_version;  ///< oldest reader that reads this file correctly
+  uint64_t file_size;           ///< equals the buffer length
+  uint64_t blob_table_offset;   ///< 64
+  uint32_t blob_count;          ///< <= kBundleMaxBlobCount
+  uint32_t flags;               ///< 0 (reserved)
+  uint64_t manifest_offset;     ///< 8-aligned, >= end of the blob table
+  uint64_t manifest_size;       ///< > 0, <= kBundleMaxManifestSize
+  uint64_t reserved;            ///< 0
+};  // 64 bytes
+
+struct BundleBlobEntry {
+  uint64_t offset;     ///< 8-aligned, >= end of the manifest
+  uint64_t length;     ///< bytes
+  uint8_t sha256[32];  ///< of the blob's bytes
+};  // 48 bytes
+#pragma pack(pop)
+
+static_assert(sizeof(BundleHeader) == kBundleHeaderSize, "BundleHeader must be 64 bytes");
+static_assert(sizeof(BundleBlobEntry) == kBundleBlobEntrySize, "BundleBlobEntry must be 48 bytes");
+static_assert(offsetof(BundleHeader, file_size) == 16 && offsetof(BundleHeader, blob_count) == 32 &&
+                  offsetof(BundleHeader, manifest_offset) == 40 && offsetof(BundleHeader, reserved) == 56,
+              "BundleHeader field offsets follow docs/bundle-format.md section 1");
+static_assert(offsetof(BundleBlobEntry, sha256) == 16, "BundleBlobEntry.sha256 is at byte 16");
+
+// --- manifest enums (explicit values: they appear in logs and bindings) ----------
+/// modules[m].binaries[b].kind
+enum class BinaryKind : uint8_t {
+  kPtx = 1,    ///< "ptx": NUL-terminated PTX text, JIT-compiled by the driver
+  kCubin = 2,  ///< "cubin": SASS for one SM family
+};
+
+/// buffers[i].role
+enum class BufferRole : uint8_t {
+  kInput = 1,     ///< bound to signature.inputs[io]; never written by the ops
+  kOutput = 2,    ///< bound to signature.outputs[io]
+  kScratch = 3,   ///< runtime-owned, allocated once and reused
+  kConstant = 4,  ///< runtime-owned, uploaded once per device from its init blob; read-only
+};
+
+/// buffers[i].init
+enum class BufferInit : uint8_t {
+  kNone = 0,   ///< "none": undefined before the first op
+  kZero = 1,   ///< "zero": zeroed on the stream before the first op, every call
+  kBlob = 2,   ///< {"blob": n}: constant bytes (constants only)
+  kInput = 3,  ///< {"input": j}: copied from signature.inputs[j] every call (outputs only)
+};
+
+/// ops[k].op
+enum class OpKind : uint8_t {
+  kLaunch = 1,  ///< cuLaunchKernel with the packed, relocated parameters
+  kMemset = 2,  ///< cuMemsetD8Async
+  kCopy = 3,    ///< cuMemcpyDtoDAsync
+};
+
+}  // namespace leapp

@@ -1,0 +1,221 @@
+// ext/core/include/leapp/runtime.h: the API every front end (Python, ORT, torch) uses.
+//
+// Data flow: bytes -> Bundle::parse (validates everything, see
+// docs/bundle-format.md) -> run_segment (device pointers on a stream) or
+// run_segment_host (host memory staged through pinned buffers). Errors are
+// standard exceptions that each front end maps to its own error channel:
+//   std::invalid_argument  corrupt bundle, bad signature, wrong inputs/outputs
+//   leapp::DriverUnavailable  no libcuda.so.1 / cuInit failed
+//   leapp::CudaError (a std::runtime_error)  a failed driver call
+//   std::runtime_error  no usable binary for the device, other runtime failures
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "leapp/bundle_format.h"
+#include "leapp/cuda_driver.h"
+
+namespace leapp {
+
+// --- the validated manifest (docs/bundle-format.md section 2) -------------------
+
+struct BinarySpec {
+  BinaryKind kind = BinaryKind::kPtx;
+  uint32_t arch = 0;  ///< compute capability * 10 + minor
+  uint32_t blob = 0;  ///< index into the blob table
+};
+
+struct ModuleSpec {
+  std::string name;
+  std::vector<BinarySpec> binaries;  ///< at least one
+};
+
+struct KernelSpec {
+  uint32_t module = 0;
+  std::string entry;  ///< exact symbol, e.g. "scale_1a2b3c4d_cuda_kernel_forward"
+  std::string key;    ///< Warp's kernel key (may be empty); for messages
+  uint32_t block_dim = 0;
+  uint32_t smem_bytes = 0;  ///< dynamic shared memory
+};
+
+struct BufferSpec {
+  uint64_t bytes = 0;
+  BufferRole role = BufferRole::kScratch;
+  uint32_t io = 0;  ///< signature index (inputs and outputs only)
+  BufferInit init = BufferInit::kNone;
+  uint32_t init_index = 0;  ///< blob (kBlob) or signature input (kInput)
+};
+
+struct RelocSpec {
+  uint32_t param = 0;
+  uint64_t offset = 0;  ///< byte offset inside the parameter
+  uint32_t buffer = 0;
+  uint64_t buffer_offset = 0;
+};
+
+struct OpSpec {
+  OpKind kind = OpKind::kLaunch;
+  // kLaunch
+  uint32_t kernel = 0;
+  uint32_t grid[3] = {1, 1, 1};
+  uint32_t block[3] = {1, 1, 1};
+  uint32_t smem = 0;
+  uint32_t params_blob = 0;
+  std::vector<uint64_t> param_offsets;  ///< parameter i at [offsets[i], offsets[i] + sizes[i]) of the blob
+  std::vector<uint64_t> param_sizes;
+  std::vector<RelocSpec> relocs;
+  // kMemset: `dst` at `dst_offset`, `bytes` bytes of `value`
+  // kCopy:   `bytes` bytes from `src` at `src_offset` to `dst` at `dst_offset`
+  uint32_t dst = 0;
+  uint64_t dst_offset = 0;
+  uint32_t src = 0;
+  uint64_t src_offset = 0;
+  uint64_t bytes = 0;
+  uint8_t value = 0;
+};
+
+/// One entry of signature.inputs / signature.outputs.
+struct TensorSpec {
+  std::string name;
+  uint32_t buffer = 0;
+  std::string dtype;  ///< torch dtype name: "float32", "int64", ...
+  std::vector<int64_t> shape;
+  std::string warp_dtype;
+  std::vector<int64_t> logical_shape;
+  uint64_t bytes = 0;  ///< prod(shape) * itemsize(dtype) == buffers[buffer].bytes
+};
+
+struct Manifest {
+  std::string segment;
+  std::string source;
+  std::vector<std::pair<std::string, std::string>> producer;
+  std::vector<ModuleSpec> modules;
+  std::vector<KernelSpec> kernels;
+  std::vector<BufferSpec> buffers;
+  std::vector<OpSpec> ops;
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> outputs;
+
+  /// producer[key], or "" when absent.
+  std::string producer_value(std::string_view key) const;
+};
+
+// --- bundles ---------------------------------------------------------------------
+
+/// A validated, immutable bundle. It owns a copy of the bytes.
+class Bundle {
+ public:
+  /// Validates `size` bytes at `data` in the order of docs/bundle-format.md and
+  /// copies them. Throws std::invalid_argument naming the field that is wrong,
+  /// e.g. "leapp bundle 'obs/warp_segment_0': ops[3].relocs[0].buffer 9 out of range (7 buffers)".
+  static std::shared_ptr<const Bundle> parse(const void* data, size_t size);
+
+  const std::string& digest() const { return digest_; }  ///< hex of the trailing sha256
+  const std::string& segment() const { return manifest_.segment; }
+  const Manifest& manifest() const { return manifest_; }
+  std::string_view manifest_json() const;
+  /// The bytes of blob `index` (validated to exist when the manifest names it).
+  std::string_view blob(uint32_t index) const;
+  size_t blob_count() const { return blobs_.size(); }
+  size_t size() const { return bytes_.size(); }
+  /// The whole file.
+  std::string_view bytes() const { return {reinterpret_cast<const char*>(bytes_.data()), bytes_.size()}; }
+
+ private:
+  Bundle() = default;
+  std::vector<uint8_t> bytes_;
+  std::vector<std::pair<uint64_t, uint64_t>> blobs_;  // (offset, length)
+  uint64_t manifest_offset_ = 0;
+  uint64_t manifest_size_ = 0;
+  std::string digest_;
+  Manifest manifest_;
+};
+
+/// Parses `data` once per digest for the whole process (front ends share one
+/// table, so a bundle used by several sessions or ops is validated once).
+std::shared_ptr<const Bundle> intern_bundle(const void* data, size_t size);
+/// A bundle interned before, or nullptr.
+std::shared_ptr<const Bundle> find_bundle(std::string_view digest);
+
+/// Lower-case hex SHA-256 of `size` bytes (the bundle digest is this of bytes [0, size - 32)).
+std::string sha256_hex(const void* data, size_t size);
+
+/// Bytes per element of a signature dtype name, 0 when the name is not one of them.
+size_t dtype_itemsize(std::string_view dtype);
+
+// --- segment signatures (the op attribute) ---------------------------------------
+
+/// The `signature` string an exported op carries (compact JSON):
+/// {"digest": "<hex>", "segment": "...", "inputs": [...], "outputs": [{"name", "dtype", "shape"}, ...]}.
+/// Only "outputs" is required; "digest" and "inputs" are checked against the bundle when present.
+struct Signature {
+  std::string digest;
+  std::string segment;
+  bool has_inputs = false;
+  std::vector<TensorSpec> inputs;   ///< name, dtype, shape only
+  std::vector<TensorSpec> outputs;  ///< name, dtype, shape only
+};
+
+/// Parses a signature string; throws std::invalid_argument naming the field.
+Signature parse_signature(std::string_view json);
+
+/// Throws std::invalid_argument when `sig` does not describe `bundle` (digest,
+/// output count, names, dtypes, shapes; inputs likewise when present).
+void check_signature(const Bundle& bundle, const Signature& sig);
+
+// --- replay ----------------------------------------------------------------------
+
+struct DeviceSpan {
+  CUdeviceptr ptr = 0;
+  uint64_t bytes = 0;
+};
+
+struct HostSpan {
+  void* ptr = nullptr;
+  uint64_t bytes = 0;
+};
+
+/// Replays the segment on `stream` (0 = legacy default stream) of CUDA device
+/// `device` (-1: the device of the stream's context, else of the current
+/// context, else 0). `inputs`/`outputs` are device pointers with their byte
+/// sizes, in signature order; each must hold exactly the signature's bytes.
+///
+/// Modules are loaded once per (CUcontext, bundle digest); constants uploaded
+/// once per context; scratch allocated once per (context, digest, stream) and
+/// reused, so after the first call nothing is allocated, synchronised or
+/// loaded: the call only enqueues work and is safe inside CUDA graph capture.
+/// The caller's current context is restored. Thread-safe.
+void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs,
+                 const std::vector<DeviceSpan>& outputs, CUstream stream, int device);
+
+/// Runs the segment on host memory: copies inputs into pinned staging buffers,
+/// replays on a stream of leapp's own on `device` (-1: env LEAPP_CUDA_DEVICE,
+/// else 0), copies the outputs back and waits. Staging sets (stream, pinned and
+/// device buffers) are pooled per (digest, device), so concurrent callers never
+/// share one. Used by the ORT CPU execution provider.
+void run_segment_host(const Bundle& bundle, const std::vector<HostSpan>& inputs,
+                      const std::vector<HostSpan>& outputs, int device);
+
+/// The device run_segment_host uses for device == -1 (env LEAPP_CUDA_DEVICE, else 0).
+int default_host_device();
+
+/// Device and host allocations made by the runtime so far (scratch, constants,
+/// staging). Stays constant once every (segment, device, stream) is warm.
+uint64_t allocation_count();
+
+/// Whether `stream` is being captured into a CUDA graph (false without a driver).
+bool stream_is_capturing(CUstream stream);
+
+/// The binaries of `module` a device of compute capability major.minor may
+/// load, best first (docs/bundle-format.md section 3): the exact cubin, then
+/// the highest same-major cubin of a lower minor, then the highest PTX with
+/// arch <= the device's. Empty when none fits. Exposed for tests and diagnostics.
+std::vector<BinarySpec> binary_candidates(const ModuleSpec& module, int cc_major, int cc_minor);
+
+}  // namespace leapp

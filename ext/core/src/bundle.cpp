@@ -1,0 +1,217 @@
+// ext/core/src/bundle.cpp: the bundle reader (docs/bundle-format.md section 1) and the bundle table.
+//
+// The checks run in the documented order and each one is made before the
+// value it guards is used: lengths before reads, the whole-file hash before
+// any offset, every range with overflow-free arithmetic (a <= n && b <= n - a).
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include "leapp/runtime.h"
+#include "manifest.h"
+#include "sha256.h"
+
+namespace leapp {
+namespace {
+
+[[noreturn]] void fail(const std::string& why) { throw std::invalid_argument("leapp bundle: " + why); }
+
+std::string num(uint64_t v) { return std::to_string(v); }
+
+/// [offset, offset + length) inside [lo, hi), without overflow.
+bool in_range(uint64_t offset, uint64_t length, uint64_t lo, uint64_t hi) {
+  return offset >= lo && offset <= hi && length <= hi - offset;
+}
+
+}  // namespace
+
+std::string Manifest::producer_value(std::string_view key) const {
+  for (const auto& kv : producer)
+    if (kv.first == key) return kv.second;
+  return "";
+}
+
+std::string_view Bundle::manifest_json() const {
+  return {reinterpret_cast<const char*>(bytes_.data() + manifest_offset_), size_t(manifest_size_)};
+}
+
+std::string_view Bundle::blob(uint32_t index) const {
+  if (index >= blobs_.size())
+    throw std::out_of_range("leapp bundle '" + segment() + "': blob " + num(index) + " out of range (" +
+                            num(blobs_.size()) + " blobs)");
+  return {reinterpret_cast<const char*>(bytes_.data() + blobs_[index].first), size_t(blobs_[index].second)};
+}
+
+std::shared_ptr<const Bundle> Bundle::parse(const void* data, size_t size) {
+  if (data == nullptr && size != 0) fail("null data");
+  const auto* p = static_cast<const uint8_t*>(data);
+
+  // 1. length, magic, versions, file_size, whole-file hash.
+  if (size < kBundleMinSize)
+    fail(num(size) + " bytes is too short for a bundle (at least " + num(kBundleMinSize) +
+         ": a 64-byte header and a 32-byte sha256)");
+  BundleHeader h;
+  std::memcpy(&h, p, sizeof(h));
+  if (std::memcmp(h.magic, kBundleMagic, sizeof(kBundleMagic)) != 0)
+    fail("bad magic (not a leapp segment bundle; expected \"LEAPPWB\\0\")");
+  const std::string supported =
+      "this leapp reads " + num(kBundleReaderMinVersion) + ".." + num(kBundleReaderMaxVersion);
+  if (h.format_version < kBundleReaderMinVersion)
+    fail("unsupported bundle format version " + num(h.format_version) + " (" + supported + ")");
+  if (h.min_reader_version < 1 || h.min_reader_version > h.format_version)
+    fail("header min_reader_version " + num(h.min_reader_version) + " is not in [1, format_version " +
+         num(h.format_version) + "]");
+  if (h.min_reader_version > kBundleReaderMaxVersion)
+    fail("unsupported bundle format version " + num(h.format_version) +
+         (h.min_reader_version == h.format_version
+              ? std::string()
+              : ", which needs a reader of version " + num(h.min_reader_version) + " or later") +
+         " (" + supported + ")");
+  if (h.file_size != size)
+    fail("file_size " + num(h.file_size) + " does not match the buffer length " + num(size) + " (truncated?)");
+  const uint64_t body_end = size - kBundleTrailerSize;
+  detail::Sha256Digest whole = detail::sha256(p, size_t(body_end));
+  if (std::memcmp(whole.data(), p + body_end, 32) != 0)
+    fail("whole-file sha256 mismatch (corrupted: stored " + detail::to_hex(p + body_end, 32) + ", computed " +
+         detail::to_hex(whole.data(), 32) + ")");
+
+  // 2. header fields, blob table and manifest ranges.
+  if (h.flags != 0) fail("flags " + num(h.flags) + " must be 0");
+  if (h.reserved != 0) fail("reserved header field " + num(h.reserved) + " must be 0");
+  if (h.blob_table_offset != kBundleHeaderSize)
+    fail("blob_table_offset " + num(h.blob_table_offset) + " must be " + num(kBundleHeaderSize));
+  if (h.blob_count > kBundleMaxBlobCount)
+    fail("blob_count " + num(h.blob_count) + " exceeds " + num(kBundleMaxBlobCount));
+  const uint64_t table_bytes = uint64_t(h.blob_count) * kBundleBlobEntrySize;
+  if (!in_range(h.blob_table_offset, table_bytes, kBundleHeaderSize, body_end))
+    fail("blob table (" + num(h.blob_count) + " entries at " + num(h.blob_table_offset) +
+         ") extends past the end of the data at " + num(body_end));
+  const uint64_t table_end = h.blob_table_offset + table_bytes;
+  if (h.manifest_offset % kBundleAlignment != 0) fail("manifest_offset " + num(h.manifest_offset) + " is not 8-aligned");
+  if (h.manifest_offset < table_end)
+    fail("manifest_offset " + num(h.manifest_offset) + " overlaps the blob table ending at " + num(table_end));
+  if (h.manifest_size == 0 || h.manifest_size > kBundleMaxManifestSize)
+    fail("manifest_size " + num(h.manifest_size) + " out of range [1, " + num(kBundleMaxManifestSize) + "]");
+  if (!in_range(h.manifest_offset, h.manifest_size, kBundleHeaderSize, body_end))
+    fail("manifest [" + num(h.manifest_offset) + ", +" + num(h.manifest_size) + ") extends past the end of the data at " +
+         num(body_end));
+  const uint64_t manifest_end = h.manifest_offset + h.manifest_size;
+
+  // 3. blob ranges: inside [manifest end, body end), 8-aligned, no overlap; then hashes.
+  std::vector<BundleBlobEntry> entries(h.blob_count);
+  if (h.blob_count) std::memcpy(entries.data(), p + h.blob_table_offset, size_t(table_bytes));
+  std::map<uint64_t, uint32_t> by_offset;  // start -> blob, to find overlaps
+  for (uint32_t i = 0; i < h.blob_count; ++i) {
+    const BundleBlobEntry& e = entries[i];
+    if (e.offset % kBundleAlignment != 0) fail("blob " + num(i) + " offset " + num(e.offset) + " is not 8-aligned");
+    if (!in_range(e.offset, e.length, manifest_end, body_end))
+      fail("blob " + num(i) + " [" + num(e.offset) + ", +" + num(e.length) + ") is outside [" + num(manifest_end) +
+           ", " + num(body_end) + ")");
+    if (e.length == 0) continue;  // an empty range overlaps nothing
+    auto next = by_offset.lower_bound(e.offset);
+    if (next != by_offset.end() && next->first < e.offset + e.length)
+      fail("blob " + num(i) + " overlaps blob " + num(next->second));
+    if (next != by_offset.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + entries[prev->second].length > e.offset)
+        fail("blob " + num(i) + " overlaps blob " + num(prev->second));
+    }
+    by_offset.emplace(e.offset, i);
+  }
+  std::vector<std::string_view> blob_views;
+  blob_views.reserve(h.blob_count);
+  for (uint32_t i = 0; i < h.blob_count; ++i) {
+    const BundleBlobEntry& e = entries[i];
+    detail::Sha256Digest d = detail::sha256(p + e.offset, size_t(e.length));
+    if (std::memcmp(d.data(), e.sha256, 32) != 0) fail("blob " + num(i) + " sha256 mismatch (corrupted)");
+    blob_views.emplace_back(reinterpret_cast<const char*>(p + e.offset), size_t(e.length));
+  }
+
+  // 4. the manifest.
+  std::string_view json(reinterpret_cast<const char*>(p + h.manifest_offset), size_t(h.manifest_size));
+  Manifest manifest = detail::read_manifest(json, blob_views);
+
+  std::shared_ptr<Bundle> b(new Bundle());
+  b->bytes_.assign(p, p + size);
+  for (const BundleBlobEntry& e : entries) b->blobs_.emplace_back(e.offset, e.length);
+  b->manifest_offset_ = h.manifest_offset;
+  b->manifest_size_ = h.manifest_size;
+  b->digest_ = detail::to_hex(p + body_end, 32);
+  b->manifest_ = std::move(manifest);
+  return b;
+}
+
+// --- the process-wide bundle table ---------------------------------------------------
+
+namespace {
+struct BundleTable {
+  std::mutex mutex;
+  std::map<std::string, std::shared_ptr<const Bundle>, std::less<>> by_digest;
+};
+BundleTable& bundle_table() {
+  static BundleTable* t = new BundleTable();  // leaked: used by op libraries until exit
+  return *t;
+}
+}  // namespace
+
+std::shared_ptr<const Bundle> intern_bundle(const void* data, size_t size) {
+  // Fast path: the same bytes were parsed before (the stored digest is only a
+  // lookup key; identity is confirmed by comparing every byte).
+  if (data != nullptr && size >= kBundleMinSize) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    std::shared_ptr<const Bundle> known = find_bundle(detail::to_hex(p + size - kBundleTrailerSize, 32));
+    if (known && known->bytes() == std::string_view(reinterpret_cast<const char*>(p), size)) return known;
+  }
+  std::shared_ptr<const Bundle> parsed = Bundle::parse(data, size);
+  BundleTable& t = bundle_table();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  auto it = t.by_digest.find(parsed->digest());
+  if (it != t.by_digest.end()) return it->second;
+  t.by_digest.emplace(parsed->digest(), parsed);
+  return parsed;
+}
+
+std::shared_ptr<const Bundle> find_bundle(std::string_view digest) {
+  BundleTable& t = bundle_table();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  auto it = t.by_digest.find(digest);
+  return it == t.by_digest.end() ? nullptr : it->second;
+}
+
+std::string sha256_hex(const void* data, size_t size) {
+  detail::Sha256Digest d = detail::sha256(data, size);
+  return detail::to_hex(d.data(), d.size());
+}
+
+size_t dtype_itemsize(std::string_view dtype) {
+  if (dtype == "float32" || dtype == "int32") return 4;
+  if (dtype == "float16" || dtype == "bfloat16" || dtype == "int16") return 2;
+  if (dtype == "float64" || dtype == "int64") return 8;
+  if (dtype == "int8" || dtype == "uint8" || dtype == "bool") return 1;
+  return 0;
+}
+
+Signature parse_signature(std::string_view json) { return detail::read_signature(json); }
+
+void check_signature(const Bundle& bundle, const Signature& sig) {
+  const std::string where = "leapp segment '" + bundle.segment() + "': ";
+  if (!sig.digest.empty() && sig.digest != bundle.digest())
+    throw std::invalid_argument(where + "the op's signature names bundle " + sig.digest + " but the bundle is " +
+                                bundle.digest() + " (signature and bundle belong to different segments)");
+  auto compare = [&](const char* side, const std::vector<TensorSpec>& want, const std::vector<TensorSpec>& have) {
+    if (want.size() != have.size())
+      throw std::invalid_argument(where + "the signature lists " + std::to_string(want.size()) + " " + side +
+                                  ", the bundle " + std::to_string(have.size()));
+    for (size_t j = 0; j < want.size(); ++j) {
+      if (want[j].dtype != have[j].dtype || want[j].shape != have[j].shape)
+        throw std::invalid_argument(where + "signature " + side + "[" + std::to_string(j) + "] '" + want[j].name +
+                                    "' differs from the bundle's '" + have[j].name + "' (dtype or shape)");
+    }
+  };
+  compare("outputs", sig.outputs, bundle.manifest().outputs);
+  if (sig.has_inputs) compare("inputs", sig.inputs, bundle.manifest().inputs);
+}
+
+}  // namespace leapp

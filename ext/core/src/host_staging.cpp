@@ -1,0 +1,155 @@
+// ext/core/src/host_staging.cpp: replay on host memory (the ORT CPU execution provider).
+//
+// A staging set is one non-blocking stream plus pinned host and device
+// buffers sized for one segment's inputs and outputs. Sets are pooled per
+// (bundle digest, device): a caller leases one for the duration of a call, so
+// concurrent sessions and threads each get their own stream, staging memory
+// and (because scratch is keyed by stream) scratch.
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+
+#include "replay_internal.h"
+
+namespace leapp {
+namespace {
+
+struct StagingSet {
+  CUcontext ctx = nullptr;
+  CUstream stream = nullptr;
+  CUdeviceptr device_base = 0;
+  uint8_t* host_base = nullptr;
+  std::vector<uint64_t> in_offsets, out_offsets;  // same offsets on host and device
+};
+
+struct Pool {
+  std::mutex mutex;
+  std::map<std::pair<std::string, int>, std::vector<std::unique_ptr<StagingSet>>> idle;
+};
+
+Pool& pool() {
+  static Pool* p = new Pool();  // leaked: pinned memory and streams live until exit
+  return *p;
+}
+
+std::unique_ptr<StagingSet> create_set(const CudaDriver& d, const Bundle& bundle, int device) {
+  const Manifest& m = bundle.manifest();
+  auto set = std::make_unique<StagingSet>();
+  set->ctx = detail::primary_context(d, device);
+  detail::ContextGuard guard(d, set->ctx);
+  uint64_t total = 0;
+  for (const TensorSpec& t : m.inputs) {
+    set->in_offsets.push_back(total);
+    total = (total + t.bytes + 255) / 256 * 256;
+  }
+  for (const TensorSpec& t : m.outputs) {
+    set->out_offsets.push_back(total);
+    total = (total + t.bytes + 255) / 256 * 256;
+  }
+  const std::string where = "leapp segment '" + m.segment + "': host staging";
+  LEAPP_CHECK_CU(d.cuStreamCreate(&set->stream, CU_STREAM_NON_BLOCKING));
+  if (total > 0) {
+    CUresult r = d.cuMemAlloc(&set->device_base, size_t(total));
+    if (r != CUDA_SUCCESS) throw CudaError(r, where + ": cuMemAlloc of " + std::to_string(total) + " bytes: " + cu_error_text(r));
+    detail::count_allocation();
+    void* host = nullptr;
+    r = d.cuMemAllocHost(&host, size_t(total));
+    if (r != CUDA_SUCCESS)
+      throw CudaError(r, where + ": cuMemAllocHost of " + std::to_string(total) + " bytes: " + cu_error_text(r));
+    detail::count_allocation();
+    set->host_base = static_cast<uint8_t*>(host);
+  }
+  return set;
+}
+
+/// Returns the leased set to the pool however the call ends.
+class Lease {
+ public:
+  Lease(std::pair<std::string, int> key, std::unique_ptr<StagingSet> set) : key_(std::move(key)), set_(std::move(set)) {}
+  ~Lease() {
+    std::lock_guard<std::mutex> lock(pool().mutex);
+    pool().idle[key_].push_back(std::move(set_));
+  }
+  StagingSet& operator*() { return *set_; }
+
+ private:
+  std::pair<std::string, int> key_;
+  std::unique_ptr<StagingSet> set_;
+};
+
+void check_host(const Bundle& bundle, const char* side, const std::vector<TensorSpec>& specs,
+                const std::vector<HostSpan>& spans) {
+  const std::string where = "leapp segment '" + bundle.segment() + "': ";
+  if (spans.size() != specs.size())
+    throw std::invalid_argument(where + "expected " + std::to_string(specs.size()) + " " + side + ", got " +
+                                std::to_string(spans.size()));
+  for (size_t j = 0; j < specs.size(); ++j) {
+    std::string what = std::string(side) + "[" + std::to_string(j) + "] '" + specs[j].name + "'";
+    if (spans[j].ptr == nullptr) throw std::invalid_argument(where + what + " is a null host pointer");
+    if (spans[j].bytes != specs[j].bytes)
+      throw std::invalid_argument(where + what + " has " + std::to_string(spans[j].bytes) + " bytes, expected " +
+                                  std::to_string(specs[j].bytes) + " (" + specs[j].dtype + ")");
+  }
+}
+
+}  // namespace
+
+int default_host_device() {
+  const char* env = std::getenv("LEAPP_CUDA_DEVICE");
+  if (env == nullptr || *env == '\0') return 0;
+  char* end = nullptr;
+  long v = std::strtol(env, &end, 10);
+  if (*end != '\0' || v < 0 || v > 1 << 20)
+    throw std::invalid_argument(std::string("leapp: LEAPP_CUDA_DEVICE='") + env + "' is not a device ordinal");
+  return int(v);
+}
+
+void run_segment_host(const Bundle& bundle, const std::vector<HostSpan>& inputs, const std::vector<HostSpan>& outputs,
+                      int device) {
+  const Manifest& m = bundle.manifest();
+  check_host(bundle, "inputs", m.inputs, inputs);
+  check_host(bundle, "outputs", m.outputs, outputs);
+  const CudaDriver& d = driver();
+  if (device < 0) device = default_host_device();
+
+  auto key = std::make_pair(bundle.digest(), device);
+  std::unique_ptr<StagingSet> taken;
+  {
+    std::lock_guard<std::mutex> lock(pool().mutex);
+    auto& idle = pool().idle[key];
+    if (!idle.empty()) {
+      taken = std::move(idle.back());
+      idle.pop_back();
+    }
+  }
+  if (!taken) taken = create_set(d, bundle, device);
+  Lease lease(key, std::move(taken));
+  StagingSet& s = *lease;
+
+  detail::ContextGuard guard(d, s.ctx);
+  const std::string where = "leapp segment '" + m.segment + "': host staging";
+  std::vector<DeviceSpan> dev_in, dev_out;
+  for (size_t j = 0; j < inputs.size(); ++j) {
+    std::memcpy(s.host_base + s.in_offsets[j], inputs[j].ptr, size_t(inputs[j].bytes));
+    CUresult r = d.cuMemcpyHtoDAsync(s.device_base + s.in_offsets[j], s.host_base + s.in_offsets[j],
+                                     size_t(inputs[j].bytes), s.stream);
+    if (r != CUDA_SUCCESS) throw CudaError(r, where + ": copying input " + std::to_string(j) + " to the device: " + cu_error_text(r));
+    dev_in.push_back({s.device_base + s.in_offsets[j], inputs[j].bytes});
+  }
+  for (size_t j = 0; j < outputs.size(); ++j) dev_out.push_back({s.device_base + s.out_offsets[j], outputs[j].bytes});
+  run_segment(bundle, dev_in, dev_out, s.stream, device);
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    CUresult r = d.cuMemcpyDtoHAsync(s.host_base + s.out_offsets[j], s.device_base + s.out_offsets[j],
+                                     size_t(outputs[j].bytes), s.stream);
+    if (r != CUDA_SUCCESS) throw CudaError(r, where + ": copying output " + std::to_string(j) + " back: " + cu_error_text(r));
+  }
+  CUresult r = d.cuStreamSynchronize(s.stream);
+  if (r != CUDA_SUCCESS) throw CudaError(r, where + ": the replay failed on the device: " + cu_error_text(r));
+  for (size_t j = 0; j < outputs.size(); ++j)
+    std::memcpy(outputs[j].ptr, s.host_base + s.out_offsets[j], size_t(outputs[j].bytes));
+}
+
+}  // namespace leapp

@@ -1,0 +1,360 @@
+// ext/core/src/json.cpp: the strict, bounded manifest JSON parser (see json.h).
+#include "json.h"
+
+#include <charconv>
+#include <stdexcept>
+
+namespace leapp::detail {
+
+const JsonValue* JsonValue::find(std::string_view key) const {
+  if (type != Type::kObject) return nullptr;
+  for (const auto& kv : object)
+    if (kv.first == key) return &kv.second;
+  return nullptr;
+}
+
+const char* JsonValue::type_name() const {
+  switch (type) {
+    case Type::kNull: return "null";
+    case Type::kBool: return "boolean";
+    case Type::kInt: return "integer";
+    case Type::kFloat: return "number";
+    case Type::kString: return "string";
+    case Type::kArray: return "array";
+    case Type::kObject: return "object";
+  }
+  return "?";
+}
+
+bool valid_utf8(std::string_view text, size_t& bad_offset) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  size_t n = text.size(), i = 0;
+  while (i < n) {
+    unsigned c = s[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len;
+    uint32_t cp, min;
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2, cp = c & 0x1F, min = 0x80;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3, cp = c & 0x0F, min = 0x800;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4, cp = c & 0x07, min = 0x10000;
+    } else {
+      bad_offset = i;
+      return false;
+    }
+    if (n - i < len) {
+      bad_offset = i;
+      return false;
+    }
+    for (size_t k = 1; k < len; ++k) {
+      unsigned cc = s[i + k];
+      if ((cc & 0xC0) != 0x80) {
+        bad_offset = i;
+        return false;
+      }
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+      bad_offset = i;
+      return false;
+    }
+    i += len;
+  }
+  return true;
+}
+
+namespace {
+
+class Parser {
+ public:
+  Parser(std::string_view text, const std::string& what) : s_(text), what_(what) {}
+
+  JsonValue parse_document() {
+    JsonValue v;
+    skip_ws();
+    parse_value(v, 0);
+    skip_ws();
+    if (pos_ != s_.size()) fail("unexpected data after the JSON value");
+    return v;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& why) const {
+    throw std::invalid_argument(what_ + ": invalid JSON: " + why + " at byte " + std::to_string(pos_));
+  }
+
+  void skip_ws() {
+    while (pos_ < s_.size()) {
+      char c = s_[pos_];
+      if (c == ' ' || c == '\t' || c == '\n' || c == '\r')
+        ++pos_;
+      else
+        break;
+    }
+  }
+
+  void expect_literal(std::string_view lit) {
+    if (s_.substr(pos_, lit.size()) != lit) fail("invalid literal");
+    pos_ += lit.size();
+  }
+
+  void count_value() {
+    if (++values_ > kJsonMaxValues)
+      fail("more than " + std::to_string(kJsonMaxValues) + " values (limit of the manifest parser)");
+  }
+
+  void parse_value(JsonValue& v, int depth) {
+    count_value();
+    if (pos_ >= s_.size()) fail("unexpected end of input");
+    char c = s_[pos_];
+    switch (c) {
+      case '{': return parse_object(v, depth + 1);
+      case '[': return parse_array(v, depth + 1);
+      case '"':
+        v.type = JsonValue::Type::kString;
+        return parse_string(v.string);
+      case 't':
+        expect_literal("true");
+        v.type = JsonValue::Type::kBool;
+        v.boolean = true;
+        return;
+      case 'f':
+        expect_literal("false");
+        v.type = JsonValue::Type::kBool;
+        v.boolean = false;
+        return;
+      case 'n':
+        expect_literal("null");
+        v.type = JsonValue::Type::kNull;
+        return;
+      default:
+        if (c == '-' || (c >= '0' && c <= '9')) return parse_number(v);
+        fail(std::string("unexpected character '") + (c >= 0x20 && c < 0x7f ? std::string(1, c) : "?") +
+             "'");
+    }
+  }
+
+  void check_depth(int depth) {
+    if (depth > kJsonMaxDepth) fail("nesting deeper than " + std::to_string(kJsonMaxDepth) + " levels");
+  }
+
+  void parse_object(JsonValue& v, int depth) {
+    check_depth(depth);
+    v.type = JsonValue::Type::kObject;
+    ++pos_;  // '{'
+    skip_ws();
+    if (pos_ < s_.size() && s_[pos_] == '}') {
+      ++pos_;
+      return;
+    }
+    for (;;) {
+      skip_ws();
+      if (pos_ >= s_.size() || s_[pos_] != '"') fail("expected a string key");
+      size_t key_pos = pos_;
+      std::string key;
+      parse_string(key);
+      for (const auto& kv : v.object) {
+        if (kv.first == key) {
+          pos_ = key_pos;
+          fail("duplicate key \"" + key + "\"");
+        }
+      }
+      skip_ws();
+      if (pos_ >= s_.size() || s_[pos_] != ':') fail("expected ':'");
+      ++pos_;
+      skip_ws();
+      v.object.emplace_back(std::move(key), JsonValue{});
+      parse_value(v.object.back().second, depth);
+      skip_ws();
+      if (pos_ >= s_.size()) fail("unexpected end of input in an object");
+      if (s_[pos_] == ',') {
+        ++pos_;
+        continue;
+      }
+      if (s_[pos_] == '}') {
+        ++pos_;
+        return;
+      }
+      fail("expected ',' or '}'");
+    }
+  }
+
+  void parse_array(JsonValue& v, int depth) {
+    check_depth(depth);
+    v.type = JsonValue::Type::kArray;
+    ++pos_;  // '['
+    skip_ws();
+    if (pos_ < s_.size() && s_[pos_] == ']') {
+      ++pos_;
+      return;
+    }
+    for (;;) {
+      skip_ws();
+      v.array.emplace_back();
+      parse_value(v.array.back(), depth);
+      skip_ws();
+      if (pos_ >= s_.size()) fail("unexpected end of input in an array");
+      if (s_[pos_] == ',') {
+        ++pos_;
+        continue;
+      }
+      if (s_[pos_] == ']') {
+        ++pos_;
+        return;
+      }
+      fail("expected ',' or ']'");
+    }
+  }
+
+  unsigned parse_hex4() {
+    if (s_.size() - pos_ < 4) fail("truncated \\u escape");
+    unsigned u = 0;
+    for (int i = 0; i < 4; ++i) {
+      char c = s_[pos_++];
+      u <<= 4;
+      if (c >= '0' && c <= '9')
+        u |= unsigned(c - '0');
+      else if (c >= 'a' && c <= 'f')
+        u |= unsigned(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F')
+        u |= unsigned(c - 'A' + 10);
+      else
+        fail("invalid \\u escape");
+    }
+    return u;
+  }
+
+  static void append_utf8(std::string& out, uint32_t cp) {
+    if (cp < 0x80) {
+      out += char(cp);
+    } else if (cp < 0x800) {
+      out += char(0xC0 | (cp >> 6));
+      out += char(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      out += char(0xE0 | (cp >> 12));
+      out += char(0x80 | ((cp >> 6) & 0x3F));
+      out += char(0x80 | (cp & 0x3F));
+    } else {
+      out += char(0xF0 | (cp >> 18));
+      out += char(0x80 | ((cp >> 12) & 0x3F));
+      out += char(0x80 | ((cp >> 6) & 0x3F));
+      out += char(0x80 | (cp & 0x3F));
+    }
+  }
+
+  // The whole text was UTF-8-validated before parsing, so raw bytes >= 0x80
+  // are copied through as they are.
+  void parse_string(std::string& out) {
+    ++pos_;  // '"'
+    for (;;) {
+      if (pos_ >= s_.size()) fail("unterminated string");
+      unsigned char c = static_cast<unsigned char>(s_[pos_]);
+      if (c == '"') {
+        ++pos_;
+        return;
+      }
+      if (c < 0x20) fail("control character in a string");
+      if (c != '\\') {
+        out += char(c);
+        ++pos_;
+        continue;
+      }
+      ++pos_;
+      if (pos_ >= s_.size()) fail("unterminated escape");
+      char e = s_[pos_++];
+      switch (e) {
+        case '"': out += '"'; break;
+        case '\\': out += '\\'; break;
+        case '/': out += '/'; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'u': {
+          // Like Python's json: a valid pair combines; a lone surrogate is kept
+          // (encoded as its 3-byte form) so both readers accept the same text.
+          uint32_t cp = parse_hex4();
+          if (cp >= 0xD800 && cp <= 0xDBFF && s_.size() - pos_ >= 6 && s_[pos_] == '\\' && s_[pos_ + 1] == 'u') {
+            size_t save = pos_;
+            pos_ += 2;
+            uint32_t lo = parse_hex4();
+            if (lo >= 0xDC00 && lo <= 0xDFFF)
+              cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            else
+              pos_ = save;
+          }
+          append_utf8(out, cp);
+          break;
+        }
+        default: --pos_; fail("invalid escape");
+      }
+    }
+  }
+
+  void parse_number(JsonValue& v) {
+    size_t start = pos_;
+    bool is_float = false;
+    if (s_[pos_] == '-') ++pos_;
+    if (pos_ >= s_.size()) fail("truncated number");
+    if (s_[pos_] == '0') {
+      ++pos_;
+    } else if (s_[pos_] >= '1' && s_[pos_] <= '9') {
+      while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') ++pos_;
+    } else {
+      fail("invalid number");
+    }
+    if (pos_ < s_.size() && s_[pos_] == '.') {
+      is_float = true;
+      ++pos_;
+      if (pos_ >= s_.size() || s_[pos_] < '0' || s_[pos_] > '9') fail("invalid number fraction");
+      while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') ++pos_;
+    }
+    if (pos_ < s_.size() && (s_[pos_] == 'e' || s_[pos_] == 'E')) {
+      is_float = true;
+      ++pos_;
+      if (pos_ < s_.size() && (s_[pos_] == '+' || s_[pos_] == '-')) ++pos_;
+      if (pos_ >= s_.size() || s_[pos_] < '0' || s_[pos_] > '9') fail("invalid number exponent");
+      while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') ++pos_;
+    }
+    const char* first = s_.data() + start;
+    const char* last = s_.data() + pos_;
+    if (is_float) {
+      v.type = JsonValue::Type::kFloat;
+      auto r = std::from_chars(first, last, v.number);
+      (void)r;  // the value is irrelevant: no manifest field is a float, so it is never used
+      return;
+    }
+    v.type = JsonValue::Type::kInt;
+    if (pos_ - start - (*first == '-' ? 1 : 0) > kJsonMaxIntDigits)
+      fail("integer literal of more than " + std::to_string(kJsonMaxIntDigits) + " digits");
+    auto r = std::from_chars(first, last, v.integer);
+    if (r.ec == std::errc::result_out_of_range) {
+      v.int_overflow = true;
+      v.integer = 0;
+    } else if (r.ec != std::errc() || r.ptr != last) {
+      fail("invalid integer");
+    }
+  }
+
+  std::string_view s_;
+  const std::string& what_;
+  size_t pos_ = 0;
+  size_t values_ = 0;
+};
+
+}  // namespace
+
+JsonValue parse_json(std::string_view text, const std::string& what) {
+  size_t bad = 0;
+  if (!valid_utf8(text, bad))
+    throw std::invalid_argument(what + ": not valid UTF-8 at byte " + std::to_string(bad));
+  return Parser(text, what).parse_document();
+}
+
+}  // namespace leapp::detail

@@ -1,0 +1,470 @@
+// ext/core/src/manifest.cpp: every field rule of docs/bundle-format.md section 2.
+//
+// Each check names the field by its JSON path ("ops[3].relocs[0].buffer") so a
+// corrupt or hand-edited bundle says exactly what is wrong. Nothing here
+// trusts an index or a length before checking it against what it points into.
+#include "manifest.h"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "json.h"
+
+namespace leapp::detail {
+namespace {
+
+using Type = JsonValue::Type;
+
+constexpr int64_t kMaxI64 = std::numeric_limits<int64_t>::max();
+constexpr int64_t kMaxU32 = std::numeric_limits<uint32_t>::max();
+constexpr uint64_t kTooManyBytes = std::numeric_limits<uint64_t>::max();  // prod(shape) * itemsize overflowed
+
+class Checker {
+ public:
+  explicit Checker(std::string prefix) : prefix_(std::move(prefix)) {}
+
+  void set_segment(const std::string& segment) { prefix_ = "leapp bundle '" + segment + "': "; }
+
+  [[noreturn]] void fail(const std::string& path, const std::string& why) const {
+    throw std::invalid_argument(prefix_ + path + " " + why);
+  }
+
+  const JsonValue& member(const JsonValue& obj, const std::string& path, const char* key) const {
+    const JsonValue* v = obj.find(key);
+    if (v == nullptr) fail(join(path, key), "is missing");
+    return *v;
+  }
+
+  const JsonValue& typed(const JsonValue& v, const std::string& path, Type type, const char* name) const {
+    if (v.type != type) fail(path, std::string("must be ") + name + ", got " + v.type_name());
+    return v;
+  }
+
+  const JsonValue& object(const JsonValue& obj, const std::string& path, const char* key) const {
+    return typed(member(obj, path, key), join(path, key), Type::kObject, "an object");
+  }
+
+  const std::vector<JsonValue>& array(const JsonValue& obj, const std::string& path, const char* key) const {
+    return typed(member(obj, path, key), join(path, key), Type::kArray, "an array").array;
+  }
+
+  std::string string(const JsonValue& obj, const std::string& path, const char* key) const {
+    return typed(member(obj, path, key), join(path, key), Type::kString, "a string").string;
+  }
+
+  int64_t integer(const JsonValue& v, const std::string& path, int64_t lo, int64_t hi) const {
+    typed(v, path, Type::kInt, "an integer");
+    if (v.int_overflow) fail(path, "is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    if (v.integer < lo || v.integer > hi)
+      fail(path, std::to_string(v.integer) + " out of range [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                     "]");
+    return v.integer;
+  }
+
+  int64_t integer(const JsonValue& obj, const std::string& path, const char* key, int64_t lo, int64_t hi) const {
+    return integer(member(obj, path, key), join(path, key), lo, hi);
+  }
+
+  /// An index into a table of `count` `things`: "... 9 out of range (7 buffers)".
+  uint32_t index(const JsonValue& obj, const std::string& path, const char* key, size_t count,
+                 const char* things) const {
+    const std::string p = join(path, key);
+    const JsonValue& v = typed(member(obj, path, key), p, Type::kInt, "an integer");
+    if (v.int_overflow || v.integer < 0 || uint64_t(v.integer) >= count) {
+      std::string shown = v.int_overflow ? "(too large)" : std::to_string(v.integer);
+      fail(p, shown + " out of range (" + std::to_string(count) + " " + things + ")");
+    }
+    return uint32_t(v.integer);
+  }
+
+  static std::string join(const std::string& path, const char* key) {
+    return path.empty() ? std::string(key) : path + "." + key;
+  }
+  static std::string at(const std::string& path, size_t i) { return path + "[" + std::to_string(i) + "]"; }
+
+ private:
+  std::string prefix_;
+};
+
+const char* role_name(BufferRole r) {
+  switch (r) {
+    case BufferRole::kInput: return "input";
+    case BufferRole::kOutput: return "output";
+    case BufferRole::kScratch: return "scratch";
+    case BufferRole::kConstant: return "constant";
+  }
+  return "?";
+}
+
+void read_modules(const Checker& c, const JsonValue& root, const std::vector<std::string_view>& blobs,
+                  Manifest& m) {
+  const auto& modules = c.array(root, "", "modules");
+  for (size_t i = 0; i < modules.size(); ++i) {
+    const std::string path = Checker::at("modules", i);
+    const JsonValue& mod = c.typed(modules[i], path, Type::kObject, "an object");
+    ModuleSpec spec;
+    spec.name = c.string(mod, path, "name");
+    const auto& binaries = c.array(mod, path, "binaries");
+    if (binaries.empty()) c.fail(Checker::join(path, "binaries"), "is empty (a module needs at least one binary)");
+    for (size_t b = 0; b < binaries.size(); ++b) {
+      const std::string bpath = Checker::at(Checker::join(path, "binaries"), b);
+      const JsonValue& bin = c.typed(binaries[b], bpath, Type::kObject, "an object");
+      BinarySpec bs;
+      const std::string kind = c.string(bin, bpath, "kind");
+      if (kind == "ptx")
+        bs.kind = BinaryKind::kPtx;
+      else if (kind == "cubin")
+        bs.kind = BinaryKind::kCubin;
+      else
+        c.fail(Checker::join(bpath, "kind"), "\"" + kind + "\" is not \"ptx\" or \"cubin\"");
+      const int64_t arch = c.integer(bin, bpath, "arch", 10, kMaxI64);
+      for (size_t prev = 0; prev < spec.binaries.size(); ++prev)
+        if (spec.binaries[prev].kind == bs.kind && spec.binaries[prev].arch == arch)
+          c.fail(bpath, "is a second " + kind + " for arch " + std::to_string(arch) + " (first: binaries[" +
+                            std::to_string(prev) + "])");
+      // Archs beyond u32 fit no device: keep them unmatchable instead of truncating.
+      bs.arch = arch > int64_t(kMaxU32) ? uint32_t(kMaxU32) : uint32_t(arch);
+      bs.blob = c.index(bin, bpath, "blob", blobs.size(), "blobs");
+      std::string_view data = blobs[bs.blob];
+      if (bs.kind == BinaryKind::kPtx && (data.empty() || data.back() != '\0'))
+        c.fail(Checker::join(bpath, "blob"), std::to_string(bs.blob) + " is PTX but not NUL-terminated");
+      // cubin bytes are not inspected (the driver judges them at load time)
+      spec.binaries.push_back(bs);
+    }
+    m.modules.push_back(std::move(spec));
+  }
+}
+
+void read_kernels(const Checker& c, const JsonValue& root, Manifest& m) {
+  const auto& kernels = c.array(root, "", "kernels");
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const std::string path = Checker::at("kernels", i);
+    const JsonValue& k = c.typed(kernels[i], path, Type::kObject, "an object");
+    KernelSpec spec;
+    spec.module = c.index(k, path, "module", m.modules.size(), "modules");
+    spec.entry = c.string(k, path, "entry");
+    if (spec.entry.empty()) c.fail(Checker::join(path, "entry"), "is empty");
+    if (const JsonValue* key = k.find("key"))
+      spec.key = c.typed(*key, Checker::join(path, "key"), Type::kString, "a string").string;
+    spec.block_dim = uint32_t(c.integer(k, path, "block_dim", 1, 1024));
+    spec.smem_bytes = uint32_t(c.integer(k, path, "smem_bytes", 0, kMaxU32));
+    m.kernels.push_back(std::move(spec));
+  }
+}
+
+void read_buffers(const Checker& c, const JsonValue& root, const std::vector<std::string_view>& blobs,
+                  Manifest& m) {
+  const auto& buffers = c.array(root, "", "buffers");
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const std::string path = Checker::at("buffers", i);
+    const JsonValue& b = c.typed(buffers[i], path, Type::kObject, "an object");
+    BufferSpec spec;
+    int64_t id = c.integer(b, path, "id", 0, kMaxI64);
+    if (uint64_t(id) != i) c.fail(Checker::join(path, "id"), std::to_string(id) + " is not its index " + std::to_string(i));
+    spec.bytes = uint64_t(c.integer(b, path, "bytes", 1, kMaxI64));
+    const std::string role = c.string(b, path, "role");
+    if (role == "input")
+      spec.role = BufferRole::kInput;
+    else if (role == "output")
+      spec.role = BufferRole::kOutput;
+    else if (role == "scratch")
+      spec.role = BufferRole::kScratch;
+    else if (role == "constant")
+      spec.role = BufferRole::kConstant;
+    else
+      c.fail(Checker::join(path, "role"), "\"" + role + "\" is not input, output, scratch or constant");
+    if (spec.role == BufferRole::kInput || spec.role == BufferRole::kOutput)
+      spec.io = uint32_t(std::min<int64_t>(c.integer(b, path, "io", 0, kMaxI64), kMaxU32));  // checked below
+
+    const std::string ipath = Checker::join(path, "init");
+    const JsonValue& init = c.member(b, path, "init");
+    if (init.type == Type::kString) {
+      if (init.string == "none")
+        spec.init = BufferInit::kNone;
+      else if (init.string == "zero")
+        spec.init = BufferInit::kZero;
+      else
+        c.fail(ipath, "\"" + init.string + "\" is not \"none\", \"zero\", {\"blob\": n} or {\"input\": j}");
+    } else if (init.type == Type::kObject && init.find("blob") && !init.find("input")) {
+      spec.init = BufferInit::kBlob;
+      spec.init_index = c.index(init, ipath, "blob", blobs.size(), "blobs");
+      if (blobs[spec.init_index].size() != spec.bytes)
+        c.fail(Checker::join(ipath, "blob"), std::to_string(spec.init_index) + " has " +
+                                                  std::to_string(blobs[spec.init_index].size()) +
+                                                  " bytes, the buffer " + std::to_string(spec.bytes));
+    } else if (init.type == Type::kObject && init.find("input") && !init.find("blob")) {
+      spec.init = BufferInit::kInput;
+      spec.init_index = uint32_t(std::min<int64_t>(c.integer(init, ipath, "input", 0, kMaxI64), kMaxU32));
+    } else {
+      c.fail(ipath, "must be \"none\", \"zero\", {\"blob\": n} or {\"input\": j}");
+    }
+    bool ok = false;
+    switch (spec.role) {
+      case BufferRole::kInput: ok = spec.init == BufferInit::kNone; break;
+      case BufferRole::kOutput: ok = spec.init != BufferInit::kBlob; break;
+      case BufferRole::kScratch: ok = spec.init == BufferInit::kNone || spec.init == BufferInit::kZero; break;
+      case BufferRole::kConstant: ok = spec.init == BufferInit::kBlob; break;
+    }
+    if (!ok) {
+      const char* rule = spec.role == BufferRole::kInput     ? "an input buffer's init must be \"none\""
+                         : spec.role == BufferRole::kOutput  ? "an output buffer's init must be none, zero or {\"input\": j}"
+                         : spec.role == BufferRole::kScratch ? "a scratch buffer's init must be \"none\" or \"zero\""
+                                                             : "a constant buffer needs init {\"blob\": n}";
+      c.fail(ipath, std::string("is not allowed: ") + rule);
+    }
+    m.buffers.push_back(spec);
+  }
+}
+
+void read_range(const Checker& c, const std::string& path, uint64_t offset, uint64_t bytes, uint64_t size,
+                const char* what) {
+  if (offset > size || bytes > size - offset)
+    c.fail(path, "range [" + std::to_string(offset) + ", " + std::to_string(offset) + " + " + std::to_string(bytes) +
+                     ") exceeds " + what + " of " + std::to_string(size) + " bytes");
+}
+
+void read_launch(const Checker& c, const JsonValue& op, const std::string& path,
+                 const std::vector<std::string_view>& blobs, const Manifest& m, OpSpec& spec) {
+  spec.kind = OpKind::kLaunch;
+  spec.kernel = c.index(op, path, "kernel", m.kernels.size(), "kernels");
+  const KernelSpec& kernel = m.kernels[spec.kernel];
+  for (const char* key : {"grid", "block"}) {
+    const std::string p = Checker::join(path, key);
+    const auto& dims = c.array(op, path, key);
+    if (dims.size() != 3) c.fail(p, "must have 3 entries, got " + std::to_string(dims.size()));
+    uint32_t* out = std::string(key) == "grid" ? spec.grid : spec.block;
+    for (size_t d = 0; d < 3; ++d) out[d] = uint32_t(c.integer(dims[d], Checker::at(p, d), 1, kMaxU32));
+  }
+  uint64_t threads = uint64_t(spec.block[0]) * spec.block[1] * spec.block[2];
+  if (threads > 1024)
+    c.fail(Checker::join(path, "block"), "has " + std::to_string(threads) + " threads (at most 1024)");
+  if (spec.block[0] != kernel.block_dim)
+    c.fail(Checker::join(path, "block") + "[0]", std::to_string(spec.block[0]) + " differs from kernels[" +
+                                                     std::to_string(spec.kernel) + "].block_dim " +
+                                                     std::to_string(kernel.block_dim));
+  spec.smem = uint32_t(c.integer(op, path, "smem", 0, kMaxU32));
+
+  const std::string ppath = Checker::join(path, "params");
+  const JsonValue& params = c.object(op, path, "params");
+  spec.params_blob = c.index(params, ppath, "blob", blobs.size(), "blobs");
+  const uint64_t blob_size = blobs[spec.params_blob].size();
+  const auto& offsets = c.array(params, ppath, "offsets");
+  const auto& sizes = c.array(params, ppath, "sizes");
+  if (offsets.empty()) c.fail(Checker::join(ppath, "offsets"), "is empty (parameter 0 is launch_bounds_t)");
+  if (offsets.size() != sizes.size())
+    c.fail(Checker::join(ppath, "sizes"), "has " + std::to_string(sizes.size()) + " entries, offsets " +
+                                              std::to_string(offsets.size()));
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    const std::string op_ = Checker::at(Checker::join(ppath, "offsets"), i);
+    uint64_t off = uint64_t(c.integer(offsets[i], op_, 0, kMaxI64));
+    uint64_t size = uint64_t(c.integer(sizes[i], Checker::at(Checker::join(ppath, "sizes"), i), 1, kMaxI64));
+    read_range(c, op_, off, size, blob_size, ("params blob " + std::to_string(spec.params_blob)).c_str());
+    spec.param_offsets.push_back(off);
+    spec.param_sizes.push_back(size);
+  }
+
+  const auto& relocs = c.array(op, path, "relocs");
+  for (size_t r = 0; r < relocs.size(); ++r) {
+    const std::string rpath = Checker::at(Checker::join(path, "relocs"), r);
+    const JsonValue& rel = c.typed(relocs[r], rpath, Type::kObject, "an object");
+    RelocSpec rs;
+    rs.param = c.index(rel, rpath, "param", spec.param_sizes.size(), "parameters");
+    rs.offset = uint64_t(c.integer(rel, rpath, "offset", 0, kMaxI64));
+    const uint64_t psize = spec.param_sizes[rs.param];
+    if (psize < 8 || rs.offset > psize - 8)
+      c.fail(Checker::join(rpath, "offset"), std::to_string(rs.offset) + " + 8 exceeds parameter " +
+                                                 std::to_string(rs.param) + " of " + std::to_string(psize) +
+                                                 " bytes");
+    rs.buffer = c.index(rel, rpath, "buffer", m.buffers.size(), "buffers");
+    rs.buffer_offset = uint64_t(c.integer(rel, rpath, "buffer_offset", 0, kMaxI64));
+    if (rs.buffer_offset > m.buffers[rs.buffer].bytes)
+      c.fail(Checker::join(rpath, "buffer_offset"), std::to_string(rs.buffer_offset) + " exceeds buffer " +
+                                                        std::to_string(rs.buffer) + " of " +
+                                                        std::to_string(m.buffers[rs.buffer].bytes) + " bytes");
+    spec.relocs.push_back(rs);
+  }
+}
+
+void check_writable(const Checker& c, const std::string& path, const Manifest& m, uint32_t buffer) {
+  BufferRole role = m.buffers[buffer].role;
+  if (role == BufferRole::kInput || role == BufferRole::kConstant)
+    c.fail(path, std::to_string(buffer) + " is an " + role_name(role) + " buffer, which the ops must not write");
+}
+
+void read_ops(const Checker& c, const JsonValue& root, const std::vector<std::string_view>& blobs, Manifest& m) {
+  const auto& ops = c.array(root, "", "ops");
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const std::string path = Checker::at("ops", i);
+    const JsonValue& op = c.typed(ops[i], path, Type::kObject, "an object");
+    OpSpec spec;
+    const std::string kind = c.string(op, path, "op");
+    if (kind == "launch") {
+      read_launch(c, op, path, blobs, m, spec);
+    } else if (kind == "memset") {
+      spec.kind = OpKind::kMemset;
+      spec.dst = c.index(op, path, "buffer", m.buffers.size(), "buffers");
+      check_writable(c, Checker::join(path, "buffer"), m, spec.dst);
+      spec.dst_offset = uint64_t(c.integer(op, path, "offset", 0, kMaxI64));
+      spec.bytes = uint64_t(c.integer(op, path, "bytes", 1, kMaxI64));
+      spec.value = uint8_t(c.integer(op, path, "value", 0, 255));
+      read_range(c, path, spec.dst_offset, spec.bytes, m.buffers[spec.dst].bytes,
+                 ("buffer " + std::to_string(spec.dst)).c_str());
+    } else if (kind == "copy") {
+      spec.kind = OpKind::kCopy;
+      spec.dst = c.index(op, path, "dst", m.buffers.size(), "buffers");
+      check_writable(c, Checker::join(path, "dst"), m, spec.dst);
+      spec.dst_offset = uint64_t(c.integer(op, path, "dst_offset", 0, kMaxI64));
+      spec.src = c.index(op, path, "src", m.buffers.size(), "buffers");
+      spec.src_offset = uint64_t(c.integer(op, path, "src_offset", 0, kMaxI64));
+      spec.bytes = uint64_t(c.integer(op, path, "bytes", 1, kMaxI64));
+      read_range(c, Checker::join(path, "dst"), spec.dst_offset, spec.bytes, m.buffers[spec.dst].bytes,
+                 ("buffer " + std::to_string(spec.dst)).c_str());
+      read_range(c, Checker::join(path, "src"), spec.src_offset, spec.bytes, m.buffers[spec.src].bytes,
+                 ("buffer " + std::to_string(spec.src)).c_str());
+      if (spec.src == spec.dst && spec.src_offset < spec.dst_offset + spec.bytes &&
+          spec.dst_offset < spec.src_offset + spec.bytes)
+        c.fail(path, "copies buffer " + std::to_string(spec.src) + " [" + std::to_string(spec.src_offset) + ", +" +
+                         std::to_string(spec.bytes) + ") onto the overlapping [" + std::to_string(spec.dst_offset) +
+                         ", +" + std::to_string(spec.bytes) + ")");
+    } else {
+      c.fail(Checker::join(path, "op"), "\"" + kind + "\" is not launch, memset or copy");
+    }
+    m.ops.push_back(std::move(spec));
+  }
+}
+
+std::vector<int64_t> read_dims(const Checker& c, const JsonValue& obj, const std::string& path, const char* key) {
+  std::vector<int64_t> dims;
+  const auto& arr = c.array(obj, path, key);
+  for (size_t d = 0; d < arr.size(); ++d)
+    dims.push_back(c.integer(arr[d], Checker::at(Checker::join(path, key), d), 0, kMaxI64));
+  return dims;
+}
+
+/// name, dtype, shape (and bytes = prod(shape) * itemsize, or 0 on overflow).
+TensorSpec read_tensor_basics(const Checker& c, const JsonValue& t, const std::string& path) {
+  TensorSpec spec;
+  spec.name = c.string(t, path, "name");
+  if (spec.name.empty()) c.fail(Checker::join(path, "name"), "is empty");
+  spec.dtype = c.string(t, path, "dtype");
+  size_t itemsize = dtype_itemsize(spec.dtype);
+  if (itemsize == 0)
+    c.fail(Checker::join(path, "dtype"), "\"" + spec.dtype +
+                                             "\" is not one of float32, float16, bfloat16, float64, int8, "
+                                             "int16, int32, int64, uint8, bool");
+  spec.shape = read_dims(c, t, path, "shape");
+  unsigned __int128 bytes = itemsize;
+  for (int64_t d : spec.shape) {
+    bytes *= uint64_t(d);
+    if (bytes > uint64_t(kMaxI64)) bytes = uint64_t(kMaxI64) + 1;  // saturate: never equals a valid size
+  }
+  spec.bytes = bytes > uint64_t(kMaxI64) ? kTooManyBytes : uint64_t(bytes);
+  return spec;
+}
+
+void read_signature_side(const Checker& c, const JsonValue& sig, const char* side, BufferRole role, Manifest& m,
+                         std::vector<TensorSpec>& out) {
+  const std::string spath = Checker::join("signature", side);
+  const auto& entries = c.array(sig, "signature", side);
+  for (size_t j = 0; j < entries.size(); ++j) {
+    const std::string path = Checker::at(spath, j);
+    const JsonValue& t = c.typed(entries[j], path, Type::kObject, "an object");
+    TensorSpec spec = read_tensor_basics(c, t, path);
+    for (const TensorSpec& other : out)
+      if (other.name == spec.name) c.fail(Checker::join(path, "name"), "\"" + spec.name + "\" is not unique");
+    spec.buffer = c.index(t, path, "buffer", m.buffers.size(), "buffers");
+    const BufferSpec& buf = m.buffers[spec.buffer];
+    if (buf.role != role || buf.io != j)
+      c.fail(Checker::join(path, "buffer"), std::to_string(spec.buffer) + " is not the " + role_name(role) +
+                                                " buffer with io " + std::to_string(j));
+    if (spec.bytes != buf.bytes)
+      c.fail(Checker::join(path, "shape"), "holds " + (spec.bytes == kTooManyBytes ? std::string("more than 2^63") : std::to_string(spec.bytes)) +
+                                               " bytes of " + spec.dtype + ", buffer " + std::to_string(spec.buffer) +
+                                               " " + std::to_string(buf.bytes));
+    if (const JsonValue* w = t.find("warp_dtype"))
+      spec.warp_dtype = c.typed(*w, Checker::join(path, "warp_dtype"), Type::kString, "a string").string;
+    if (t.find("logical_shape")) spec.logical_shape = read_dims(c, t, path, "logical_shape");
+    out.push_back(std::move(spec));
+  }
+  // Every buffer of this role must be named by the signature (io points back).
+  for (size_t i = 0; i < m.buffers.size(); ++i) {
+    const BufferSpec& buf = m.buffers[i];
+    if (buf.role != role) continue;
+    if (buf.io >= out.size())
+      c.fail(Checker::join(Checker::at("buffers", i), "io"),
+             std::to_string(buf.io) + " out of range (" + std::to_string(out.size()) + " " + side + ")");
+    if (out[buf.io].buffer != i)
+      c.fail(Checker::join(Checker::at("buffers", i), "io"),
+             std::to_string(buf.io) + " points to signature." + side + "[" + std::to_string(buf.io) +
+                 "], whose buffer is " + std::to_string(out[buf.io].buffer));
+  }
+}
+
+}  // namespace
+
+Manifest read_manifest(std::string_view json, const std::vector<std::string_view>& blobs) {
+  Checker c("leapp bundle: manifest ");
+  JsonValue root = parse_json(json, "leapp bundle: manifest");
+  Manifest m;
+  c.typed(root, "(root)", Type::kObject, "an object");
+  const std::string format = c.string(root, "", "format");
+  if (format != kBundleManifestFormat) c.fail("format", "\"" + format + "\" is not \"leapp.warp.bundle\"");
+  m.segment = c.string(root, "", "segment");
+  c.set_segment(m.segment);
+  m.source = c.string(root, "", "source");
+  const JsonValue& producer = c.object(root, "", "producer");
+  for (const auto& kv : producer.object) {
+    c.typed(kv.second, "producer." + kv.first, Type::kString, "a string");
+    m.producer.emplace_back(kv.first, kv.second.string);
+  }
+  read_modules(c, root, blobs, m);
+  read_kernels(c, root, m);
+  read_buffers(c, root, blobs, m);
+  read_ops(c, root, blobs, m);
+  const JsonValue& sig = c.object(root, "", "signature");
+  read_signature_side(c, sig, "inputs", BufferRole::kInput, m, m.inputs);
+  read_signature_side(c, sig, "outputs", BufferRole::kOutput, m, m.outputs);
+  for (size_t i = 0; i < m.buffers.size(); ++i) {
+    const BufferSpec& buf = m.buffers[i];
+    if (buf.init != BufferInit::kInput) continue;
+    const std::string p = Checker::join(Checker::join(Checker::at("buffers", i), "init"), "input");
+    if (buf.init_index >= m.inputs.size())
+      c.fail(p, std::to_string(buf.init_index) + " out of range (" + std::to_string(m.inputs.size()) + " inputs)");
+    if (m.inputs[buf.init_index].bytes != buf.bytes)
+      c.fail(p, std::to_string(buf.init_index) + " has " + std::to_string(m.inputs[buf.init_index].bytes) +
+                    " bytes, the buffer " + std::to_string(buf.bytes));
+  }
+  return m;
+}
+
+Signature read_signature(std::string_view json) {
+  // Mirrors leapp.bundle.parse_signature (docs/bundle-format.md section 5).
+  Checker c("leapp signature: ");
+  JsonValue root = parse_json(json, "leapp signature");
+  c.typed(root, "(root)", Type::kObject, "an object");
+  Signature sig;
+  sig.digest = c.string(root, "", "digest");
+  bool hex = sig.digest.size() == 64;
+  for (char ch : sig.digest) hex = hex && ((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'));
+  if (!hex) c.fail("digest", "must be 64 lowercase hex digits (a sha256), got \"" + sig.digest.substr(0, 80) + "\"");
+  sig.segment = c.string(root, "", "segment");
+  c = Checker("leapp signature of '" + sig.segment + "': ");
+  sig.has_inputs = true;
+  for (const char* side : {"inputs", "outputs"}) {
+    const auto& arr = c.array(root, "", side);
+    auto& out = std::string(side) == "inputs" ? sig.inputs : sig.outputs;
+    for (size_t j = 0; j < arr.size(); ++j) {
+      const std::string path = Checker::at(side, j);
+      c.typed(arr[j], path, Type::kObject, "an object");
+      TensorSpec t = read_tensor_basics(c, arr[j], path);
+      for (const TensorSpec& other : out)
+        if (other.name == t.name) c.fail(Checker::join(path, "name"), "\"" + t.name + "\" is used twice");
+      out.push_back(std::move(t));
+    }
+  }
+  return sig;
+}
+
+}  // namespace leapp::detail

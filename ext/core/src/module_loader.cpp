@@ -1,0 +1,103 @@
+// ext/core/src/module_loader.cpp: binary choice (docs/bundle-format.md section 3) and module loading.
+//
+// A cubin for the device's SM family avoids the driver's PTX JIT, whose
+// accepted PTX ISA is capped by the driver version (a CUDA 13.0 driver rejects
+// Warp 1.19's ISA 9.4 with error 222); PTX stays the fallback for new GPUs.
+// Every candidate is tried in order and each failure is kept for the message.
+#include <algorithm>
+#include <stdexcept>
+
+#include "replay_internal.h"
+
+namespace leapp {
+
+std::vector<BinarySpec> binary_candidates(const ModuleSpec& module, int cc_major, int cc_minor) {
+  const int arch = 10 * cc_major + cc_minor;
+  std::vector<BinarySpec> out;
+  // 1. exact cubin
+  for (const BinarySpec& b : module.binaries)
+    if (b.kind == BinaryKind::kCubin && int(b.arch) == arch) {
+      out.push_back(b);
+      break;
+    }
+  // 2. same major, lower minor: highest first
+  std::vector<BinarySpec> family;
+  for (const BinarySpec& b : module.binaries)
+    if (b.kind == BinaryKind::kCubin && int(b.arch) / 10 == cc_major && int(b.arch) % 10 < cc_minor)
+      family.push_back(b);
+  std::stable_sort(family.begin(), family.end(), [](const BinarySpec& a, const BinarySpec& b) { return a.arch > b.arch; });
+  out.insert(out.end(), family.begin(), family.end());
+  // 3. PTX with arch <= the device's: highest first
+  std::vector<BinarySpec> ptx;
+  for (const BinarySpec& b : module.binaries)
+    if (b.kind == BinaryKind::kPtx && int(b.arch) <= arch) ptx.push_back(b);
+  std::stable_sort(ptx.begin(), ptx.end(), [](const BinarySpec& a, const BinarySpec& b) { return a.arch > b.arch; });
+  out.insert(out.end(), ptx.begin(), ptx.end());
+  return out;
+}
+
+namespace detail {
+namespace {
+
+std::string binary_name(const BinarySpec& b) {
+  return std::string(b.kind == BinaryKind::kPtx ? "ptx" : "cubin") + " sm_" + std::to_string(b.arch);
+}
+
+std::string archs_present(const ModuleSpec& module) {
+  std::string s;
+  for (const BinarySpec& b : module.binaries) s += (s.empty() ? "" : ", ") + binary_name(b);
+  return s;
+}
+
+}  // namespace
+
+std::string cuda_version_text(int version) {
+  return std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
+}
+
+LoadedModule load_module(const CudaDriver& d, const Bundle& bundle, uint32_t index, const DeviceAttrs& dev) {
+  const Manifest& m = bundle.manifest();
+  const ModuleSpec& module = m.modules.at(index);
+  const std::string isa = m.producer_value("ptx_isa").empty() ? "unknown" : m.producer_value("ptx_isa");
+  const std::string cc = std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor);
+  const std::string arch = std::to_string(10 * dev.cc_major + dev.cc_minor);
+  const std::string where = "leapp segment '" + m.segment + "': module " + std::to_string(index) +
+                            (module.name.empty() ? "" : " '" + module.name + "'");
+  const std::string context = "device " + std::to_string(dev.ordinal) + " (" + dev.name + ", compute capability " + cc +
+                              "), CUDA driver " + cuda_version_text(d.version) + "; the bundle holds " +
+                              archs_present(module) + " (PTX ISA " + isa + ")";
+
+  std::vector<BinarySpec> candidates = binary_candidates(module, dev.cc_major, dev.cc_minor);
+  if (candidates.empty())
+    throw std::runtime_error(where + " has no binary for " + context + ". Re-export with a cubin for sm_" + arch +
+                             " or PTX for an arch <= " + arch + ".");
+
+  std::string attempts;
+  CUresult last = CUDA_SUCCESS;
+  bool ptx_too_new = false;
+  for (const BinarySpec& b : candidates) {
+    std::string_view image = bundle.blob(b.blob);
+    char log[4096] = {0};
+    int options[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    void* values[2] = {log, reinterpret_cast<void*>(uintptr_t(sizeof(log) - 1))};
+    CUmodule mod = nullptr;
+    CUresult r = d.cuModuleLoadDataEx(&mod, image.data(), 2, options, values);
+    if (r == CUDA_SUCCESS) return {mod, binary_name(b)};
+    last = r;
+    if (b.kind == BinaryKind::kPtx && r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION) ptx_too_new = true;
+    std::string jit(log);
+    while (!jit.empty() && (jit.back() == '\n' || jit.back() == ' ')) jit.pop_back();
+    attempts += "\n  " + binary_name(b) + ": " + cu_error_text(r) + " [code " + std::to_string(r) + "]" +
+                (jit.empty() ? "" : " JIT log: " + jit);
+  }
+  std::string msg = where + " could not be loaded on " + context + ". Tried:" + attempts;
+  if (ptx_too_new)
+    msg += "\nCUDA_ERROR_UNSUPPORTED_PTX_VERSION (222): the CUDA " + cuda_version_text(d.version) +
+           " driver cannot JIT-compile PTX ISA " + isa +
+           " (a driver reads PTX only up to its own CUDA version). Update the driver to one that reads PTX ISA " +
+           isa + ", or re-export the bundle with a cubin for sm_" + arch + ".";
+  throw CudaError(last, msg);
+}
+
+}  // namespace detail
+}  // namespace leapp

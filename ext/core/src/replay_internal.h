@@ -1,0 +1,74 @@
+// ext/core/src/replay_internal.h: contexts, devices and module loading for replay (internal).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "leapp/runtime.h"
+
+namespace leapp::detail {
+
+/// Makes `ctx` current for its scope and restores the caller's context after.
+class ContextGuard {
+ public:
+  ContextGuard(const CudaDriver& d, CUcontext ctx);
+  ~ContextGuard();
+  ContextGuard(const ContextGuard&) = delete;
+  ContextGuard& operator=(const ContextGuard&) = delete;
+
+ private:
+  const CudaDriver& d_;
+  CUcontext saved_ = nullptr;
+  bool switched_ = false;
+};
+
+/// Switches the calling thread to relaxed stream-capture mode for its scope,
+/// so one-time setup (cuMemAlloc, module loads) is legal while some stream is
+/// being captured; the caller's mode is restored after.
+class RelaxedCaptureMode {
+ public:
+  explicit RelaxedCaptureMode(const CudaDriver& d);
+  ~RelaxedCaptureMode();
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  const CudaDriver& d_;
+  int saved_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+  bool ok_ = false;
+};
+
+struct DeviceAttrs {
+  int ordinal = 0;
+  std::string name;
+  int cc_major = 0;
+  int cc_minor = 0;
+  int max_smem_optin = 0;  ///< CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+};
+
+/// Cached attributes of device `ordinal`; throws std::invalid_argument for a bad ordinal.
+const DeviceAttrs& device_attrs(const CudaDriver& d, int ordinal);
+
+/// The retained primary context of device `ordinal` (retained once, never released).
+CUcontext primary_context(const CudaDriver& d, int ordinal);
+
+/// "13.0" for 13000.
+std::string cuda_version_text(int version);
+
+/// Counts one runtime allocation (see leapp::allocation_count).
+void count_allocation();
+
+/// One loaded CUDA module and what was chosen, e.g. "cubin sm_90".
+struct LoadedModule {
+  CUmodule module = nullptr;
+  std::string choice;
+};
+
+/// Loads modules[index] of `bundle` into the current context, trying
+/// binary_candidates() in order. Throws with the segment, the device's
+/// compute capability, the driver version, the archs present and the PTX ISA
+/// when nothing loads (and explains CUDA_ERROR_UNSUPPORTED_PTX_VERSION).
+LoadedModule load_module(const CudaDriver& d, const Bundle& bundle, uint32_t index, const DeviceAttrs& dev);
+
+}  // namespace leapp::detail

@@ -1,0 +1,114 @@
+// ext/python/bundle_bindings.cpp: leapp._native.Bundle, the validated bundle, and sha256.
+//
+// Bundle(bytes) runs the full C++ validation (the same code the ORT and torch
+// op libraries use), so Python sees exactly what the runtimes accept;
+// std::invalid_argument becomes ValueError with the field named.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "bindings.h"
+#include "leapp/runtime.h"
+
+namespace nb = nanobind;
+
+namespace leapp::python {
+namespace {
+
+nb::tuple to_tuple(const std::vector<int64_t>& v) {
+  nb::list l;
+  for (int64_t x : v) l.append(x);
+  return nb::tuple(l);
+}
+
+nb::list tensor_specs(const std::vector<TensorSpec>& specs) {
+  nb::list out;
+  for (const TensorSpec& t : specs) {
+    nb::dict d;
+    d["name"] = t.name;
+    d["dtype"] = t.dtype;
+    d["shape"] = to_tuple(t.shape);
+    d["warp_dtype"] = t.warp_dtype;
+    d["logical_shape"] = to_tuple(t.logical_shape);
+    d["nbytes"] = t.bytes;
+    d["buffer"] = t.buffer;
+    out.append(d);
+  }
+  return out;
+}
+
+std::string_view bytes_view(const nb::bytes& data) { return {data.c_str(), data.size()}; }
+
+}  // namespace
+
+void bind_bundle(nb::module_& m) {
+  nb::class_<PyBundle>(m, "Bundle",
+                       "A validated leapp segment bundle (docs/bundle-format.md). Construction checks every offset, "
+                       "length, hash and manifest field and raises ValueError naming the one that is wrong.")
+      .def(
+          "__init__",
+          [](PyBundle* self, nb::bytes data) {
+            std::string_view v = bytes_view(data);
+            std::shared_ptr<const Bundle> b;
+            {
+              nb::gil_scoped_release release;
+              b = intern_bundle(v.data(), v.size());
+            }
+            new (self) PyBundle{std::move(b)};
+          },
+          nb::arg("data"))
+      .def_prop_ro("digest", [](const PyBundle& b) { return b.bundle->digest(); }, "hex sha256 of the file (cache key)")
+      .def_prop_ro("segment", [](const PyBundle& b) { return b.bundle->segment(); })
+      .def_prop_ro("source", [](const PyBundle& b) { return b.bundle->manifest().source; })
+      .def_prop_ro("size", [](const PyBundle& b) { return b.bundle->size(); })
+      .def_prop_ro("manifest_json", [](const PyBundle& b) { return std::string(b.bundle->manifest_json()); })
+      .def_prop_ro("producer",
+                   [](const PyBundle& b) {
+                     nb::dict d;
+                     for (const auto& kv : b.bundle->manifest().producer) d[kv.first.c_str()] = kv.second;
+                     return d;
+                   })
+      .def_prop_ro("inputs", [](const PyBundle& b) { return tensor_specs(b.bundle->manifest().inputs); },
+                   "[{name, dtype, shape, warp_dtype, logical_shape, nbytes, buffer}] in signature order")
+      .def_prop_ro("outputs", [](const PyBundle& b) { return tensor_specs(b.bundle->manifest().outputs); })
+      .def_prop_ro("blob_count", [](const PyBundle& b) { return b.bundle->blob_count(); })
+      .def(
+          "blob",
+          [](const PyBundle& b, uint32_t index) {
+            std::string_view v = b.bundle->blob(index);
+            return nb::bytes(v.data(), v.size());
+          },
+          nb::arg("index"))
+      .def(
+          "binary_candidates",
+          [](const PyBundle& b, uint32_t module, int major, int minor) {
+            const Manifest& man = b.bundle->manifest();
+            if (module >= man.modules.size())
+              throw std::invalid_argument("module " + std::to_string(module) + " out of range (" +
+                                          std::to_string(man.modules.size()) + " modules)");
+            nb::list out;
+            for (const BinarySpec& s : binary_candidates(man.modules[module], major, minor))
+              out.append(nb::make_tuple(s.kind == BinaryKind::kPtx ? "ptx" : "cubin", s.arch));
+            return out;
+          },
+          nb::arg("module"), nb::arg("major"), nb::arg("minor"),
+          "The binaries a device of compute capability major.minor would try, best first: [(kind, arch)].")
+      .def(
+          "check_signature",
+          [](const PyBundle& b, const std::string& signature) { check_signature(*b.bundle, parse_signature(signature)); },
+          nb::arg("signature"), "Raises ValueError when an op's signature string does not describe this bundle.")
+      .def("__repr__", [](const PyBundle& b) {
+        return "<leapp._native.Bundle '" + b.bundle->segment() + "' " + b.bundle->digest().substr(0, 12) + ", " +
+               std::to_string(b.bundle->size()) + " bytes>";
+      });
+
+  m.def(
+      "sha256",
+      [](nb::bytes data) {
+        std::string_view v = bytes_view(data);
+        return sha256_hex(v.data(), v.size());
+      },
+      nb::arg("data"), "Hex SHA-256 computed by leapp's own C++ implementation (tests compare it with hashlib).");
+}
+
+}  // namespace leapp::python

@@ -1,0 +1,78 @@
+// ext/python/replay_bindings.cpp: replaying a bundle from Python (device pointers or host arrays).
+//
+// The GIL is released while the driver works, so several Python threads can
+// replay at once. Error mapping: bad inputs -> ValueError, no driver ->
+// leapp._native.DriverUnavailable, driver failures -> RuntimeError.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <optional>
+
+#include "bindings.h"
+#include "leapp/runtime.h"
+
+namespace nb = nanobind;
+
+namespace leapp::python {
+namespace {
+
+std::vector<DeviceSpan> device_spans(const char* side, const std::vector<uint64_t>& ptrs,
+                                     const std::optional<std::vector<uint64_t>>& nbytes,
+                                     const std::vector<TensorSpec>& specs) {
+  if (nbytes && nbytes->size() != ptrs.size())
+    throw std::invalid_argument(std::string("run_segment(): ") + side + " has " + std::to_string(ptrs.size()) +
+                                " pointers but " + std::to_string(nbytes->size()) + " sizes");
+  std::vector<DeviceSpan> out;
+  for (size_t j = 0; j < ptrs.size(); ++j) {
+    // Without sizes the caller vouches for them: take the signature's.
+    uint64_t bytes = nbytes ? (*nbytes)[j] : (j < specs.size() ? specs[j].bytes : 0);
+    out.push_back({CUdeviceptr(ptrs[j]), bytes});
+  }
+  return out;
+}
+
+using HostArray = nb::ndarray<nb::device::cpu, nb::c_contig>;
+
+}  // namespace
+
+void bind_replay(nb::module_& m) {
+  m.def(
+      "run_segment",
+      [](const PyBundle& b, const std::vector<uint64_t>& input_ptrs, const std::vector<uint64_t>& output_ptrs,
+         uint64_t stream, int device, const std::optional<std::vector<uint64_t>>& input_nbytes,
+         const std::optional<std::vector<uint64_t>>& output_nbytes) {
+        const Manifest& man = b.bundle->manifest();
+        std::vector<DeviceSpan> in = device_spans("input_ptrs", input_ptrs, input_nbytes, man.inputs);
+        std::vector<DeviceSpan> out = device_spans("output_ptrs", output_ptrs, output_nbytes, man.outputs);
+        nb::gil_scoped_release release;
+        run_segment(*b.bundle, in, out, reinterpret_cast<CUstream>(uintptr_t(stream)), device);
+      },
+      nb::arg("bundle"), nb::arg("input_ptrs"), nb::arg("output_ptrs"), nb::arg("stream"), nb::arg("device"),
+      nb::arg("input_nbytes") = nb::none(), nb::arg("output_nbytes") = nb::none(),
+      "Enqueues the segment on `stream` (a CUstream as int, 0 = legacy default) of CUDA device `device` "
+      "(-1: the stream's). Pointers are device addresses in signature order; sizes, when given, are checked.");
+
+  m.def(
+      "run_segment_host",
+      [](const PyBundle& b, std::vector<HostArray> inputs, std::vector<HostArray> outputs, int device) {
+        std::vector<HostSpan> in, out;
+        for (auto& a : inputs) in.push_back({a.data(), uint64_t(a.nbytes())});
+        for (auto& a : outputs) out.push_back({a.data(), uint64_t(a.nbytes())});
+        nb::gil_scoped_release release;
+        run_segment_host(*b.bundle, in, out, device);
+      },
+      nb::arg("bundle"), nb::arg("inputs"), nb::arg("outputs"), nb::arg("device") = -1,
+      "Runs the segment on C-contiguous host arrays (staged through pinned memory) and waits; "
+      "`outputs` are written in place. device -1: env LEAPP_CUDA_DEVICE, else 0.");
+
+  m.def("allocation_count", &allocation_count,
+        "Device/pinned allocations the runtime made so far; constant once every (segment, device, stream) is warm.");
+  m.def(
+      "stream_is_capturing", [](uint64_t stream) { return stream_is_capturing(reinterpret_cast<CUstream>(uintptr_t(stream))); },
+      nb::arg("stream"));
+}
+
+}  // namespace leapp::python
