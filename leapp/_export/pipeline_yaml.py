@@ -62,7 +62,7 @@ def producer_versions(segment_producers: list[Mapping[str, str]]) -> dict[str, s
     """Versions of everything that shaped the export; CUDA toolkit / PTX ISA come from the bundles."""
     versions = {
         "leapp": _version("leapp"),
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),
         "warp": _version("warp-lang"),
         "onnx": _version("onnx"),
         "onnxruntime": _version("onnxruntime") or _version("onnxruntime-gpu"),

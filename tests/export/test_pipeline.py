@@ -1,0 +1,202 @@
+"""leapp.runtime.pipeline.load: digests, wiring, input checks, missing op libraries (CPU)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import yaml
+
+import compile_records as cr
+from leapp._export.compile import compile_session
+from leapp.errors import RuntimeLibraryNotFound
+from leapp.runtime import pipeline as rt
+from leapp.runtime.pipeline import PipelineError
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory):
+    """pre (pt2: 4 -> 5) -> policy (onnx: 5 -> 3) -> post (torchscript: 3 -> 3), plus a shared caller input."""
+    folder = tmp_path_factory.mktemp("chain")
+    pre = cr.mlp_node("pre", "pt2", batch=2, n_in=4, hidden=6, n_out=5, input_name="obs", output_name="feat", seed=1)
+    policy = cr.mlp_node("policy", "onnx", batch=2, n_in=5, hidden=8, n_out=3, input_name="feat", output_name="raw", seed=2)
+    post = cr.mlp_node("post", "torchscript", batch=2, n_in=3, hidden=4, n_out=3, input_name="raw", output_name="actions", seed=3)
+    # re-derive downstream samples from upstream eager outputs so that validation compares a real chain
+    record = cr.session(
+        folder,
+        pre,
+        policy,
+        post,
+        edges=[("pre", "feat", "policy", "feat"), ("policy", "raw", "post", "raw")],
+        name="chain",
+    )
+    compile_session(record, validate=False)
+    return folder / "chain", record
+
+
+def _eager(record, obs):
+    feat = record.nodes["pre"].graph(obs)[0]
+    raw = record.nodes["policy"].graph(feat)[0]
+    return raw, record.nodes["post"].graph(raw)[0]
+
+
+def test_run_matches_the_eager_chain(chain):
+    folder, record = chain
+    pipe = rt.load(folder)
+    assert list(pipe.nodes) == ["pre", "policy", "post"]
+    assert list(pipe.inputs) == ["obs"] and list(pipe.outputs) == ["actions"]
+    obs = torch.randn(2, 4)
+    out = pipe(obs=obs)
+    _, actions = _eager(record, obs)
+    assert set(out) == {"actions"}
+    torch.testing.assert_close(out["actions"], actions.detach(), rtol=1e-4, atol=1e-5)
+    # numpy inputs are accepted
+    torch.testing.assert_close(pipe.run(obs=obs.numpy())["actions"], out["actions"])
+
+
+def test_run_node_alone(chain):
+    folder, record = chain
+    pipe = rt.load(folder)
+    feat = torch.randn(2, 5)
+    got = pipe.run_node("policy", feat=feat)
+    torch.testing.assert_close(got["raw"], record.nodes["policy"].graph(feat)[0].detach(), rtol=1e-4, atol=1e-5)
+    with pytest.raises(PipelineError, match=r"no node 'nope' \(nodes: \['pre', 'policy', 'post'\]\)"):
+        pipe.run_node("nope")
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({}, r"Pipeline 'chain': inputs missing \['obs'\]; expected \['obs'\]"),
+        ({"obs": torch.zeros(2, 4), "extra": torch.zeros(1)}, r"unexpected \['extra'\]"),
+        ({"obs": torch.zeros(2, 4, dtype=torch.float64)}, r"input 'obs' expects float32\[2, 4\], got float64\[2, 4\]"),
+        ({"obs": torch.zeros(3, 4)}, r"input 'obs' expects float32\[2, 4\], got float32\[3, 4\]"),
+        ({"obs": [[0.0] * 4] * 2}, r"input 'obs': expected a torch.Tensor or numpy array, got list"),
+    ],
+)
+def test_input_errors_name_the_input(chain, kwargs, message):
+    pipe = rt.load(chain[0])
+    with pytest.raises(PipelineError, match=message):
+        pipe(**kwargs)
+
+
+def test_tampered_artifact_names_file_and_both_digests(chain, tmp_path):
+    import shutil
+
+    folder = tmp_path / "copy"
+    shutil.copytree(chain[0], folder)
+    recorded = yaml.safe_load((folder / "pipeline.yaml").read_text())["nodes"][1]["sha256"]
+    with open(folder / "policy.onnx", "ab") as f:
+        f.write(b"\0")
+    actual = rt.sha256_file(folder / "policy.onnx")
+    with pytest.raises(PipelineError) as info:
+        rt.load(folder)
+    text = str(info.value)
+    assert "policy.onnx" in text and recorded in text and actual in text and "node 'policy'" in text
+
+
+def test_not_a_pipeline_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no pipeline.yaml"):
+        rt.load(tmp_path)
+    (tmp_path / "pipeline.yaml").write_text("format: other\n")
+    with pytest.raises(PipelineError, match="not a leapp pipeline description"):
+        rt.load(tmp_path)
+    (tmp_path / "pipeline.yaml").write_text("format: leapp.pipeline\nversion: 9\n")
+    with pytest.raises(PipelineError, match="unsupported pipeline.yaml version 9"):
+        rt.load(tmp_path)
+
+
+def test_artifact_path_may_not_leave_the_folder(chain, tmp_path):
+    import shutil
+
+    folder = tmp_path / "copy"
+    shutil.copytree(chain[0], folder)
+    desc = yaml.safe_load((folder / "pipeline.yaml").read_text())
+    desc["nodes"][0]["artifact"] = "../outside.pt2"
+    (folder / "pipeline.yaml").write_text(yaml.safe_dump(desc))
+    with pytest.raises(PipelineError, match="leaves the pipeline folder"):
+        rt.load(folder)
+
+
+def test_feedback_edge_becomes_caller_state(tmp_path):
+    """An edge into an earlier node (last action -> obs) is carried by the caller between runs."""
+    obs = cr.mlp_node("obs", "pt2", n_in=3, n_out=4, input_name="last", output_name="obs", seed=4)
+    policy = cr.mlp_node("policy", "pt2", n_in=4, n_out=3, input_name="obs", output_name="action", seed=5)
+    record = cr.session(
+        tmp_path, obs, policy, edges=[("obs", "obs", "policy", "obs"), ("policy", "action", "obs", "last")], name="loop"
+    )
+    compile_session(record, validate=False)
+    desc = yaml.safe_load((tmp_path / "loop" / "pipeline.yaml").read_text())
+    assert desc["edges"][1]["feedback"] is True and "feedback" not in desc["edges"][0]
+    pipe = rt.load(tmp_path / "loop")
+    assert list(pipe.inputs) == ["last"] and list(pipe.outputs) == ["action"]
+    last = torch.zeros(2, 3)
+    for _ in range(2):
+        expected = policy.graph(obs.graph(last)[0])[0].detach()
+        last = pipe(last=last)["action"]
+        torch.testing.assert_close(last, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_segment_nodes_need_their_op_library(tmp_path, monkeypatch):
+    compile_session(cr.session(tmp_path, cr.segment_node("obs", "onnx", n=4), name="a"), False, bundles=cr.example_bundles)
+    compile_session(cr.session(tmp_path, cr.segment_node("feet", "pt2", n=4), name="b"), False, bundles=cr.example_bundles)
+    missing = tmp_path / "nowhere" / "libleapp_warp_ort.so"
+    monkeypatch.setenv("LEAPP_WARP_ONNX_CUSTOM_OP_LIBRARY", str(missing))
+    with pytest.raises(RuntimeLibraryNotFound) as info:
+        rt.load(tmp_path / "a")
+    assert str(info.value) == (
+        f"LEAPP Warp onnx runtime was not found at {missing}. "
+        "Run leapp-build-warp-runtime or set LEAPP_WARP_ONNX_CUSTOM_OP_LIBRARY."
+    )
+    monkeypatch.delenv("LEAPP_WARP_ONNX_CUSTOM_OP_LIBRARY")
+    monkeypatch.setenv("LEAPP_WARP_PT2_CUSTOM_OP_LIBRARY", str(tmp_path / "libleapp_warp_torch.so"))
+    with pytest.raises(RuntimeLibraryNotFound, match="LEAPP Warp pt2 runtime was not found at"):
+        rt.load(tmp_path / "b")
+
+
+_LOAD_SEGMENT_PIPELINE = textwrap.dedent(
+    """
+    import sys, torch
+    from leapp.runtime.pipeline import load
+    pipe = load(sys.argv[1])
+    module = pipe.nodes["obs"].runner.module
+    ops = [n for n in module.graph.nodes if n.op == "call_function" and n.target is torch.ops.leapp.warp_segment.default]
+    print(len(ops), list(pipe.inputs), list(pipe.outputs))
+    """
+)
+
+
+def test_pt2_segment_pipeline_loads_in_a_fresh_process(tmp_path):
+    record = cr.session(tmp_path, cr.segment_node("obs", "pt2", n=4, segments=2), name="seg")
+    compile_session(record, validate=False, bundles=cr.example_bundles)
+    out = subprocess.run(
+        [sys.executable, "-c", _LOAD_SEGMENT_PIPELINE, str(tmp_path / "seg")], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "2 ['x'] ['out', 'h']"
+
+
+def test_numpy_and_torch_dtypes_cross_onnx(tmp_path):
+    """Every boundary dtype goes through IO binding (bfloat16 has no numpy type)."""
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64):
+        runner_dir = tmp_path / str(dtype).removeprefix("torch.")
+        runner_dir.mkdir()
+        path = runner_dir / "m.onnx"
+        torch.onnx.export(
+            _Rotate().eval(), (torch.zeros(3, dtype=dtype),), str(path), dynamo=True, input_names=["a"], output_names=["b"], verbose=False
+        )
+        spec = [rt.IOSpec("a", dtype, (3,))], [rt.IOSpec("b", dtype, (3,))]
+        runner = rt.make_runner("onnx", path, *spec, device="cpu")
+        x = torch.tensor([1, 2, 3], dtype=dtype)
+        (y,) = runner([x])
+        assert y.dtype == dtype and torch.equal(y, torch.roll(x, -1)), dtype
+
+
+class _Rotate(torch.nn.Module):
+    def forward(self, a):
+        return torch.cat([a[1:], a[:1]])
