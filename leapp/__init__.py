@@ -1,2 +1,63 @@
 """leapp: export PyTorch + NVIDIA Warp pipelines to ONNX and PT2.
+
+Public API (DESIGN.md section 1)::
+
+    with leapp.trace("go2", save_path="exports") as session:
+        step(quat, joints)      # pass 1: discovery
+        step(quat, joints)      # pass 2: capture; further passes: validation samples
+    report = session.compile(validate=True)
+    pipeline = leapp.load("exports/go2")
+
+Nothing here changes torch or warp process-wide: recording is scoped to
+``leapp.node`` bodies and ``annotate.warp_op()`` blocks inside a session.
 """
+
+from __future__ import annotations
+
+from typing import Any
+
+from leapp import annotate
+from leapp._recorder.node import NodeScope as _NodeScope
+from leapp._recorder.session import Session
+from leapp._recorder.session import last_session as _last_session
+from leapp._recorder.session import start as _start
+from leapp._recorder.session import stop as _stop
+
+__all__ = ["trace", "start", "stop", "compile_graph", "node", "load", "annotate", "Session"]
+
+
+def trace(name: str, save_path: str = ".") -> Session:
+    """A recording session, used as a context manager; ``.compile(...)`` exports it."""
+    return Session(name, save_path)
+
+
+def start(name: str, save_path: str = ".") -> Session:
+    """Script-style ``trace``: begin a session (end it with ``leapp.stop()``)."""
+    return _start(name, save_path)
+
+
+def stop() -> Session:
+    """End the session begun by ``leapp.start``."""
+    return _stop()
+
+
+def compile_graph(validate: bool = True, rtol: float = 1e-3, atol: float = 1e-5) -> Any:
+    """Compile the active (or last) session; same as ``session.compile(...)``."""
+    return _last_session().compile(validate=validate, rtol=rtol, atol=atol)
+
+
+def node(name: str, export_with: str = "onnx", **backend_params: Any) -> _NodeScope:
+    """Mark a node: ``with leapp.node("obs", export_with="pt2"):`` or ``@leapp.node("policy")``.
+
+    As a decorator, tensor arguments are the node's inputs (named after the
+    parameters) and the return value (a tensor, a tuple/list or a dict of
+    tensors) its outputs. Outside a session it just calls the function.
+    """
+    return _NodeScope(name, export_with, **backend_params)
+
+
+def load(path: str) -> Any:
+    """Load an exported pipeline folder (``leapp.runtime.pipeline.load``)."""
+    from leapp.runtime.pipeline import load as _load  # noqa: PLC0415 - runtime is optional at trace time
+
+    return _load(path)

@@ -1,0 +1,326 @@
+"""leapp/_recorder/node.py: ``leapp.node`` and one execution of a node inside a session.
+
+Outside a session ``leapp.node`` costs one context-variable read: the
+decorator calls the function directly and the context manager does nothing.
+Inside, each execution is a ``NodeRun`` that owns a scoped dispatch mode
+(popped on exit, also when the body raised) and, in the capture pass, the FX
+graph of the node.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable
+
+import torch
+import warp as wp
+
+from leapp.errors import TraceError
+
+from .dtypes import array_base, check_boundary_dtype, is_warp_array, spec_for_array, spec_for_tensor
+from .fx_graph import GraphRecorder, NodeDispatchMode
+from .model import NodeRecord, Sample, SegmentRecord, TensorSpec
+from .session import MAX_SAMPLES, NodeState, Session, current_session
+from .source import user_location
+
+__all__ = ["NodeScope", "NodeRun", "declare_inputs", "declare_outputs"]
+
+_PASS_NAMES = ("discovery", "capture")
+
+
+class NodeRun:
+    """One execution of one node: pass index, recorder, declared inputs and outputs."""
+
+    def __init__(self, session: Session, state: NodeState, source: str) -> None:
+        self.session = session
+        self.state = state
+        self.name = state.name
+        self.source = source
+        self.pass_index = state.runs
+        self.recorder = GraphRecorder(state.name, build=self.pass_index == 1, owners=session.owners)
+        self.mode = NodeDispatchMode(self.recorder)
+        self.inputs: list[tuple[str, torch.Tensor, TensorSpec]] = []
+        self.outputs: list[tuple[str, Any, torch.Tensor, TensorSpec]] = []
+        self.segments_met: list = []  # DiscoveredSegment (pass 1, samples) or SegmentRecord (capture)
+        self.sample_inputs: list[torch.Tensor] = []
+        self._mode_on = False
+
+    @property
+    def pass_name(self) -> str:
+        return _PASS_NAMES[self.pass_index] if self.pass_index < 2 else f"sample pass {self.pass_index + 1}"
+
+    @property
+    def keeps_sample(self) -> bool:
+        state = self.state
+        if self.pass_index == 1:
+            return True
+        return self.pass_index > 1 and state.record is not None and len(state.record.samples) < MAX_SAMPLES
+
+    def enter(self) -> None:
+        self.mode.__enter__()
+        self._mode_on = True
+
+    def abort(self) -> None:
+        """Undo scoped state after an exception; the execution is not counted."""
+        block = self.session.block
+        if block is not None and block.run is self:
+            block.close(failed=True)
+        self._pop_mode()
+        self.session.current = None
+
+    def _pop_mode(self) -> None:
+        if self._mode_on:
+            self._mode_on = False
+            self.mode.__exit__(None, None, None)
+
+    # ---- declarations ----
+
+    def declare_input(self, name: str, value: Any, where: str) -> Any:
+        if any(name == n for n, _, _ in self.inputs):
+            raise TraceError(f"node '{self.name}': input {name!r} declared twice (at {where}).")
+        rec = self.recorder
+        with rec.paused_recording():
+            if is_warp_array(value):
+                check_boundary_dtype(value.dtype, f"input {name!r} of node '{self.name}'", where)
+                spec = spec_for_array(name, value)
+                _, ptr, capacity = array_base(value)
+                if not (value.is_contiguous and ptr == value.ptr and capacity == value.capacity):
+                    # A view of a larger allocation: the export boundary is a dense tensor.
+                    value = wp.clone(value)
+                t = wp.to_torch(value, requires_grad=False)
+            elif isinstance(value, torch.Tensor):
+                spec = spec_for_tensor(name, value)
+                if not (value.is_contiguous() and value.storage_offset() == 0
+                        and value.numel() * value.element_size() == value.untyped_storage().nbytes()):
+                    value = value.clone(memory_format=torch.contiguous_format)
+                t = value
+            else:
+                raise TraceError(
+                    f"node '{self.name}': input {name!r} at {where} is a {type(value).__name__}; "
+                    "expected a torch.Tensor or a wp.array."
+                )
+            if self.keeps_sample:
+                self.sample_inputs.append(t.detach().clone())
+        rec.placeholder(name, t, spec)
+        self.inputs.append((name, t, spec))
+        self.session.record_edge(self.name, name, t)
+        return value
+
+    def declare_output(self, name: str, value: Any, where: str) -> Any:
+        if any(name == n for n, _, _, _ in self.outputs):
+            raise TraceError(f"node '{self.name}': output {name!r} declared twice (at {where}).")
+        rec = self.recorder
+        if is_warp_array(value):
+            check_boundary_dtype(value.dtype, f"output {name!r} of node '{self.name}'", where)
+            spec = spec_for_array(name, value)
+            with rec.paused_recording():
+                t = wp.to_torch(value, requires_grad=False)
+        elif isinstance(value, torch.Tensor):
+            t, spec = value, spec_for_tensor(name, value)
+        else:
+            raise TraceError(
+                f"node '{self.name}': output {name!r} at {where} is a {type(value).__name__}; "
+                "expected a torch.Tensor or a wp.array."
+            )
+        rec.value_of(t)  # binds storage aliases and segment outputs now, while they are live
+        self.outputs.append((name, value, t, spec))
+        self.session.register_output(self.name, name, t)
+        return value
+
+    # ---- end of the execution ----
+
+    def finish(self) -> None:
+        """Fold this execution into the node's state according to its pass."""
+        self._pop_mode()
+        state = self.state
+        if self.pass_index == 0:
+            state.discovered = list(self.segments_met)
+        elif self.pass_index == 1:
+            self._finish_capture()
+        else:
+            self._finish_sample()
+        state.runs += 1
+
+    def _finish_capture(self) -> None:
+        state, rec = self.state, self.recorder
+        segments: list[SegmentRecord] = list(self.segments_met)
+        state.skipped = state.discovered[len(segments):]
+        out_nodes = [rec.value_of(t) for _, _, t, _ in self.outputs]
+        graph = rec.finish(out_nodes, class_name=f"leapp_node_{_identifier(self.name)}")
+        state.record = NodeRecord(
+            name=self.name,
+            export_with=state.export_with,
+            backend_params=dict(state.backend_params),
+            source=state.source,
+            inputs=[spec for _, _, spec in self.inputs],
+            outputs=[spec for _, _, _, spec in self.outputs],
+            graph=graph,
+            segments=segments,
+            samples=[self._sample()],
+        )
+        self.session.notes.extend(rec.notes)
+
+    def _finish_sample(self) -> None:
+        state = self.state
+        if state.record is None:
+            return
+        if len(self.segments_met) != len(state.discovered):
+            self.session.notes.append(
+                f"node '{self.name}' {self.pass_name}: met {len(self.segments_met)} Warp segments, discovery met "
+                f"{len(state.discovered)}; this execution is not kept as a validation sample."
+            )
+            return
+        if self.keeps_sample:
+            state.record.samples.append(self._sample())
+
+    def _sample(self) -> Sample:
+        with self.recorder.paused_recording():
+            outputs = [t.detach().clone() for _, _, t, _ in self.outputs]
+        return Sample(inputs=list(self.sample_inputs), outputs=outputs)
+
+
+def _identifier(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name)
+
+
+def _active_run(session: Session, node: str, api: str, where: str) -> NodeRun:
+    run = session.current
+    if run is None:
+        raise TraceError(f"{api}('{node}') at {where} is outside leapp.node('{node}').")
+    if run.name != node:
+        raise TraceError(f"{api}('{node}') at {where} is inside leapp.node('{run.name}'), not leapp.node('{node}').")
+    return run
+
+
+def _unpack(values: list) -> Any:
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def declare_inputs(node: str, values: dict) -> Any:
+    session = current_session()
+    if session is None:
+        return _unpack(list(values.values()))
+    where = user_location()
+    run = _active_run(session, node, "annotate.input_tensors", where)
+    return _unpack([run.declare_input(name, v, where) for name, v in values.items()])
+
+
+def declare_outputs(node: str, values: dict) -> Any:
+    session = current_session()
+    if session is None:
+        return _unpack(list(values.values()))
+    where = user_location()
+    run = _active_run(session, node, "annotate.output_tensors", where)
+    return _unpack([run.declare_output(name, v, where) for name, v in values.items()])
+
+
+def _is_value(x) -> bool:
+    return isinstance(x, torch.Tensor) or is_warp_array(x)
+
+
+class NodeScope:
+    """``leapp.node(name, export_with=..., **backend_params)``: context manager and decorator."""
+
+    __slots__ = ("name", "export_with", "backend_params", "_runs")
+
+    def __init__(self, name: str, export_with: str = "onnx", **backend_params: Any) -> None:
+        self.name = name
+        self.export_with = export_with
+        self.backend_params = backend_params
+        self._runs: list[NodeRun | None] = []
+
+    # ---- context manager ----
+
+    def __enter__(self) -> NodeScope:
+        session = current_session()
+        self._runs.append(None if session is None else self._begin(session, user_location()))
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        run = self._runs.pop() if self._runs else None
+        if run is not None:
+            _end(run, exc is not None)
+        return False
+
+    def _begin(self, session: Session, source: str) -> NodeRun:
+        if session.current is not None:
+            raise TraceError(
+                f"leapp.node('{self.name}') at {source} is inside leapp.node('{session.current.name}'); "
+                "nodes cannot be nested."
+            )
+        state = session.node_state(self.name, self.export_with, self.backend_params, source)
+        run = NodeRun(session, state, source)
+        session.current = run
+        run.enter()
+        return run
+
+    # ---- decorator ----
+
+    def __call__(self, fn: Callable) -> Callable:
+        signature = inspect.signature(fn)
+        source = user_location()
+
+        @functools.wraps(fn)
+        def traced(*args, **kwargs):
+            session = current_session()
+            if session is None:
+                return fn(*args, **kwargs)
+            run = self._begin(session, source)
+            try:
+                bound = signature.bind(*args, **kwargs)
+                where = f"{source} (arguments of {fn.__qualname__})"
+                for pname, value in list(bound.arguments.items()):
+                    bound.arguments[pname] = _declare_structure(run, pname, value, where)
+                result = fn(*bound.args, **bound.kwargs)
+                _declare_result(run, result, f"{source} (return value of {fn.__qualname__})")
+            except BaseException:
+                _end(run, failed=True)
+                raise
+            _end(run, failed=False)
+            return result
+
+        return traced
+
+
+def _end(run: NodeRun, failed: bool) -> None:
+    session = run.session
+    if failed:
+        run.abort()
+        return
+    try:
+        if session.block is not None and session.block.run is run:
+            block = session.block
+            block.close(failed=True)
+            raise TraceError(f"leapp.node('{run.name}') exited while Warp segment '{block.segment_id}' is open.")
+        run.finish()
+    finally:
+        run._pop_mode()
+        session.current = None
+
+
+def _declare_structure(run: NodeRun, name: str, value: Any, where: str) -> Any:
+    if _is_value(value):
+        return run.declare_input(name, value, where)
+    if isinstance(value, (tuple, list)) and any(_is_value(v) for v in value):
+        items = [run.declare_input(f"{name}_{i}", v, where) if _is_value(v) else v for i, v in enumerate(value)]
+        return type(value)(items) if isinstance(value, list) else tuple(items)
+    if isinstance(value, dict) and any(_is_value(v) for v in value.values()):
+        return {k: run.declare_input(f"{name}_{k}", v, where) if _is_value(v) else v for k, v in value.items()}
+    return value
+
+
+def _declare_result(run: NodeRun, result: Any, where: str) -> None:
+    if _is_value(result):
+        run.declare_output("output", result, where)
+    elif isinstance(result, (tuple, list)) and result and all(_is_value(v) for v in result):
+        for i, v in enumerate(result):
+            run.declare_output(f"output_{i}", v, where)
+    elif isinstance(result, dict) and result and all(_is_value(v) for v in result.values()):
+        for k, v in result.items():
+            run.declare_output(str(k), v, where)
+    else:
+        raise TraceError(
+            f"leapp.node('{run.name}') at {where}: a traced function must return a tensor, a tuple/list of "
+            f"tensors or a dict of tensors, got {type(result).__name__}."
+        )

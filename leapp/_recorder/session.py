@@ -1,0 +1,218 @@
+"""leapp/_recorder/session.py: the trace session, its pass counting and the SessionRecord it yields.
+
+NOTE: the active session lives in a ``contextvars.ContextVar`` of this module:
+leapp's own state, one per thread / async context. Nothing in ``torch`` or
+``warp`` is touched when a session starts or stops.
+
+Pass counting is per node: the first execution of a node in a session is
+discovery, the second is capture, later ones are validation samples (at most
+``MAX_SAMPLES`` kept, the capture pass's own sample included).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import weakref
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from leapp.errors import NOT_EXECUTED_TWICE, TraceError
+
+from .fx_graph import OwnerMap, storage_ptr
+from .model import NodeRecord, SessionRecord
+from .source import user_location
+
+if TYPE_CHECKING:
+    from .node import NodeRun
+
+__all__ = ["Session", "current_session", "start", "stop", "last_session", "MAX_SAMPLES", "DiscoveredSegment"]
+
+MAX_SAMPLES = 4
+
+_ACTIVE: contextvars.ContextVar[Session | None] = contextvars.ContextVar("leapp_session", default=None)
+_LAST: list[Session] = []  # the most recent session started in this process (for compile_graph)
+
+
+def current_session() -> Session | None:
+    """The active session of this thread / context, or None (the cheap no-op path)."""
+    return _ACTIVE.get()
+
+
+@dataclass
+class DiscoveredSegment:
+    """What the discovery pass learned about one Warp segment."""
+
+    index: int
+    id: str
+    source: str
+    ops: list[str]
+    call_sites: list[str]
+    device: str | None
+
+
+@dataclass
+class NodeState:
+    name: str
+    export_with: str
+    backend_params: dict
+    source: str
+    runs: int = 0
+    discovered: list[DiscoveredSegment] = field(default_factory=list)
+    record: NodeRecord | None = None
+    skipped: list[DiscoveredSegment] = field(default_factory=list)
+
+
+class Session:
+    """One ``leapp.trace(name, save_path)`` session.
+
+    Enter it (``with`` or ``leapp.start``), run the traced code at least twice,
+    then call ``compile()``. ``record`` is the plain data model the exporter
+    consumes.
+    """
+
+    def __init__(self, name: str, save_path: str = ".") -> None:
+        self.name = name
+        self.save_path = str(save_path)
+        self.owners = OwnerMap()
+        self.current: NodeRun | None = None
+        self.block = None  # the open Warp segment (holds the owner token)
+        self._nodes: dict[str, NodeState] = {}
+        self._edges: list[tuple[str, str, str, str]] = []
+        self._outputs: dict[int, tuple[str, str, weakref.ref]] = {}  # storage ptr -> (node, output name, tensor)
+        self.constants_report: list[str] = []
+        self.notes: list[str] = []
+        self._token: contextvars.Token | None = None
+
+    # ---- lifecycle ----
+
+    def __enter__(self) -> Session:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.stop()
+        return False
+
+    def start(self) -> None:
+        other = _ACTIVE.get()
+        if other is not None:
+            raise TraceError(
+                f"leapp.trace('{self.name}') at {user_location()}: session '{other.name}' is still active; "
+                "sessions cannot be nested (leapp.stop() ends the script-style session)."
+            )
+        self._token = _ACTIVE.set(self)
+        _LAST[:] = [self]
+
+    def stop(self) -> None:
+        if self._token is None:
+            return
+        if self.current is not None:
+            # A node left open (an exception escaped past it): close its scoped state.
+            self.current.abort()
+        _ACTIVE.reset(self._token)
+        self._token = None
+
+    @property
+    def active(self) -> bool:
+        return self._token is not None
+
+    # ---- nodes ----
+
+    def node_state(self, name: str, export_with: str, backend_params: dict, source: str) -> NodeState:
+        state = self._nodes.get(name)
+        if state is None:
+            state = self._nodes[name] = NodeState(name, export_with, dict(backend_params), source)
+        elif state.export_with != export_with:
+            raise TraceError(
+                f"leapp.node('{name}') at {source} has export_with='{export_with}', but the same node was "
+                f"declared with export_with='{state.export_with}' at {state.source}."
+            )
+        return state
+
+    def register_output(self, node: str, name: str, t: torch.Tensor) -> None:
+        ptr = storage_ptr(t)
+        if ptr:
+            self._outputs[ptr] = (node, name, weakref.ref(t))
+
+    def record_edge(self, node: str, name: str, t: torch.Tensor) -> None:
+        entry = self._outputs.get(storage_ptr(t))
+        if entry is None or entry[2]() is None or entry[0] == node:
+            return
+        edge = (entry[0], entry[1], node, name)
+        if edge not in self._edges:
+            self._edges.append(edge)
+
+    # ---- results ----
+
+    @property
+    def record(self) -> SessionRecord:
+        """The SessionRecord so far: captured nodes in order of first execution, plus pending problems."""
+        problems = []
+        for state in self._nodes.values():
+            if state.record is None:
+                segs = "".join(f"; Warp segment {d.id} at {d.source}" for d in state.discovered)
+                problems.append(
+                    f"leapp.node('{state.name}') at {state.source} was {NOT_EXECUTED_TWICE} "
+                    f"(executed {state.runs} time(s) in session '{self.name}'; run the traced code at least twice)"
+                    f"{segs}."
+                )
+                continue
+            for d in state.skipped:
+                problems.append(
+                    f"Warp segment {d.id} at {d.source} of node '{state.name}' was discovered but "
+                    f"{NOT_EXECUTED_TWICE} (the capture pass met {len(state.record.segments)} of "
+                    f"{len(state.discovered)} discovered segments)."
+                )
+            if not state.record.outputs:
+                problems.append(
+                    f"leapp.node('{state.name}') at {state.source} declared no outputs "
+                    "(use annotate.output_tensors or return tensors from the decorated function)."
+                )
+        return SessionRecord(
+            name=self.name,
+            save_path=self.save_path,
+            nodes={n: s.record for n, s in self._nodes.items() if s.record is not None},
+            edges=list(self._edges),
+            constants_report=list(self.constants_report),
+            problems=problems,
+            notes=list(self.notes),
+        )
+
+    def compile(self, validate: bool = True, rtol: float = 1e-3, atol: float = 1e-5) -> Any:
+        """Check the passes, then export every node (``leapp._export.compile.compile_session``).
+
+        Raises:
+            TraceError: a node ran only once, or the capture pass skipped a
+                discovered Warp segment (text: ``not executed a second time
+                for APIC capture``).
+        """
+        if self.active:
+            self.stop()
+        record = self.record
+        record.check_complete()
+        from leapp._export.compile import compile_session  # noqa: PLC0415 - the exporter is heavy and optional
+
+        return compile_session(record, validate=validate, rtol=rtol, atol=atol)
+
+
+def start(name: str, save_path: str = ".") -> Session:
+    session = Session(name, save_path)
+    session.start()
+    return session
+
+
+def stop() -> Session:
+    session = _ACTIVE.get()
+    if session is None:
+        raise TraceError("leapp.stop(): no leapp session is active (leapp.start(name) begins one).")
+    session.stop()
+    return session
+
+
+def last_session() -> Session:
+    session = _ACTIVE.get() or (_LAST[0] if _LAST else None)
+    if session is None:
+        raise TraceError("leapp.compile_graph(): no leapp session was started (use leapp.start or leapp.trace).")
+    return session

@@ -1,0 +1,39 @@
+"""leapp.annotate: mark a node's inputs, outputs and Warp segments.
+
+Outside an active ``leapp.trace`` session every function here is a no-op that
+returns its arguments, so production code keeps its annotations.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from leapp._recorder.node import declare_inputs, declare_outputs
+from leapp._recorder.segment import WarpOp
+
+__all__ = ["input_tensors", "output_tensors", "warp_op"]
+
+
+def input_tensors(node: str, values: dict[str, Any]) -> Any:
+    """Declare the inputs of ``node`` (torch tensors or ``wp.array``s), in dict order.
+
+    Returns the values: one value when the dict has one entry, else a tuple in
+    dict order. Inside a session, use the returned values: an input that is a
+    view of a larger allocation comes back as a dense copy (the exported
+    boundary is a dense tensor).
+    """
+    return declare_inputs(node, values)
+
+
+def output_tensors(node: str, values: dict[str, Any]) -> Any:
+    """Declare the outputs of ``node``; returns the values like ``input_tensors``."""
+    return declare_outputs(node, values)
+
+
+def warp_op(node: str | None = None) -> WarpOp:
+    """One Warp segment: ``with annotate.warp_op(): wp.launch(...)`` (also usable as a decorator).
+
+    ``node`` defaults to the enclosing ``leapp.node``. The block holds an owner
+    token: entering another ``warp_op`` while it is open raises.
+    """
+    return WarpOp(node)
