@@ -321,26 +321,42 @@ class _Builder:
     def live_kernel(self, op: WrpLaunch):
         """The live kernel a launch record names (by key, disambiguated by the captured variant)."""
         record = self.wrp.kernel(op.module_hash, op.kernel_key)
-        candidates = list({id(k): k for k in self.live if k.key == op.kernel_key}.values())
-        if len(candidates) > 1:
+        named = [k for k in self.live if k.key == op.kernel_key]
+        direct = {id(k): k for k in named if not getattr(k, "is_generic", False)}
+        # a generic kernel stands for the overloads it resolved to (when no overload is given directly)
+        candidates = direct or {id(c): c for k in named for c in k.overloads.values()}
+        if len(candidates) > 1:  # same key in several modules: keep the captured module variant
+            candidates = {i: k for i, k in candidates.items() if self.variant_hash(k, record.block_dim)
+                          == op.module_hash} or candidates
+        if len(candidates) > 1 and not direct:  # overloads of a generic parent: the one APIC recorded
             mangled = record.forward_name.removesuffix("_cpu_forward").removesuffix("_cuda_kernel_forward")
-            narrowed = []
-            for k in candidates:
-                hasher = k.module.hashers.get(record.block_dim)
-                h = hasher.kernel_hashes.get(k) if hasher is not None else None
-                if h is not None and k.get_mangled_name(kernel_hash=h) == mangled:
-                    narrowed.append(k)
-            candidates = narrowed
-        if len(candidates) != 1:
-            state = "no" if not candidates else "several"
-            raise self.fail(f"launch of kernel '{op.kernel_key}' (operation {op.index}) matches {state} of the "
+            candidates = {i: k for i, k in candidates.items() if self.variant_name(k, record.block_dim)
+                          == mangled} or candidates
+        if len(candidates) > 1:
+            raise self.fail(f"launch of kernel '{op.kernel_key}' (operation {op.index}) matches {len(candidates)} "
+                            "overloads of one module; APIC records them under one name, so the segment cannot "
+                            "be exported: give each overload its own kernel")
+        if not candidates:
+            raise self.fail(f"launch of kernel '{op.kernel_key}' (operation {op.index}) matches none of the "
                             f"segment's kernels ({sorted({k.key for k in self.live})})")
-        kernel = candidates[0]
-        hasher = kernel.module.hashers.get(record.block_dim)
-        if hasher is not None and hasher.get_hash().hex() != op.module_hash:
+        (kernel,) = candidates.values()
+        captured = self.variant_hash(kernel, record.block_dim)
+        if captured is not None and captured != op.module_hash:
             raise self.fail(f"module '{kernel.module.name}' of kernel '{kernel.key}' changed since the capture "
-                            f"(hash {hasher.get_hash().hex()[:7]}, captured {op.module_hash[:7]})")
+                            f"(hash {captured[:7]}, captured {op.module_hash[:7]})")
         return kernel, record
+
+    @staticmethod
+    def variant_hash(kernel, block_dim: int) -> str | None:
+        """Hex hash of a module variant Warp already hashed (None when it never did: no side effects)."""
+        hasher = kernel.module.hashers.get(block_dim)
+        return hasher.get_hash().hex() if hasher is not None else None
+
+    @staticmethod
+    def variant_name(kernel, block_dim: int) -> str | None:
+        hasher = kernel.module.hashers.get(block_dim)
+        h = hasher.kernel_hashes.get(kernel) if hasher is not None else None
+        return kernel.get_mangled_name(kernel_hash=h) if h is not None else None
 
     def cuda_block_dim_for(self, kernel, record, op: WrpLaunch) -> int:
         if self.wrp.device == "cuda":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import struct
+from typing import Any
 
 import numpy as np
 import pytest
@@ -49,6 +50,12 @@ def k_grid2d(a: wp.array2d(dtype=float), out: wp.array2d(dtype=float)):
 def k_lean(x: wp.array(dtype=wp.int32), y: wp.array(dtype=wp.int32)):
     i = wp.tid()
     y[i] = x[i] + 1
+
+
+@wp.kernel
+def k_generic(x: wp.array(dtype=Any), y: wp.array(dtype=Any)):
+    i = wp.tid()
+    y[i] = x[i] + x[i]
 
 
 @wp.kernel
@@ -338,3 +345,25 @@ def test_tile_kernel_captured_on_cpu_with_block_dim_1_is_refused(tmp_path):
                   a=a, out=out)
     with pytest.raises(ExportError, match="uses tiles and was captured on CPU with block_dim=1"):
         cap.bundle([k_tile], inputs=["a"], outputs=["out"])
+
+
+def test_generic_kernels(tmp_path):
+    xf, yf = array(np.arange(3, dtype=np.float32)), wp.zeros(3, dtype=float, device="cpu")
+    xi, yi = array(np.arange(3, dtype=np.int32), dtype=wp.int32), wp.zeros(3, dtype=wp.int32, device="cpu")
+    cap = Capture(tmp_path, lambda: wp.launch(k_generic, dim=3, inputs=[xf, yf], device="cpu"), xf=xf, yf=yf)
+    b = cap.bundle([k_generic], inputs=["xf"], outputs=["yf"])  # the generic parent stands for its overload
+    (kernel,) = b.kernels
+    assert kernel["key"] == "k_generic" and f".entry {kernel['entry']}(" in b.blob(0).decode()
+
+    def both():
+        wp.launch(k_generic, dim=3, inputs=[xf, yf], device="cpu")
+        wp.launch(k_generic, dim=3, inputs=[xi, yi], device="cpu")
+
+    cap = Capture(tmp_path, both, xf=xf, yf=yf, xi=xi, yi=yi)
+    overloads = list(k_generic.overloads.values())
+    assert len(overloads) == 2
+    with pytest.raises(ExportError, match="matches 2 overloads of one module"):
+        cap.bundle(overloads, inputs=["xf", "xi"], outputs=["yf", "yi"])
+    # given the generic parent, the overload APIC recorded (the float one) is used
+    cap = Capture(tmp_path, lambda: wp.launch(k_generic, dim=3, inputs=[xf, yf], device="cpu"), xf=xf, yf=yf)
+    assert cap.bundle([k_generic], inputs=["xf"], outputs=["yf"]).kernels[0]["entry"] == kernel["entry"]
