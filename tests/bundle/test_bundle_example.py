@@ -69,3 +69,35 @@ def test_example_manifest_is_json_as_written():
     data = write_bundle(manifest, blobs)
     offset, size = HEADER.unpack(data[:HEADER_SIZE])[7:9]
     assert json.loads(data[offset:offset + size]) == manifest
+
+
+def test_public_api():
+    import leapp.bundle as bundle_pkg
+
+    for name in bundle_pkg.__all__:
+        obj = getattr(bundle_pkg, name)
+        if callable(obj):
+            assert obj.__module__ == "leapp.bundle", name
+    assert issubclass(BundleError, ValueError)
+
+
+def test_bundle_package_imports_neither_torch_nor_warp():
+    """The reader must work where neither is installed: only the standard library and leapp.errors."""
+    import ast
+    import pathlib
+
+    import leapp.bundle
+
+    allowed_leapp = {"leapp.errors", "leapp.bundle"}
+    for path in pathlib.Path(leapp.bundle.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                top = name.split(".")[0]
+                assert top not in ("torch", "warp", "numpy", "onnx"), f"{path.name} imports {name}"
+                if top == "leapp":
+                    assert any(name == a or name.startswith(a + ".") for a in allowed_leapp), f"{path.name}: {name}"
