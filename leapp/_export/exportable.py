@@ -73,7 +73,7 @@ def bundle_info(bundle: bytes) -> tuple[dict, str, str]:
 def example_inputs(record: NodeRecord) -> tuple[torch.Tensor, ...]:
     """The first recorded sample's inputs, else zeros shaped like the node's input specs (on the CPU)."""
     if record.samples:
-        return tuple(record.samples[0].inputs)
+        return tuple(t.detach() for t in record.samples[0].inputs)
     return tuple(torch.zeros(spec.shape, dtype=spec.dtype) for spec in record.inputs)
 
 

@@ -55,6 +55,7 @@ class NodeValidation:
     node: str
     status: str
     reason: str = ""
+    source: str = ""
     samples: int = 0
     outputs: list[OutputCheck] = field(default_factory=list)
 
@@ -145,7 +146,7 @@ def validate_node(record: NodeRecord, backend: str, artifact: Path, rtol: float,
     """Runs ``artifact`` on every sample of ``record`` and compares with the eager outputs."""
     from leapp.runtime.pipeline import IOSpec, make_runner
 
-    result = NodeValidation(record.name, PASSED, samples=len(record.samples))
+    result = NodeValidation(record.name, PASSED, source=record.source, samples=len(record.samples))
     blocker = validation_blocker(record, backend)
     if blocker:
         result.status, result.reason = ERROR, blocker
@@ -197,7 +198,7 @@ def raise_for_failures(results: list[NodeValidation], report=None) -> None:
     if not failed:
         return
     lines = [VALIDATION_FAILED.format(count=len(failed), names=[r.node for r in failed])]
-    lines += [f"  {r.node}: {r.reason}" for r in failed]
+    lines += [f"  {r.node}" + (f" ({r.source})" if r.source else "") + f": {r.reason}" for r in failed]
     error = ValidationError("\n".join(lines))
     error.report = report
     error.results = failed
