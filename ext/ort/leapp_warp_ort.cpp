@@ -1,4 +1,19 @@
-// ext/ort/leapp_warp_ort.cpp: ONNX Runtime custom-op library, domain "leapp.warp".
+// ext/ort/leapp_warp_ort.cpp: ONNX Runtime custom-op library, domain "leapp.warp", op "WarpSegment".
+//
+// Node layout (DESIGN.md section 3): inputs = the segment's tensors, then the
+// bundle as a uint8 tensor (an initializer); outputs = the segment's tensors;
+// string attribute `signature` (docs/bundle-format.md section 5), which gives
+// the output dtypes and shapes without the bundle bytes.
+//
+// One op class serves two execution providers:
+//   CPU EP:  host tensors, staged through pinned memory onto a CUDA device of
+//            leapp's choice (env LEAPP_CUDA_DEVICE, else 0) on a pooled stream;
+//   CUDA EP: device tensors, replayed on the EP's compute stream.
+// Bundles are parsed once per process (keyed by digest) and each kernel keeps
+// the bundle it resolved for its initializer's (pointer, size), so Compute
+// only validates shapes and enqueues work. Kernels may be called from several
+// threads and sessions at once: the kernel's cache has a mutex, the runtime is
+// thread-safe. Every failure becomes an OrtStatus naming the node and segment.
 //
 // The domain object is static: ORT keeps a pointer to it in every session
 // created with these options, so it must outlive them all.
@@ -6,11 +21,207 @@
 #include <onnxruntime_cxx_api.h>
 #undef ORT_API_MANUAL_INIT
 
+#include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "leapp/runtime.h"
 
 namespace {
+
 constexpr const char* kDomain = "leapp.warp";
+constexpr const char* kOpName = "WarpSegment";
+
+ONNXTensorElementDataType onnx_type(const std::string& dtype) {
+  if (dtype == "float32") return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+  if (dtype == "float16") return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
+  if (dtype == "bfloat16") return ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
+  if (dtype == "float64") return ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE;
+  if (dtype == "int8") return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8;
+  if (dtype == "int16") return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16;
+  if (dtype == "int32") return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
+  if (dtype == "int64") return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
+  if (dtype == "uint8") return ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
+  if (dtype == "bool") return ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL;
+  return ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
 }
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+/// Thrown for problems of the call's arguments (ORT_INVALID_ARGUMENT).
+struct BadArgument : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+class WarpSegmentKernel {
+ public:
+  WarpSegmentKernel(const OrtApi& api, const OrtKernelInfo* info, bool cuda_ep) : api_(api), cuda_ep_(cuda_ep) {
+    Ort::ConstKernelInfo ki(info);
+    node_ = ki.GetNodeName();
+    signature_ = leapp::parse_signature(ki.GetAttribute<std::string>("signature"));
+  }
+
+  OrtStatusPtr ComputeV2(OrtKernelContext* context) noexcept {
+    try {
+      compute(context);
+      return nullptr;
+    } catch (const leapp::DriverUnavailable& e) {
+      return status(ORT_FAIL, e.what());
+    } catch (const std::invalid_argument& e) {
+      return status(ORT_INVALID_ARGUMENT, e.what());
+    } catch (const Ort::Exception& e) {
+      return status(ORT_FAIL, e.what());
+    } catch (const std::exception& e) {
+      return status(ORT_FAIL, e.what());
+    } catch (...) {
+      return status(ORT_FAIL, "unknown error");
+    }
+  }
+
+ private:
+  OrtStatusPtr status(OrtErrorCode code, const std::string& msg) const {
+    return api_.CreateStatus(code, (where() + ": " + msg).c_str());
+  }
+
+  std::string where() const {
+    return std::string(kDomain) + "." + kOpName + " node '" + node_ + "' (segment '" + signature_.segment + "')";
+  }
+
+  /// The bundle of this node's bundle input, parsed once per (pointer, size).
+  std::shared_ptr<const leapp::Bundle> bundle_for(Ort::ConstValue value, void* stream) {
+    auto info = value.GetTensorTypeAndShapeInfo();
+    if (info.GetElementType() != ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8)
+      throw BadArgument("the last input must be the uint8 bundle tensor");
+    const size_t size = info.GetElementCount();
+    const void* data = value.GetTensorRawData();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (bundle_ && data == bundle_data_ && size == bundle_size_) return bundle_;
+    }
+    std::shared_ptr<const leapp::Bundle> b = leapp::find_bundle(signature_.digest);
+    std::vector<uint8_t> host;
+    const bool on_gpu = value.GetTensorMemoryInfo().GetDeviceType() == OrtMemoryInfoDeviceType_GPU;
+    if (on_gpu) {
+      // An initializer placed on the GPU by the CUDA EP: read it back once.
+      const leapp::CudaDriver& d = leapp::driver();
+      host.resize(size);
+      LEAPP_CHECK_CU(d.cuMemcpyDtoHAsync(host.data(), leapp::CUdeviceptr(reinterpret_cast<uintptr_t>(data)), size,
+                                         static_cast<leapp::CUstream>(stream)));
+      LEAPP_CHECK_CU(d.cuStreamSynchronize(static_cast<leapp::CUstream>(stream)));
+      data = host.data();
+    }
+    if (!b || b->bytes() != std::string_view(static_cast<const char*>(data), size))
+      b = leapp::intern_bundle(data, size);
+    leapp::check_signature(*b, signature_);
+    std::lock_guard<std::mutex> lock(mutex_);
+    bundle_ = b;
+    bundle_data_ = value.GetTensorRawData();
+    bundle_size_ = size;
+    return b;
+  }
+
+  void compute(OrtKernelContext* context) {
+    Ort::KernelContext ctx(context);
+    const size_t n_in = ctx.GetInputCount();
+    if (n_in == 0) throw BadArgument("no inputs: the bundle tensor must be the last input");
+    void* stream = cuda_ep_ ? ctx.GetGPUComputeStream() : nullptr;
+    std::shared_ptr<const leapp::Bundle> bundle = bundle_for(ctx.GetInput(n_in - 1), stream);
+    const leapp::Manifest& m = bundle->manifest();
+
+    if (n_in - 1 != m.inputs.size())
+      throw BadArgument("got " + std::to_string(n_in - 1) + " segment inputs (plus the bundle), the segment takes " +
+                        std::to_string(m.inputs.size()));
+    if (ctx.GetOutputCount() != m.outputs.size())
+      throw BadArgument("has " + std::to_string(ctx.GetOutputCount()) + " outputs, the segment produces " +
+                        std::to_string(m.outputs.size()));
+
+    std::vector<leapp::DeviceSpan> dev_in, dev_out;
+    std::vector<leapp::HostSpan> host_in, host_out;
+    for (size_t j = 0; j < m.inputs.size(); ++j) {
+      const leapp::TensorSpec& spec = m.inputs[j];
+      Ort::ConstValue v = ctx.GetInput(j);
+      auto info = v.GetTensorTypeAndShapeInfo();
+      std::vector<int64_t> shape = info.GetShape();
+      if (info.GetElementType() != onnx_type(spec.dtype) || shape != spec.shape)
+        throw BadArgument("input " + std::to_string(j) + " '" + spec.name + "' expects " + spec.dtype +
+                          shape_text(spec.shape) + ", got element type " + std::to_string(info.GetElementType()) +
+                          " " + shape_text(shape));
+      const void* p = v.GetTensorRawData();
+      dev_in.push_back({leapp::CUdeviceptr(reinterpret_cast<uintptr_t>(p)), spec.bytes});
+      host_in.push_back({const_cast<void*>(p), spec.bytes});
+    }
+    for (size_t j = 0; j < m.outputs.size(); ++j) {
+      const leapp::TensorSpec& spec = m.outputs[j];
+      Ort::UnownedValue v = ctx.GetOutput(j, spec.shape.data(), spec.shape.size());
+      void* p = v.GetTensorMutableRawData();
+      dev_out.push_back({leapp::CUdeviceptr(reinterpret_cast<uintptr_t>(p)), spec.bytes});
+      host_out.push_back({p, spec.bytes});
+    }
+    if (cuda_ep_)
+      leapp::run_segment(*bundle, dev_in, dev_out, static_cast<leapp::CUstream>(stream), -1);
+    else
+      leapp::run_segment_host(*bundle, host_in, host_out, -1);
+  }
+
+  const OrtApi& api_;
+  bool cuda_ep_;
+  std::string node_;
+  leapp::Signature signature_;
+  std::mutex mutex_;
+  std::shared_ptr<const leapp::Bundle> bundle_;
+  const void* bundle_data_ = nullptr;
+  size_t bundle_size_ = 0;
+};
+
+struct WarpSegmentOp : Ort::CustomOpBase<WarpSegmentOp, WarpSegmentKernel, /*WithStatus=*/true> {
+  explicit WarpSegmentOp(const char* provider) : provider_(provider) {}
+
+  OrtStatusPtr CreateKernelV2(const OrtApi& api, const OrtKernelInfo* info, void** kernel) const noexcept {
+    try {
+      *kernel = new WarpSegmentKernel(api, info, provider_ != nullptr);
+      return nullptr;
+    } catch (const std::exception& e) {
+      std::string node;
+      try {
+        node = Ort::ConstKernelInfo(info).GetNodeName();
+      } catch (...) {
+      }
+      return api.CreateStatus(ORT_INVALID_ARGUMENT, (std::string(kDomain) + "." + kOpName + " node '" + node +
+                                                     "': bad `signature` attribute: " + e.what())
+                                                        .c_str());
+    }
+  }
+
+  const char* GetName() const { return kOpName; }
+  const char* GetExecutionProviderType() const { return provider_; }  // nullptr = CPU EP
+
+  size_t GetInputTypeCount() const { return 1; }
+  ONNXTensorElementDataType GetInputType(size_t) const { return ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED; }
+  OrtCustomOpInputOutputCharacteristic GetInputCharacteristic(size_t) const {
+    return OrtCustomOpInputOutputCharacteristic::INPUT_OUTPUT_VARIADIC;
+  }
+  int GetVariadicInputMinArity() const { return 1; }  // at least the bundle
+  bool GetVariadicInputHomogeneity() const { return false; }
+
+  size_t GetOutputTypeCount() const { return 1; }
+  ONNXTensorElementDataType GetOutputType(size_t) const { return ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED; }
+  OrtCustomOpInputOutputCharacteristic GetOutputCharacteristic(size_t) const {
+    return OrtCustomOpInputOutputCharacteristic::INPUT_OUTPUT_VARIADIC;
+  }
+  int GetVariadicOutputMinArity() const { return 1; }
+  bool GetVariadicOutputHomogeneity() const { return false; }
+
+ private:
+  const char* provider_;
+};
+
+}  // namespace
 
 extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL
 RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
@@ -21,9 +232,14 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
   }
   Ort::InitApi(api);
   try {
+    static WarpSegmentOp cpu_op(nullptr);
+    static WarpSegmentOp cuda_op("CUDAExecutionProvider");
     static Ort::CustomOpDomain domain{kDomain};
     static std::once_flag once;
-    std::call_once(once, [] { /* ops are added to `domain` here */ });
+    std::call_once(once, [] {
+      domain.Add(&cpu_op);
+      domain.Add(&cuda_op);
+    });
     Ort::UnownedSessionOptions session_options(options);
     session_options.Add(domain);
   } catch (const std::exception& e) {
