@@ -174,7 +174,8 @@ class _Builder:
         self.abi: WarpABI = abi_for_version(self.wrp.producer)
         require_supported_warp()
         self.live = [getattr(ref, "kernel", ref) for ref in self.kernel_refs]
-        self.allocated: set[int] = set()
+        self.allocated: set[int] = set()  # regions of ALLOC ops
+        self.op_written: set[int] = set()  # regions that copies and fills write
 
     def fail(self, message: str) -> ExportError:
         return ExportError(f"{self.where}: {message}")
@@ -265,7 +266,13 @@ class _Builder:
         if region_id in self.region_buffer:
             return self.region_buffer[region_id]
         region = self.region(region_id, what)
-        if region_id in self.constants:
+        if region_id in self.constants and region_id in self.op_written:
+            # a copy/fill writes it: replay on a scratch copy seeded every call, the constant stays read-only
+            src = self.add_constant(region_id)
+            b = self.add_buffer(region.size, "scratch", "none")
+            self.prelude.append({"op": "copy", "dst": b, "dst_offset": 0, "src": src, "src_offset": 0,
+                                 "bytes": region.size})
+        elif region_id in self.constants:
             b = self.add_constant(region_id)
         elif region_id in self.scratch or region.transient or region_id in self.allocated:
             nbytes = max(region.size, int(self.scratch.get(region_id, 0)))
@@ -287,6 +294,8 @@ class _Builder:
 
     def add_ops(self) -> None:
         self.allocated = {op.region for op in self.wrp.ops if isinstance(op, WrpAlloc)}
+        self.op_written = {op.region for op in self.wrp.ops if isinstance(op, (WrpMemset, WrpMemtile))}
+        self.op_written |= {op.dst_region for op in self.wrp.ops if isinstance(op, WrpMemcpy)}
         for op in self.wrp.ops:
             what = f"{op.op_name} (operation {op.index})"
             if isinstance(op, WrpLaunch):

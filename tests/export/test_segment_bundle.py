@@ -367,3 +367,21 @@ def test_generic_kernels(tmp_path):
     # given the generic parent, the overload APIC recorded (the float one) is used
     cap = Capture(tmp_path, lambda: wp.launch(k_generic, dim=3, inputs=[xf, yf], device="cpu"), xf=xf, yf=yf)
     assert cap.bundle([k_generic], inputs=["xf"], outputs=["yf"]).kernels[0]["entry"] == kernel["entry"]
+
+
+def test_constant_written_by_a_copy_is_replayed_on_a_seeded_scratch(tmp_path):
+    x = array(np.arange(4, dtype=np.float32))
+    state = array(np.full(4, 5.0, dtype=np.float32))  # untraced: a constant, overwritten by the segment
+    y = wp.zeros(4, dtype=float, device="cpu")
+
+    def run():
+        wp.launch(k_axpy, dim=4, inputs=[state, 1.0, y], device="cpu")
+        wp.copy(state, x)
+
+    cap = Capture(tmp_path, run, x=x, state=state, y=y)
+    b = cap.bundle([k_axpy], inputs=["x"], outputs=["y"], constants={cap.rid("state"): state.numpy().tobytes()})
+    assert [buf["role"] for buf in b.buffers] == ["input", "output", "constant", "scratch"]
+    seed, launch, copy = b.ops
+    assert seed == {"op": "copy", "dst": 3, "dst_offset": 0, "src": 2, "src_offset": 0, "bytes": 16}
+    assert {r["param"]: r["buffer"] for r in launch["relocs"]} == {1: 3, 3: 1}
+    assert (copy["dst"], copy["src"]) == (3, 0)
