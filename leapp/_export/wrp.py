@@ -85,7 +85,7 @@ OP_NAMES = {
     18: "BVH_REBUILD (wp.Bvh.rebuild)",
     19: "HASH_GRID_UPDATE (wp.HashGrid.build)",
 }
-OP_KERNEL_LAUNCH, OP_MEMCPY_H2D, OP_MEMCPY_D2D, OP_MEMSET, OP_ALLOC, OP_IF, OP_WHILE, OP_MEMTILE = 1, 2, 4, 5, 6, 7, 8, 10
+OP_KERNEL_LAUNCH, OP_MEMCPY_H2D, OP_MEMCPY_D2D, OP_MEMSET, OP_ALLOC, OP_MEMTILE = 1, 2, 4, 5, 6, 10
 
 # Packed little-endian layouts (apic_types.h, #pragma pack(1)); sizes are checked below.
 _FILE_HEADER = struct.Struct("<4sIIIQB3xI32x")  # APICFileHeader, 64 bytes
@@ -537,7 +537,7 @@ def _fixed(record: bytes, layout: struct.Struct, i: int, name: str) -> tuple:
 def _parse_op(i: int, op_type: int, record: bytes):
     if op_type == OP_KERNEL_LAUNCH:
         return _parse_launch(i, record)
-    if op_type == 4:
+    if op_type == OP_MEMCPY_D2D:
         _, _, dst, src, dst_off, src_off, size = _fixed(record, _MEMCPY_D2D, i, "memcpy")
         return WrpMemcpy(i, dst, dst_off, src, src_off, size)
     if op_type == OP_MEMSET:
@@ -634,8 +634,8 @@ def _check_references(wrp: WrpFile) -> None:
             for p in op.params + op.adj_params:
                 for k, rel in enumerate(p.relocs):
                     if rel.kind == RELOC_DATA_PTR:
-                        check(rel.region_id, rel.region_offset, 0,
-                              f"relocation {k} of parameter {p.index} of launch '{op.kernel_key}' (operation {op.index})")
+                        what = f"relocation {k} of parameter {p.index} of launch '{op.kernel_key}' (operation {op.index})"
+                        check(rel.region_id, rel.region_offset, 0, what)
         elif isinstance(op, WrpMemcpy):
             check(op.dst_region, op.dst_offset, op.size, f"copy destination (operation {op.index})")
             check(op.src_region, op.src_offset, op.size, f"copy source (operation {op.index})")

@@ -32,8 +32,8 @@ def k_tile(a: wp.array2d(dtype=float), out: wp.array2d(dtype=float)):
 
 
 def config_snapshot() -> dict:
-    return {k: getattr(wp.config, k) for k in dir(wp.config)
-            if not k.startswith("_") and not callable(getattr(wp.config, k)) and not isinstance(getattr(wp.config, k), type(wp))}
+    values = {k: getattr(wp.config, k) for k in dir(wp.config) if not k.startswith("_")}
+    return {k: v for k, v in values.items() if not callable(v) and not isinstance(v, type(wp))}
 
 
 def module_state(module) -> dict:
