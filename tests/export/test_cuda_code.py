@@ -153,3 +153,9 @@ def test_arch_suffix_config_is_refused_not_changed(monkeypatch):
 def test_bad_block_dim():
     with pytest.raises(ExportError, match="block_dim 2048"):
         cuda_code.compile_module(k_double, 2048, TEST_ARCHS)
+
+
+def test_installed_warp_other_than_1_19_is_refused(monkeypatch):
+    monkeypatch.setattr(wp, "__version__", "1.20.1")
+    with pytest.raises(ExportError, match="warp-lang 1.19.x only, but warp-lang 1.20.1 is installed"):
+        cuda_code.compile_module(k_double, 256, TEST_ARCHS)

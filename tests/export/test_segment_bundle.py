@@ -385,3 +385,38 @@ def test_constant_written_by_a_copy_is_replayed_on_a_seeded_scratch(tmp_path):
     assert seed == {"op": "copy", "dst": 3, "dst_offset": 0, "src": 2, "src_offset": 0, "bytes": 16}
     assert {r["param"]: r["buffer"] for r in launch["relocs"]} == {1: 3, 3: 1}
     assert (copy["dst"], copy["src"]) == (3, 0)
+
+
+def test_copy_only_segment_has_no_module(tmp_path):
+    x = array(np.arange(4, dtype=np.float32))
+    y = wp.zeros(4, dtype=float, device="cpu")
+    cap = Capture(tmp_path, lambda: wp.copy(y, x), x=x, y=y)
+    b = cap.bundle([], inputs=["x"], outputs=["y"])
+    assert b.modules == [] and b.kernels == [] and "ptx_isa" not in b.producer
+    assert b.ops == [{"op": "copy", "dst": 1, "dst_offset": 0, "src": 0, "src_offset": 0, "bytes": 16}]
+
+
+@pytest.mark.parametrize("dim", [(7,), (3, 5), (2, 3, 4), (2, 3, 4, 5)])
+def test_launch_bounds_match_warps_own_ctypes(dim):
+    import ctypes
+
+    import warp._src.types as wt
+
+    from leapp._export.warp_abi import abi_for_version
+
+    abi = abi_for_version(wp.__version__)
+    ours = abi.launch_bounds(dim, int(np.prod(dim)) * 3, coord_mult=3)
+    theirs = wt.launch_bounds_t(dim)
+    theirs.size *= 3
+    theirs.coord_mult = 3
+    assert ours == ctypes.string_at(ctypes.addressof(theirs), ctypes.sizeof(theirs))
+    assert abi.array_t_size == ctypes.sizeof(wt.array_t)
+    assert abi.array_t_offsets == {name: getattr(wt.array_t, name).offset for name, _ in wt.array_t._fields_}
+
+
+def test_unsupported_warp_versions():
+    from leapp._export.warp_abi import abi_for_version
+
+    assert abi_for_version("1.19.3").name == "warp-1.19"
+    with pytest.raises(ExportError, match="unsupported Warp version 1.20.0: .* warp-lang 1.19.x only"):
+        abi_for_version("1.20.0")
