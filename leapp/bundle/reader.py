@@ -22,6 +22,7 @@ from leapp.bundle.format import (
     HEADER_SIZE,
     MAGIC,
     MAX_BLOBS,
+    MAX_JSON_DEPTH,
     MAX_MANIFEST_SIZE,
     MIN_FILE_SIZE,
     OLDEST_READABLE_VERSION,
@@ -111,21 +112,39 @@ def _reject_constant(name: str) -> Any:
 
 
 def decode_manifest(raw: bytes | memoryview) -> Any:
-    """Strict UTF-8 JSON decoding: no BOM, no NaN/Infinity, no duplicate keys; errors are BundleErrors."""
+    """Strict UTF-8 JSON decoding: no BOM, no NaN/Infinity, no duplicate keys, depth <= 512; errors are BundleErrors."""
     try:
         text = bytes(raw).decode("utf-8")
     except UnicodeDecodeError as e:
         raise BundleError(f"bundle manifest: not valid UTF-8 at byte {e.start}: {e.reason}") from e
+    too_deep = f"bundle manifest: not readable JSON: nested deeper than {MAX_JSON_DEPTH} levels"
     try:
-        return json.loads(text, object_pairs_hook=_reject_duplicate_keys, parse_constant=_reject_constant)
+        value = json.loads(text, object_pairs_hook=_reject_duplicate_keys, parse_constant=_reject_constant)
     except json.JSONDecodeError as e:
         raise BundleError(f"bundle manifest: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
     except BundleError:
         raise
     except RecursionError as e:
-        raise BundleError("bundle manifest: not readable JSON: nested too deeply") from e
+        raise BundleError(too_deep) from e
     except ValueError as e:  # e.g. an integer literal beyond Python's digit limit
         raise BundleError(f"bundle manifest: not readable JSON: {e}") from e
+    if _depth(value) > MAX_JSON_DEPTH:
+        raise BundleError(too_deep)
+    return value
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of arrays/objects (a top-level object is 1), without recursion."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def _as_bytes(data: Any) -> bytes:

@@ -27,6 +27,7 @@ from leapp.bundle.format import (
     align_up,
 )
 from leapp.bundle.manifest import validate_manifest
+from leapp.bundle.reader import decode_manifest
 
 __all__ = ["write_bundle", "encode_manifest", "pack"]
 
@@ -56,7 +57,7 @@ def write_bundle(manifest: dict, blobs: Sequence[bytes | bytearray | memoryview]
     raw = encode_manifest(manifest)
     if len(raw) > MAX_MANIFEST_SIZE:
         raise BundleError(f"bundle manifest: {len(raw)} bytes of JSON, at most {MAX_MANIFEST_SIZE} are allowed")
-    validate_manifest(json.loads(raw), [len(b) for b in blob_bytes], blob_bytes)
+    validate_manifest(decode_manifest(raw), [len(b) for b in blob_bytes], blob_bytes)
     return pack(raw, blob_bytes)
 
 

@@ -141,3 +141,21 @@ def manifests(draw) -> tuple[dict, list[bytes]]:
     if draw(st.booleans()):
         manifest["future_key"] = {"ignored": [1, 2.5, None]}  # unknown keys are ignored
     return manifest, blobs
+
+
+def json_paths(value, prefix=()):
+    """Every (path, value) of a JSON document, the root included."""
+    yield prefix, value
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from json_paths(item, prefix + (key,))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from json_paths(item, prefix + (i,))
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 2**64) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=4),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=4), children, max_size=3),
+    max_leaves=6,
+)

@@ -168,13 +168,26 @@ def test_blob_hash_and_content():
         (b'{"a": -Infinity}', "bundle manifest: -Infinity is not valid JSON (RFC 8259)"),
         (b'{"a": 1, "a": 2}', 'bundle manifest: duplicate key "a" in one JSON object'),
         (b'{"a": ', "bundle manifest: not valid JSON: Expecting value at line 1 column 7"),
-        (b"[" * 100_000 + b"]" * 100_000, "bundle manifest: not readable JSON: nested too deeply"),
+        (b"[" * 100_000 + b"]" * 100_000, "bundle manifest: not readable JSON: nested deeper than 512 levels"),
+        (b'{"a":' + b"[" * 512 + b"]" * 512 + b"}", "bundle manifest: not readable JSON: nested deeper than 512 levels"),
         (b"[]", "bundle manifest: the manifest must be an object, got array []"),
         (b"{}", "bundle manifest: format is missing"),
     ],
 )
 def test_manifest_json(raw, message):
     assert rejected(write_unchecked(raw, BLOBS)) == message
+
+
+def test_nesting_of_512_levels_is_fine():
+    manifest = copy.deepcopy(MANIFEST)
+    deep: list = []
+    for _ in range(510):
+        deep = [deep]
+    manifest["future"] = deep  # top-level object 1, "future" 2..512
+    read_bundle(write_bundle(manifest, BLOBS))
+    manifest["future"] = [deep]
+    with pytest.raises(BundleError, match="nested deeper than 512 levels"):
+        write_bundle(manifest, BLOBS)
 
 
 def test_huge_integer_literal():

@@ -6,7 +6,7 @@ import copy
 import json
 import os
 
-from bundle_strategies import manifests
+from bundle_strategies import JSON_VALUES, json_paths, manifests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -64,31 +64,13 @@ def test_flipped_bytes_are_rejected(data):
             continue
 
 
-def _paths(value, prefix=()):
-    """Every (path, value) of a JSON document, the root included."""
-    yield prefix, value
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield from _paths(item, prefix + (key,))
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            yield from _paths(item, prefix + (i,))
-
-
-JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(-3, 2**64) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=4),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=4), children, max_size=3),
-    max_leaves=6,
-)
-
-
 @settings(max_examples=300 * SCALE, suppress_health_check=[HealthCheck.too_slow])
 @given(manifests(), st.data())
 def test_manifest_mutations_agree_between_writer_and_reader(case, data):
     """Replace or delete one field anywhere: reader and writer accept or reject it alike, with the same text."""
     manifest, blobs = case
     manifest = json.loads(json.dumps(manifest))
-    paths = list(_paths(manifest))
+    paths = list(json_paths(manifest))
     path, _ = data.draw(st.sampled_from(paths))
     mutated = copy.deepcopy(manifest)
     if not path:

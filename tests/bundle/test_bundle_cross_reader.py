@@ -1,0 +1,169 @@
+"""The Python reader and the C++ reader (leapp._native.Bundle) accept exactly the same files (docs/bundle-format.md).
+
+Every case is a file; both readers must agree on accept vs reject. Messages may differ.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+from bundle_strategies import JSON_VALUES, json_paths, manifests
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_bundle_corruption import RULES
+
+from leapp.bundle import BundleError, read_bundle, write_bundle
+from leapp.bundle.writer import encode_manifest
+from leapp.bundle.testing import (
+    example_bundle,
+    example_manifest_and_blobs,
+    reseal,
+    reseal_blob,
+    set_header_field,
+    write_unchecked,
+)
+
+native = pytest.importorskip("leapp._native", reason="leapp._native is not built")
+if not hasattr(native, "Bundle"):
+    pytest.skip("leapp._native has no Bundle reader", allow_module_level=True)
+
+EXAMPLE = example_bundle()
+MANIFEST, BLOBS = example_manifest_and_blobs()
+SCALE = int(os.environ.get("LEAPP_BUNDLE_EXAMPLES_SCALE", "1"))  # e.g. 20 for a long local fuzzing run
+
+
+def python_verdict(data: bytes) -> str | None:
+    try:
+        read_bundle(data)
+    except BundleError as e:
+        return str(e)
+    return None
+
+
+def cpp_verdict(data: bytes) -> str | None:
+    try:
+        native.Bundle(bytes(data))
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def assert_agree(data: bytes) -> None:
+    py, cpp = python_verdict(data), cpp_verdict(data)
+    assert (py is None) == (cpp is None), f"python: {py!r}\nc++:    {cpp!r}"
+
+
+@settings(max_examples=60 * SCALE, suppress_health_check=[HealthCheck.too_slow])
+@given(manifests())
+def test_cpp_reads_what_python_writes(case):
+    data = write_bundle(*case)
+    bundle = native.Bundle(data)
+    assert bundle.digest == read_bundle(data).digest
+    assert bundle.blob_count == len(case[1])
+
+
+@pytest.mark.parametrize(("mutate", "message"), RULES, ids=[r[1].split(" ")[0] for r in RULES])
+def test_both_reject_each_manifest_rule(mutate, message):
+    manifest = copy.deepcopy(MANIFEST)
+    mutate(manifest)
+    data = write_unchecked(manifest, BLOBS)
+    assert python_verdict(data) is not None
+    assert cpp_verdict(data) is not None, f"C++ accepts a manifest Python rejects with: {message}"
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [dict(format_version=2, min_reader_version=1), dict(format_version=2, min_reader_version=2),
+     dict(format_version=0, min_reader_version=0), dict(min_reader_version=0), dict(min_reader_version=2),
+     dict(flags=1), dict(reserved=1), dict(blob_table_offset=72), dict(blob_count=65537), dict(manifest_offset=212),
+     dict(manifest_size=0), dict(manifest_offset=2**64 - 8)],
+    ids=str,
+)
+def test_header_fields_agree(fields):
+    assert_agree(set_header_field(EXAMPLE, **fields))
+
+
+def test_truncations_agree():
+    for length in range(0, len(EXAMPLE), 7):
+        assert cpp_verdict(EXAMPLE[:length]) is not None
+        if length >= 96:
+            assert_agree(set_header_field(EXAMPLE[:length], file_size=length))
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"\xef\xbb\xbf{}", b'{"a": "\xff"}', b"[]", b"{}", b"[" * 5000 + b"]" * 5000, b"", b" "],
+)
+def test_json_documents_agree(raw):
+    assert_agree(write_unchecked(raw, BLOBS))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"NaN", b"-Infinity", b'{"a":1,"a":2}', b"9" * 5000, b"[" * 511 + b"]" * 511, b"[" * 512 + b"]" * 512,
+     b'"\\ud800"', b'"\\ud83d\\ude00"', b"-0", b"1E2", b"1e400", str(2**64 + 1).encode(), b'"\x01"',
+     b'"\xc0\xaf"', b'"\xed\xa0\x80"', b'"\\x"', b'"a\\u0000b"', b'{"":1}', b"1.5", b"true"],
+    ids=repr,
+)
+def test_json_values_in_an_unknown_key_agree(value):
+    """A valid manifest plus ``"zz_extra": <value>``: only the JSON rules can reject it."""
+    raw = encode_manifest(MANIFEST)
+    data = write_unchecked(raw[:-1] + b',"zz_extra":' + value + b"}", BLOBS)
+    assert_agree(data)
+
+
+def test_an_unknown_key_alone_is_accepted_by_both():
+    raw = encode_manifest(MANIFEST)
+    data = write_unchecked(raw[:-1] + b',"zz_extra":[1,{"b":null}]}', BLOBS)
+    assert python_verdict(data) is None and cpp_verdict(data) is None
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [(b'"block_dim":256', b'"block_dim":256.0'), (b'"value":0', b'"value":-0'), (b'"value":0', b'"value":0e0'),
+     (b'"smem_bytes":0', b'"smem_bytes":9223372036854775808'), (b'"smem_bytes":0', b'"smem_bytes":-1'),
+     (b'"segment":"example/warp_segment_0"', b'"segment":"\\udc00"'), (b'"name":"x"', b'"name":"x\\u0000"'),
+     (b'"bytes":16', b'"bytes":16 ')],
+    ids=repr,
+)
+def test_integer_and_string_spellings_agree(old, new):
+    raw = encode_manifest(MANIFEST)
+    assert old in raw
+    assert_agree(write_unchecked(raw.replace(old, new, 1), BLOBS))
+
+
+@settings(max_examples=200 * SCALE)
+@given(st.integers(0, len(EXAMPLE) - 33), st.integers(1, 255))
+def test_flipped_and_resealed_bytes_agree(position, mask):
+    flipped = bytearray(EXAMPLE)
+    flipped[position] ^= mask
+    assert_agree(reseal(flipped))
+    for index in range(3):
+        try:
+            resealed = reseal_blob(flipped, index)
+        except Exception:  # noqa: BLE001 - the helper cannot follow a corrupt table entry
+            continue
+        assert_agree(resealed)
+
+
+@settings(max_examples=200 * SCALE, suppress_health_check=[HealthCheck.too_slow])
+@given(manifests(), st.data())
+def test_manifest_mutations_agree(case, data):
+    manifest, blobs = case
+    paths = list(json_paths(manifest))
+    path, _ = data.draw(st.sampled_from(paths))
+    if not path:
+        return
+    mutated = copy.deepcopy(manifest)
+    parent = mutated
+    for key in path[:-1]:
+        parent = parent[key]
+    if data.draw(st.booleans()):
+        parent[path[-1]] = data.draw(JSON_VALUES | st.integers(0, 300))
+    elif isinstance(parent, dict):
+        del parent[path[-1]]
+    else:
+        parent.pop(path[-1])
+    assert_agree(write_unchecked(mutated, blobs))
