@@ -200,3 +200,17 @@ def test_numpy_and_torch_dtypes_cross_onnx(tmp_path):
 class _Rotate(torch.nn.Module):
     def forward(self, a):
         return torch.cat([a[1:], a[:1]])
+
+
+def test_running_a_segment_without_a_driver_fails_clearly(tmp_path):
+    """On a driverless machine the ORT op (CPU EP) and the torch op say what is missing and which segment."""
+    from leapp import _native
+
+    if _native.driver_status()["available"]:
+        pytest.skip("a CUDA driver is present on this machine")
+    compile_session(cr.session(tmp_path, cr.segment_node("obs", "onnx", n=4), name="a"), False, bundles=cr.example_bundles)
+    compile_session(cr.session(tmp_path, cr.segment_node("obs", "pt2", n=4), name="b"), False, bundles=cr.example_bundles)
+    with pytest.raises(PipelineError, match=r"(?s)node 'obs' \(obs.onnx\).*obs/warp_segment_0.*no CUDA driver"):
+        rt.load(tmp_path / "a")(x=torch.zeros(4))
+    with pytest.raises(PipelineError, match=r"(?s)node 'obs' \(obs.pt2\).*obs/warp_segment_0.*CUDA"):
+        rt.load(tmp_path / "b")(x=torch.zeros(4))
