@@ -162,8 +162,8 @@ def test_segment_nodes_need_their_op_library(tmp_path, monkeypatch):
 _LOAD_SEGMENT_PIPELINE = textwrap.dedent(
     """
     import sys, torch
-    from leapp.runtime.pipeline import load
-    pipe = load(sys.argv[1])
+    import leapp
+    pipe = leapp.load(sys.argv[1])  # registers leapp::warp_segment before torch.export.load
     module = pipe.nodes["obs"].runner.module
     ops = [n for n in module.graph.nodes if n.op == "call_function" and n.target is torch.ops.leapp.warp_segment.default]
     print(len(ops), list(pipe.inputs), list(pipe.outputs))
