@@ -247,6 +247,8 @@ class OnnxRunner(NodeRunner):
         if device_type == "cuda":
             torch.cuda.current_stream(self.io_device).synchronize()
         self.session.run_with_iobinding(binding)
+        if device_type == "cuda":
+            binding.synchronize_outputs()  # ORT's stream has written our torch-owned output buffers
         del keep
         return self._check_outputs(outs)
 
