@@ -5,8 +5,10 @@ compound (vec, quat, mat, transform) in expanded scalar layout: a (2, 4)
 ``wp.vec3`` array is a (2, 4, 3) float32 tensor. ``@wp.struct`` arrays have
 no such layout and are refused with ``Unsupported dtype``.
 
-NOTE: unsigned Warp ints map to the signed torch dtype of the same width, as
-``wp.to_torch`` does; ``TensorSpec.warp_dtype`` keeps the truth ("uint32").
+NOTE: an array made by Warp maps to the dtype ``wp.to_torch`` gives it, so
+unsigned Warp ints are torch's unsigned dtypes (``torch.uint32``). A torch
+tensor viewed by Warp keeps its own dtype (``wp.from_torch(int32_tensor,
+dtype=wp.uint32)`` stays int32); ``TensorSpec.warp_dtype`` says "uint32".
 """
 
 from __future__ import annotations
@@ -53,9 +55,12 @@ def warp_dtype_name(dtype) -> str:
     return getattr(dtype, "__name__", str(dtype))
 
 
+_UNSIGNED = {wp.uint16: torch.uint16, wp.uint32: torch.uint32, wp.uint64: torch.uint64}
+
+
 def torch_dtype_of(dtype) -> torch.dtype:
     scalar = getattr(dtype, "_wp_scalar_type_", dtype)
-    return wp.dtype_to_torch(scalar)
+    return _UNSIGNED.get(scalar) or wp.dtype_to_torch(scalar)
 
 
 def expanded_shape(arr) -> tuple[int, ...]:

@@ -119,7 +119,8 @@ class PendingOutput:
         if self.node is None:
             check_boundary_dtype(
                 self.warp_dtype,
-                f"array {self.spec.name!r} created in Warp segment '{self.segment.id}' and used after it",
+                f"the {self.spec.logical_shape} wp.array (region {self.region_id}) created in Warp segment "
+                f"'{self.segment.id}' and used after it",
                 self.segment.source,
             )
             index = len(self.segment.outputs)
@@ -304,7 +305,7 @@ class GraphRecorder:
 
     def record_op(self, func, args, kwargs) -> Any:
         """Run one aten op and add it to the graph (called by the dispatch mode)."""
-        if self.block is not None:
+        if self.block is not None and not func.is_view:
             self.block.check_torch_op(str(func), args, kwargs)
         fx_args = fx_kwargs = None
         if self.build:
@@ -348,23 +349,34 @@ class NodeDispatchMode(TorchDispatchMode):
 
 
 class BlockGuardMode(TorchFunctionMode):
-    """Scoped to one open Warp segment: torch work on traced tensors is an error there."""
+    """Scoped to one open Warp segment: torch work on traced tensors is an error there.
+
+    Host readbacks (``.numpy()``, ``.item()``...) are refused here, by name;
+    other torch calls are let through to the dispatch mode, which refuses every
+    non-view aten op on a traced tensor (views touch no data, so
+    ``wp.from_torch(x[:, :3])`` stays legal). ``current`` names the torch call
+    for that error.
+    """
 
     def __init__(self, recorder: GraphRecorder, check: Callable[[str, tuple, dict], None]) -> None:
         super().__init__()
         self.recorder = recorder
         self.check = check
+        self.current: list[str] = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
-        if name not in _METADATA_FUNCS and not self.recorder.paused:
-            owner = getattr(func, "__objclass__", None) or getattr(func, "__self__", None)
-            qualname = f"Tensor.{name}" if owner is torch.Tensor or _is_tensor_method(func) else f"torch.{name}"
-            if name in _READBACK_FUNCS:
-                qualname = f"host readback {qualname}"
-            self.check(qualname, args, kwargs)
-        return func(*args, **kwargs)
+        if name in _METADATA_FUNCS or self.recorder.paused:
+            return func(*args, **kwargs)
+        qualname = f"Tensor.{name}" if _is_tensor_method(func) else f"torch.{name}"
+        if name in _READBACK_FUNCS:
+            self.check(f"host readback {qualname}", args, kwargs)
+        self.current.append(qualname)
+        try:
+            return func(*args, **kwargs)
+        finally:
+            self.current.pop()
 
 
 def _is_tensor_method(func) -> bool:

@@ -236,9 +236,15 @@ class _Block:
             if failed:
                 return  # the body's exception is the one the user needs
             raise
-        self._census = {}
         if failed:
+            self._census = {}
             return
+        try:
+            self._record(graph)
+        finally:
+            self._census = {}
+
+    def _record(self, graph) -> None:
         run = self.run
         ops = [f"launch:{launch.kernel.key}" for launch in self.launches]
         sites = [launch.caller for launch in self.launches]
@@ -276,6 +282,8 @@ class _Block:
         traced = traced_tensors(self.run.recorder, args, kwargs)
         if traced:
             t = traced[0]
+            if self._guard is not None and self._guard.current and not name.startswith("host readback"):
+                name = f"{self._guard.current[-1]} ({name})"
             raise TraceError(
                 f"{name} on a traced {tuple(t.shape)} {t.dtype} tensor at {user_location()} runs inside Warp segment "
                 f"{self.segment_id} (opened at {self.source}) of node '{self.run.name}'. Only Warp work may run in "

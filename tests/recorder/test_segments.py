@@ -1,0 +1,300 @@
+"""Warp segments on CPU arrays: APIC capture, segment I/O, FX calls, constants, dtypes."""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+import pytest
+import recorder_kernels as K
+import torch
+import warp as wp
+from recorder_helpers import assert_graphs_replay_samples, trace
+
+import leapp
+from leapp import annotate
+from leapp._recorder import wrp
+from leapp._recorder.model import warp_segment_call
+from leapp._recorder.replay import run_node_graph
+from leapp.errors import UNSUPPORTED_DTYPE, TraceError
+
+wp.init()
+DEVICE = "cpu"
+MLP = torch.nn.Sequential(torch.nn.Linear(7, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+
+
+@leapp.node("policy", export_with="onnx")
+def policy(obs):
+    return MLP(obs)
+
+
+def design_step(quat, joints):
+    with leapp.node("obs", export_with="pt2"):
+        quat, joints = annotate.input_tensors("obs", {"quat": quat, "joints": joints})
+        grav = torch.empty(quat.shape[0], 3, device=quat.device)
+        with annotate.warp_op():
+            wp.launch(
+                K.projected_gravity,
+                dim=quat.shape[0],
+                inputs=[wp.from_torch(quat, dtype=wp.quat), wp.vec3(0.0, 0.0, -1.0)],
+                outputs=[wp.from_torch(grav, dtype=wp.vec3)],
+                device=quat.device.type,
+            )
+        obs = torch.cat([grav, joints], dim=-1)
+        annotate.output_tensors("obs", {"obs": obs})
+    return policy(obs)
+
+
+def _quat(n, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.nn.functional.normalize(torch.randn(n, 4, generator=gen), dim=-1)
+
+
+def _segment_calls(node):
+    return [n for n in node.graph.graph.nodes if n.op == "call_function" and n.target is warp_segment_call]
+
+
+def test_design_example():
+    quat, joints = _quat(5), torch.randn(5, 4)
+    eager = design_step(quat, joints)
+    record, results = trace(design_step, quat, joints, passes=3)
+    for r in results:
+        torch.testing.assert_close(r, eager)
+    assert list(record.nodes) == ["obs", "policy"] and record.edges == [("obs", "obs", "policy", "obs")]
+    obs = record.nodes["obs"]
+    (seg,) = obs.segments
+    assert seg.id == "obs/warp_segment_0" and seg.node == "obs" and seg.index == 0 and seg.device == "cpu"
+    assert seg.source.endswith(f"test_segments.py:{design_step.__code__.co_firstlineno + 4}")
+    assert seg.ops == ["launch:projected_gravity"] == seg.captured_ops
+    assert seg.call_sites[0].endswith(f"test_segments.py:{design_step.__code__.co_firstlineno + 5}")
+    assert [k.key for k in seg.kernels] == ["projected_gravity"] and seg.kernels[0].kernel is K.projected_gravity
+    assert seg.wrp[:4] == b"WRP1" and seg.modules
+    quat_in, grav_in = seg.inputs
+    assert (quat_in.spec.shape, quat_in.spec.warp_dtype, quat_in.spec.logical_shape) == ((5, 4), "quatf", (5,))
+    assert (grav_in.spec.shape, grav_in.spec.warp_dtype, quat_in.nbytes) == ((5, 3), "vec3f", 80)
+    (grav_out,) = seg.outputs
+    assert grav_out.region_id == grav_in.region_id and grav_out.spec.shape == (5, 3)
+    assert seg.constants == {} and seg.scratch == {} and record.constants_report == []
+    regions = {r.region_id: r.size for r in wrp.read_regions(seg.wrp)}
+    assert regions == {quat_in.region_id: 80, grav_in.region_id: 60}
+    (call,) = _segment_calls(obs)
+    assert call.args[0] == seg.id and len(call.args[1]) == 2
+    copies = [n for n in call.users for u in n.users if u.target is torch.ops.aten.copy_.default]
+    assert len(copies) == 1 and copies[0].target is operator.getitem
+    assert len(obs.samples) == 2 and len(record.nodes["policy"].samples) == 2
+    assert_graphs_replay_samples(record)
+    # New values through the recorded graph (segment replayed from .wrp) equal eager.
+    q2, j2 = _quat(5, seed=3), torch.randn(5, 4)
+    (got,) = run_node_graph(obs, [q2, j2])
+    with leapp.node("obs"):  # outside a session: plain eager
+        pass
+    grav = torch.empty(5, 3)
+    wp.launch(K.projected_gravity, dim=5, inputs=[wp.from_torch(q2, dtype=wp.quat), wp.vec3(0.0, 0.0, -1.0)],
+              outputs=[wp.from_torch(grav, dtype=wp.vec3)], device=DEVICE)
+    torch.testing.assert_close(got, torch.cat([grav, j2], -1))
+
+
+def test_arrays_created_in_block_used_after_are_outputs_and_others_scratch():
+    def step(x):
+        with leapp.node("n"):
+            x = annotate.input_tensors("n", {"x": x})
+            with annotate.warp_op():
+                tmp = wp.empty(x.shape[0], dtype=float, device=DEVICE)  # used only inside: scratch
+                out = wp.empty(x.shape[0], dtype=float, device=DEVICE)  # used after the block: output
+                wp.launch(K.scale, dim=x.shape[0], inputs=[wp.from_torch(x), 2.0], outputs=[tmp], device=DEVICE)
+                wp.launch(K.scale, dim=x.shape[0], inputs=[tmp, 3.0], outputs=[out], device=DEVICE)
+            y = wp.to_torch(out) + x
+            annotate.output_tensors("n", {"y": y})
+        return y
+
+    x = torch.arange(4.0)
+    record, results = trace(step, x, passes=3)
+    for r in results:
+        torch.testing.assert_close(r, x * 7)
+    (seg,) = record.nodes["n"].segments
+    assert seg.ops == ["launch:scale", "launch:scale"]
+    assert len(seg.inputs) == 1 and len(seg.outputs) == 1
+    assert seg.outputs[0].spec.shape == (4,) and seg.outputs[0].spec.warp_dtype == "float32"
+    assert list(seg.scratch.values()) == [16] and seg.outputs[0].region_id not in seg.scratch
+    assert_graphs_replay_samples(record)
+
+
+def test_chained_segments_pass_block_created_arrays():
+    def step(x):
+        with leapp.node("n"):
+            x = annotate.input_tensors("n", {"x": x})
+            with annotate.warp_op():
+                tmp = wp.empty(x.shape[0], dtype=float, device=DEVICE)
+                wp.launch(K.scale, dim=x.shape[0], inputs=[wp.from_torch(x), 2.0], outputs=[tmp], device=DEVICE)
+            x2 = x * 10  # torch between the segments
+            with annotate.warp_op():
+                out = wp.empty(x.shape[0], dtype=float, device=DEVICE)
+                wp.launch(K.add_arrays, dim=x.shape[0], inputs=[tmp, wp.from_torch(x2)], outputs=[out],
+                          device=DEVICE)
+            annotate.output_tensors("n", {"y": out})
+        return wp.to_torch(out)
+
+    x = torch.arange(3.0)
+    record, results = trace(step, x)
+    torch.testing.assert_close(results[1], x * 12)
+    seg0, seg1 = record.nodes["n"].segments
+    assert [s.id for s in (seg0, seg1)] == ["n/warp_segment_0", "n/warp_segment_1"]
+    assert len(seg0.outputs) == 1 and len(seg1.inputs) == 2 and len(seg1.outputs) == 1
+    assert record.nodes["n"].outputs[0].warp_dtype == "float32"
+    assert_graphs_replay_samples(record)
+
+
+LUT = None
+
+
+def test_untraced_arrays_are_constants_and_reported():
+    global LUT
+    LUT = wp.array(np.array([10.0, 20.0, 30.0], dtype=np.float32), device=DEVICE)
+
+    def step(x):
+        with leapp.node("n"):
+            x = annotate.input_tensors("n", {"x": x})
+            y = torch.empty_like(x)
+            with annotate.warp_op():
+                wp.launch(K.add_arrays, dim=3, inputs=[wp.from_torch(x), LUT], outputs=[wp.from_torch(y)],
+                          device=DEVICE)
+            annotate.output_tensors("n", {"y": y})
+
+    record, _ = trace(step, torch.ones(3))
+    (seg,) = record.nodes["n"].segments
+    (constant,) = seg.constants.values()
+    assert np.frombuffer(constant, dtype=np.float32).tolist() == [10.0, 20.0, 30.0]
+    (line,) = record.constants_report
+    assert "n/warp_segment_0" in line and "wp.array float32 (3,)" in line and "constant" in line
+    assert_graphs_replay_samples(record)
+
+
+def test_inplace_write_to_a_traced_input_is_an_output():
+    def step(x):
+        with leapp.node("n"):
+            x = annotate.input_tensors("n", {"x": x})
+            x = x * 1.0
+            v = x[1:]  # a view: the region is x's whole storage
+            with annotate.warp_op():
+                wp.launch(K.add_one, dim=v.shape[0], inputs=[wp.from_torch(v)], device=DEVICE)  # writes an "input"
+            annotate.output_tensors("n", {"y": x + 0, "v": v * 2})
+
+    record, _ = trace(step, torch.arange(4.0))
+    (seg,) = record.nodes["n"].segments
+    assert len(seg.inputs) == 1 and [o.region_id for o in seg.outputs] == [seg.inputs[0].region_id]
+    assert seg.inputs[0].spec.shape == (4,)
+    torch.testing.assert_close(record.nodes["n"].samples[0].outputs[0], torch.tensor([0.0, 2, 3, 4]))
+    assert_graphs_replay_samples(record)
+
+
+def test_noncontiguous_views_and_warp_array_inputs():
+    def step(x, a):
+        with leapp.node("n"):
+            x, a = annotate.input_tensors("n", {"x": x, "a": a})
+            y = torch.zeros(4, 3)
+            with annotate.warp_op():
+                wp.launch(K.scale_strided, dim=(4, 3), inputs=[wp.from_torch(x[:, ::2]), 3.0],
+                          outputs=[wp.from_torch(y)], device=DEVICE)
+                wp.launch(K.add_one, dim=a.shape[0], inputs=[a], device=DEVICE)
+            annotate.output_tensors("n", {"y": y, "a": a})
+
+    x = torch.arange(24.0).reshape(4, 6)
+    base = wp.array(np.arange(8, dtype=np.float32), device=DEVICE)
+    record, _ = trace(step, x, base[2:6])  # a view of a larger Warp allocation
+    node = record.nodes["n"]
+    assert node.inputs[1].warp_dtype == "float32" and node.inputs[1].logical_shape == (4,)
+    (seg,) = node.segments
+    shapes = sorted(io.spec.shape for io in seg.inputs)
+    assert shapes == [(4,), (4, 3), (4, 6)]
+    torch.testing.assert_close(node.samples[0].outputs[0], x[:, ::2] * 3)
+    torch.testing.assert_close(node.samples[0].outputs[1], torch.arange(2.0, 6.0) + 1)
+    assert_graphs_replay_samples(record)
+
+
+def test_copies_and_fills_are_captured():
+    def step(x):
+        with leapp.node("n"):
+            x = annotate.input_tensors("n", {"x": x})
+            y = torch.empty_like(x)
+            with annotate.warp_op():
+                tmp = wp.empty(x.shape[0], dtype=float, device=DEVICE)
+                tmp.fill_(5.0)
+                wp.launch(K.add_arrays, dim=x.shape[0], inputs=[wp.from_torch(x), tmp], outputs=[tmp], device=DEVICE)
+                wp.copy(wp.from_torch(y), tmp)
+            annotate.output_tensors("n", {"y": y})
+
+    record, results = trace(step, torch.arange(3.0))
+    (seg,) = record.nodes["n"].segments
+    assert seg.ops == ["launch:add_arrays"]
+    assert seg.captured_ops[1:] == ["launch:add_arrays", "copy"] and seg.captured_ops[0] in ("fill", "memset")
+    torch.testing.assert_close(record.nodes["n"].samples[0].outputs[0], torch.arange(3.0) + 5)
+    assert_graphs_replay_samples(record)
+
+
+@pytest.mark.parametrize("dtype", K.SCALAR_DTYPES + K.COMPOUND_DTYPES, ids=lambda d: d.__name__)
+def test_boundary_dtypes_expanded_layout(dtype):
+    inner = tuple(getattr(dtype, "_shape_", ()))
+    torch_dtype = wp.dtype_to_torch(getattr(dtype, "_wp_scalar_type_", dtype))
+    gen = torch.Generator().manual_seed(1)
+    src = (torch.rand((2, 4) + inner, generator=gen) * 100).to(torch_dtype)
+
+    def step(src):
+        with leapp.node("n"):
+            src = annotate.input_tensors("n", {"src": src})
+            dst = torch.zeros_like(src)
+            with annotate.warp_op():
+                made = wp.empty((2, 4), dtype=dtype, device=DEVICE)
+                wp.launch(K.copy2d, dim=(2, 4), inputs=[wp.from_torch(src, dtype=dtype)],
+                          outputs=[wp.from_torch(dst, dtype=dtype)], device=DEVICE)
+                wp.launch(K.copy2d, dim=(2, 4), inputs=[wp.from_torch(src, dtype=dtype)], outputs=[made],
+                          device=DEVICE)
+            annotate.output_tensors("n", {"dst": dst, "made": made})
+
+    record, _ = trace(step, src)
+    (seg,) = record.nodes["n"].segments
+    made_dtype = {wp.uint16: torch.uint16, wp.uint32: torch.uint32, wp.uint64: torch.uint64}.get(dtype, torch_dtype)
+    assert len(seg.inputs) == 2 and len(seg.outputs) == 2
+    for io in seg.inputs + seg.outputs:
+        made = io is seg.outputs[1]  # the array Warp made: wp.to_torch's dtype; the others are the user's tensors
+        assert io.spec.dtype == (made_dtype if made else torch_dtype) and io.spec.shape == (2, 4) + inner, io
+        assert io.spec.warp_dtype == dtype.__name__ and io.spec.logical_shape == (2, 4), io
+    made_spec = record.nodes["n"].outputs[1]
+    assert (made_spec.shape, made_spec.dtype, made_spec.warp_dtype) == ((2, 4) + inner, made_dtype, dtype.__name__)
+    sample = record.nodes["n"].samples[0]
+    assert torch.equal(sample.outputs[0], src) and torch.equal(sample.outputs[1].view(torch_dtype), src)
+    assert_graphs_replay_samples(record)
+
+
+def test_struct_arrays_at_a_boundary_are_unsupported():
+    def step(x):
+        with leapp.node("n"):
+            x = annotate.input_tensors("n", {"x": x})
+            with annotate.warp_op():
+                pairs = wp.empty(x.shape[0], dtype=K.Pair, device=DEVICE)
+                wp.launch(K.fill_pairs, dim=x.shape[0], inputs=[wp.from_torch(x)], outputs=[pairs], device=DEVICE)
+            annotate.output_tensors("n", {"pairs": pairs})
+
+    with leapp.trace("t"):  # a node output: refused at once, in the discovery pass
+        with pytest.raises(TraceError, match=UNSUPPORTED_DTYPE) as info:
+            step(torch.ones(2))
+    assert "'pairs'" in str(info.value) and "node 'n'" in str(info.value) and "Pair" in str(info.value)
+
+    def step2(x):  # the struct array feeds the next segment: a segment boundary
+        with leapp.node("m"):
+            x = annotate.input_tensors("m", {"x": x})
+            with annotate.warp_op():
+                pairs = wp.empty(x.shape[0], dtype=K.Pair, device=DEVICE)
+                wp.launch(K.fill_pairs, dim=x.shape[0], inputs=[wp.from_torch(x)], outputs=[pairs], device=DEVICE)
+            with annotate.warp_op():
+                wp.launch(K.fill_pairs, dim=x.shape[0], inputs=[wp.from_torch(x)], outputs=[pairs], device=DEVICE)
+            annotate.output_tensors("m", {"y": x + 1})
+
+    with leapp.trace("t"):
+        step2(torch.ones(2))
+        with pytest.raises(TraceError, match=UNSUPPORTED_DTYPE) as info:
+            step2(torch.ones(2))
+    assert "m/warp_segment_0" in str(info.value) and "Pair" in str(info.value)
+
+    with leapp.trace("t"), leapp.node("k"):
+        with pytest.raises(TraceError, match=UNSUPPORTED_DTYPE):
+            annotate.input_tensors("k", {"p": wp.empty(2, dtype=K.Pair, device=DEVICE)})
