@@ -16,6 +16,7 @@ one variant without touching module options; hashing that variant caches a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -78,6 +79,9 @@ class CompiledModule:
         return out
 
 
+# (module name, module hash, block_dim) -> every binary compiled so far for that variant;
+# (..., archs) -> the CompiledModule handed out for one set of cubin targets.
+_store: dict[tuple, CompiledModule] = {}
 _cache: dict[tuple, CompiledModule] = {}
 _cache_lock = threading.Lock()
 
@@ -85,6 +89,7 @@ _cache_lock = threading.Lock()
 def clear_cache() -> None:
     """Forget compiled modules (tests; a long-lived process that exported many variants)."""
     with _cache_lock:
+        _store.clear()
         _cache.clear()
 
 
@@ -188,11 +193,19 @@ def compile_module(kernel, block_dim: int, archs: tuple[int, ...] | None = None)
         kernel_hash = module.hashers[block_dim].kernel_hashes.get(kernel)
         if kernel_hash is None:
             raise ExportError(f"kernel '{kernel.key}' is not a live kernel of module '{module.name}'")
-        key = (module.name, module_hash, block_dim, archs)
-        compiled = _cache.get(key)
+        variant = (module.name, module_hash, block_dim)
+        compiled = _cache.get((*variant, archs))
         if compiled is None:
-            compiled = _compile_variant(module, block_dim, archs, module_hash, toolkit)
-            _cache[key] = compiled
+            store = _store.get(variant)
+            missing = tuple(a for a in archs if store is None or a not in store.cubins)
+            if store is None or missing:
+                fresh = _compile_variant(module, block_dim, missing, module_hash, toolkit, ptx=store is None)
+                if store is None:
+                    store = _store[variant] = fresh
+                store.cubins.update(fresh.cubins)
+            compiled = dataclasses.replace(store, cubins={a: store.cubins[a] for a in archs})
+            compiled._kernel_names = store._kernel_names
+            _cache[(*variant, archs)] = compiled
         for k, h in module.hashers[block_dim].kernel_hashes.items():
             compiled._kernel_names[k] = k.get_mangled_name(kernel_hash=h)
         if _needs_deterministic(kernel):
@@ -208,14 +221,17 @@ def _needs_deterministic(kernel) -> bool:
     return bool(meta is not None and getattr(meta, "needs_deterministic", False))
 
 
-def _compile_variant(module, block_dim: int, archs: tuple[int, ...], module_hash: str, toolkit: str) -> CompiledModule:
+def _compile_variant(
+    module, block_dim: int, archs: tuple[int, ...], module_hash: str, toolkit: str, ptx: bool = True
+) -> CompiledModule:
+    """Compile the PTX (unless ``ptx`` is False) and the cubins of ``archs`` for one variant."""
     import warp  # noqa: PLC0415
 
     options = module.resolve_options(warp.config, block_dim=block_dim)
     name = module.get_module_identifier(block_dim=block_dim)
     with tempfile.TemporaryDirectory(prefix="leapp-cuda-") as tmp:
         out_dir = os.path.join(tmp, name)
-        targets = [(PTX_ARCH, True)] + [(a, False) for a in archs]
+        targets = [(PTX_ARCH, True)] * ptx + [(a, False) for a in archs]
         for arch, use_ptx in targets:
             try:
                 module._compile(None, out_dir, output_arch=arch, use_ptx=use_ptx, options=options)
@@ -223,18 +239,18 @@ def _compile_variant(module, block_dim: int, archs: tuple[int, ...], module_hash
                 kind = "PTX" if use_ptx else "cubin"
                 raise ExportError(f"compiling Warp module '{module.name}' ({name}, block_dim={block_dim}) "
                                   f"to {kind} sm_{arch} failed: {e}") from e
-        ptx = {PTX_ARCH: _read(out_dir, f"{name}.sm{PTX_ARCH}.ptx")}
+        ptx_text = {PTX_ARCH: _read(out_dir, f"{name}.sm{PTX_ARCH}.ptx")} if ptx else {}
         cubins = {a: _read(out_dir, f"{name}.sm{a}.cubin") for a in archs}
         meta = json.loads(_read(out_dir, f"{name}.meta").decode("utf-8"))
 
-    ptx = {a: text.rstrip(b"\0") + b"\0" for a, text in ptx.items()}
-    match = _PTX_VERSION.search(ptx[PTX_ARCH])
-    if match is None:
+    ptx_text = {a: text.rstrip(b"\0") + b"\0" for a, text in ptx_text.items()}
+    match = _PTX_VERSION.search(ptx_text[PTX_ARCH]) if ptx else None
+    if ptx and match is None:
         raise ExportError(f"module {name}: the sm_{PTX_ARCH} PTX has no .version line")
     smem = {k.removesuffix("_smem_bytes"): int(v) for k, v in meta.items() if k.endswith("_smem_bytes")}
     return CompiledModule(
-        name=name, module_hash=module_hash, block_dim=block_dim, ptx=ptx, cubins=cubins, smem_bytes=smem,
-        ptx_isa=match.group(1).decode(), toolkit=toolkit,
+        name=name, module_hash=module_hash, block_dim=block_dim, ptx=ptx_text, cubins=cubins, smem_bytes=smem,
+        ptx_isa=match.group(1).decode() if match else "", toolkit=toolkit,
     )
 
 

@@ -121,11 +121,13 @@ def test_tile_kernel_has_dynamic_shared_memory_from_meta():
     assert cuda_code.uses_tiles(k_tile) and not cuda_code.uses_tiles(k_double)
 
 
-def test_default_targets_are_ptx75_plus_eight_cubins(monkeypatch):
+def test_default_targets_are_ptx75_plus_eight_cubins(monkeypatch, compiled):
     monkeypatch.delenv(cuda_code.ARCHS_ENV, raising=False)
     assert cuda_code.cubin_archs() == (75, 80, 86, 89, 90, 100, 120)
     full = cuda_code.compile_module(k_double, 256)
     assert sorted(full.cubins) == [75, 80, 86, 89, 90, 100, 120] and list(full.ptx) == [75]
+    # binaries compiled earlier for a subset of targets are reused, not rebuilt
+    assert full.cubins[90] is compiled.cubins[90] and full.ptx[75] is compiled.ptx[75]
     for arch, cubin in full.cubins.items():
         assert cubin[:4] == b"\x7fELF"
         e_flags = struct.unpack_from("<I", cubin, 48)[0]  # ELF e_flags carry the SM version
