@@ -1,0 +1,316 @@
+"""The C++ bundle reader (leapp._native.Bundle): accepts what leapp.bundle writes, rejects corruption clearly.
+
+Complements tests/bundle/test_bundle_cross_reader.py (agreement on crafted
+cases) with the C++ side's own guarantees: every rejection is a ValueError
+whose text starts with "leapp bundle" and names the field; thousands of random
+corruptions never crash the process; field values the runtime uses are exact.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from leapp import _native
+from leapp.bundle import BundleError, read_bundle, signature_json, write_bundle
+from leapp.bundle.testing import (
+    example_bundle,
+    example_manifest_and_blobs,
+    reseal,
+    reseal_blob,
+    set_header_field,
+    write_unchecked,
+)
+
+SEG = "example/warp_segment_0"
+EXAMPLE = example_bundle()
+MANIFEST, BLOBS = example_manifest_and_blobs()
+
+
+def cpp_error(data: bytes) -> str | None:
+    """None when the C++ reader accepts ``data``, else its ValueError text (any other exception fails the test)."""
+    try:
+        _native.Bundle(bytes(data))
+    except ValueError as e:
+        text = str(e)
+        assert text.startswith("leapp bundle"), text
+        return text
+    return None
+
+
+def python_accepts(data: bytes) -> bool:
+    try:
+        read_bundle(data)
+    except BundleError:
+        return False
+    return True
+
+
+# --- accepting -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 4, 1000])
+@pytest.mark.parametrize("cubins", [None, {90: b"\x7fELF fake sm_90", 86: b"fake sm_86"}])
+def test_reads_what_the_python_writer_writes(n, cubins):
+    data = example_bundle(n, cubins=cubins)
+    ref = read_bundle(data)
+    b = _native.Bundle(data)
+    assert b.digest == ref.digest
+    assert b.segment == ref.segment == SEG
+    assert b.source == ref.source
+    assert b.size == len(data)
+    assert b.producer == ref.producer
+    assert json.loads(b.manifest_json) == ref.manifest
+    assert b.blob_count == len(ref.blobs)
+    for i, blob in enumerate(ref.blobs):
+        assert b.blob(i) == blob
+    for mine, theirs in ((b.inputs, ref.inputs), (b.outputs, ref.outputs)):
+        assert [(t["name"], t["dtype"], list(t["shape"]), t["buffer"]) for t in mine] == [
+            (t["name"], t["dtype"], t["shape"], t["buffer"]) for t in theirs
+        ]
+        assert [t["nbytes"] for t in mine] == [4 * n] * len(theirs)
+    assert "example/warp_segment_0" in repr(b)
+
+
+def test_same_bytes_give_one_shared_bundle_digest():
+    a, b = _native.Bundle(EXAMPLE), _native.Bundle(bytes(EXAMPLE))
+    assert a.digest == b.digest
+    with pytest.raises(IndexError):
+        a.blob(99)
+
+
+# --- exact messages ------------------------------------------------------------------------------------
+
+
+def _set(manifest: dict, path: tuple, value) -> dict:
+    out = copy.deepcopy(manifest)
+    parent = out
+    for key in path[:-1]:
+        parent = parent[key]
+    if value is _DELETE:
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = value
+    return out
+
+
+_DELETE = object()
+
+FIELD_CASES = [
+    (("ops", 1, "relocs", 0, "buffer"), 9, f"leapp bundle '{SEG}': ops[1].relocs[0].buffer 9 out of range (4 buffers)"),
+    (("ops", 1, "relocs", 0, "offset"), 52, "ops[1].relocs[0].offset 52 + 8 exceeds parameter 1 of 56 bytes"),
+    (("ops", 1, "relocs", 0, "param"), 4, "ops[1].relocs[0].param 4 out of range (4 parameters)"),
+    (("ops", 1, "params", "sizes", 3), 57, "ops[1].params.offsets[3] range [136, 136 + 57) exceeds params blob 2"),
+    (("ops", 1, "block"), [128, 1, 1], "ops[1].block[0] 128 differs from kernels[0].block_dim 256"),
+    (("ops", 1, "block"), [256, 8, 1], "ops[1].block has 2048 threads (at most 1024)"),
+    (("ops", 1, "grid"), [1, 1], "ops[1].grid must have 3 entries, got 2"),
+    (("ops", 1, "grid", 0), 2**32, "ops[1].grid[0] 4294967296 out of range [1, 4294967295]"),
+    (("ops", 0, "buffer"), 0, "ops[0].buffer 0 is an input buffer, which the ops must not write"),
+    (("ops", 2, "dst"), 3, "ops[2].dst 3 is an constant buffer, which the ops must not write"),
+    (("ops", 0, "value"), 256, "ops[0].value 256 out of range [0, 255]"),
+    (("ops", 0, "bytes"), 0, "ops[0].bytes 0 out of range [1, 9223372036854775807]"),
+    (("ops", 0, "op"), "fill", 'ops[0].op "fill" is not launch, memset or copy'),
+    (("kernels", 0, "block_dim"), 2000, "kernels[0].block_dim 2000 out of range [1, 1024]"),
+    (("kernels", 0, "block_dim"), 256.0, "kernels[0].block_dim must be an integer, got number"),
+    (("kernels", 0, "entry"), "", "kernels[0].entry is empty"),
+    (("kernels", 0, "module"), 1, "kernels[0].module 1 out of range (1 modules)"),
+    (("modules", 0, "binaries"), [], "modules[0].binaries is empty"),
+    (("modules", 0, "binaries", 0, "kind"), "sass", 'modules[0].binaries[0].kind "sass" is not "ptx" or "cubin"'),
+    (("modules", 0, "binaries", 0, "arch"), 9, "modules[0].binaries[0].arch 9 out of range"),
+    (("modules", 0, "binaries", 0, "blob"), 1, "modules[0].binaries[0].blob 1 is PTX but not NUL-terminated"),
+    (("buffers", 2, "id"), 5, "buffers[2].id 5 is not its index 2"),
+    (("buffers", 2, "init"), {"blob": 1}, "buffers[2].init is not allowed: a scratch buffer's init must be"),
+    (("buffers", 3, "init"), "zero", "buffers[3].init is not allowed: a constant buffer needs init"),
+    (("buffers", 1, "init"), {"input": 1}, "buffers[1].init.input 1 out of range (1 inputs)"),
+    (("buffers", 0, "role"), "weights", 'buffers[0].role "weights" is not input, output, scratch or constant'),
+    (("buffers", 0, "bytes"), 20, "signature.inputs[0].shape holds 16 bytes of float32, buffer 0 20"),
+    (("signature", "inputs", 0, "dtype"), "complex64", 'signature.inputs[0].dtype "complex64" is not one of'),
+    (("signature", "outputs", 0, "buffer"), 0, "signature.outputs[0].buffer 0 is not the output buffer with io 0"),
+    (("signature",), _DELETE, f"leapp bundle '{SEG}': signature is missing"),
+    (("format",), "leapp.other", 'leapp bundle: manifest format "leapp.other" is not "leapp.warp.bundle"'),
+    (("producer", "warp"), 119, "producer.warp must be a string, got integer"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "message"), FIELD_CASES, ids=[".".join(map(str, c[0])) for c in FIELD_CASES])
+def test_field_errors_name_the_field(path, value, message):
+    data = write_unchecked(_set(MANIFEST, path, value), BLOBS)
+    error = cpp_error(data)
+    assert error is not None and message in error, error
+    assert not python_accepts(data)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda d: d[:50], "leapp bundle: 50 bytes is too short for a bundle (at least 96"),
+        (lambda d: b"LEAPPWX\0" + d[8:], "bad magic"),
+        (lambda d: set_header_field(d, format_version=3, min_reader_version=2),
+         "unsupported bundle format version 3, which needs a reader of version 2 or later (this leapp reads 1..1)"),
+        (lambda d: set_header_field(d, format_version=0, min_reader_version=0),
+         "unsupported bundle format version 0 (this leapp reads 1..1)"),
+        (lambda d: d + b"\0" * 8, "does not match the buffer length"),
+        (lambda d: d[:-1] + bytes([d[-1] ^ 1]), "whole-file sha256 mismatch"),
+        (lambda d: set_header_field(d, flags=1), "flags 1 must be 0"),
+        (lambda d: set_header_field(d, blob_count=70000), "blob_count 70000 exceeds 65536"),
+        (lambda d: set_header_field(d, manifest_offset=2**64 - 8), "extends past the end of the data"),
+        (lambda d: set_header_field(d, manifest_offset=68), "manifest_offset 68 is not 8-aligned"),
+    ],
+    ids=["short", "magic", "min-reader", "version-0", "file-size", "hash", "flags", "blob-count", "manifest-range",
+         "manifest-align"],
+)
+def test_structure_errors(make, message):
+    error = cpp_error(make(EXAMPLE))
+    assert error is not None and message in error, error
+
+
+def test_blob_hash_and_ptx_content_errors():
+    manifest_end = 64 + 48 * len(BLOBS)
+    offset = EXAMPLE.index(b".version 7.5")
+    assert offset > manifest_end
+    broken = bytearray(EXAMPLE)
+    broken[offset] ^= 0x20
+    assert "blob 0 sha256 mismatch" in cpp_error(reseal(broken))
+    assert cpp_error(reseal_blob(broken, 0)) is None  # a different but well-formed PTX text is accepted
+
+
+# --- random corruption: thousands of cases, never a crash ---------------------------------------------------
+
+
+@settings(max_examples=1500, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, len(EXAMPLE) - 1), st.integers(1, 255)), min_size=1, max_size=4,
+                unique_by=lambda flip: flip[0]))
+def test_byte_flips_without_resealing_are_rejected(flips):
+    data = bytearray(EXAMPLE)
+    for position, mask in flips:
+        data[position] ^= mask
+    assert cpp_error(bytes(data)) is not None
+    assert not python_accepts(bytes(data))
+
+
+@settings(max_examples=1500, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, len(EXAMPLE) - 33), st.integers(1, 255)), min_size=1, max_size=3),
+       st.booleans())
+def test_resealed_byte_flips_agree_with_python(flips, reseal_blobs):
+    data = bytearray(EXAMPLE)
+    for position, mask in flips:
+        data[position] ^= mask
+    data = reseal(data)
+    if reseal_blobs:  # reach the manifest and blob-content rules too
+        for index in range(len(BLOBS)):
+            try:
+                data = reseal_blob(data, index)
+            except Exception:  # noqa: BLE001 - a corrupt table entry the helper cannot follow
+                break
+    assert (cpp_error(data) is None) == python_accepts(data)
+
+
+def test_truncation_at_every_length():
+    for length in range(len(EXAMPLE)):
+        assert cpp_error(EXAMPLE[:length]) is not None, length
+        if length >= 96:  # with a consistent file_size and hash, the range checks must catch it
+            fixed = set_header_field(EXAMPLE[:length], file_size=length)
+            error = cpp_error(fixed)
+            assert error is not None, length
+            assert not python_accepts(fixed)
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.sampled_from([0, 1, 2, 3, 4, 8, 16, 24, 56, 255, 256])
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=6),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3),
+    max_leaves=5,
+)
+
+
+def _paths(value, prefix=()):
+    yield prefix
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _paths(item, prefix + (key,))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _paths(item, prefix + (i,))
+
+
+PATHS = [p for p in _paths(MANIFEST) if p]
+
+
+@settings(max_examples=2000, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(PATHS), st.one_of(st.just(_DELETE), JSON_VALUES), st.booleans())
+def test_manifest_field_mutations_agree_with_python(path, value, add_unknown_key):
+    if value is _DELETE and isinstance(path[-1], int):
+        value = None
+    manifest = _set(MANIFEST, path, value)
+    if add_unknown_key:
+        manifest["zz_unknown"] = {"ignored": [1, 2.5, "x"]}
+    data = write_unchecked(manifest, BLOBS)
+    error = cpp_error(data)
+    assert (error is None) == python_accepts(data), error
+    if error is not None:
+        assert error.startswith(f"leapp bundle '{SEG}': ") or error.startswith("leapp bundle: manifest"), error
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 64), st.sampled_from([1, 32, 128, 256, 1024]))
+def test_valid_variants_are_accepted(n, block_dim):
+    data = example_bundle(n, block_dim=block_dim)
+    assert cpp_error(data) is None
+
+
+# --- binary choice (docs/bundle-format.md section 3) ------------------------------------------------------------
+
+
+def _bundle_with_binaries(pairs):
+    manifest, blobs = example_manifest_and_blobs()
+    binaries = []
+    for kind, arch in pairs:
+        binaries.append({"kind": kind, "arch": arch, "blob": len(blobs)})
+        blobs.append(b"ptx\0" if kind == "ptx" else b"cubin")
+    manifest["modules"][0]["binaries"] = binaries
+    return _native.Bundle(write_bundle(manifest, blobs))
+
+
+@pytest.mark.parametrize(
+    ("cc", "expected"),
+    [
+        ((9, 0), [("cubin", 90), ("ptx", 86), ("ptx", 75)]),
+        ((8, 9), [("cubin", 89), ("cubin", 86), ("cubin", 80), ("ptx", 86), ("ptx", 75)]),
+        ((8, 7), [("cubin", 86), ("cubin", 80), ("ptx", 86), ("ptx", 75)]),
+        ((12, 0), [("ptx", 86), ("ptx", 75)]),
+        ((7, 0), []),
+    ],
+)
+def test_binary_candidates(cc, expected):
+    b = _bundle_with_binaries([("ptx", 75), ("cubin", 80), ("cubin", 86), ("cubin", 89), ("cubin", 90), ("ptx", 86),
+                               ("cubin", 100)])
+    assert b.binary_candidates(0, *cc) == expected
+
+
+# --- signatures ----------------------------------------------------------------------------------------------
+
+
+def test_signature_checks():
+    b = _native.Bundle(EXAMPLE)
+    sig = json.loads(signature_json(read_bundle(EXAMPLE)))
+    b.check_signature(json.dumps(sig))
+
+    other = dict(sig, digest="0" * 64)
+    with pytest.raises(ValueError, match="belong to different segments"):
+        b.check_signature(json.dumps(other))
+    wrong_shape = copy.deepcopy(sig)
+    wrong_shape["outputs"][0]["shape"] = [5]
+    with pytest.raises(ValueError, match=r"signature outputs\[0\] 'y' differs from the bundle's 'y'"):
+        b.check_signature(json.dumps(wrong_shape))
+    with pytest.raises(ValueError, match="leapp signature: digest must be 64 lowercase hex digits"):
+        b.check_signature(json.dumps(dict(sig, digest="ABC")))
+    with pytest.raises(ValueError, match="leapp signature: invalid JSON"):
+        b.check_signature("{")
+    dup = copy.deepcopy(sig)
+    dup["outputs"].append(dup["outputs"][0])
+    with pytest.raises(ValueError, match=r"outputs\[1\].name \"y\" is used twice"):
+        b.check_signature(json.dumps(dup))
