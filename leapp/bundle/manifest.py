@@ -107,7 +107,8 @@ class _ManifestCheck:
         if not isinstance(value, int) or isinstance(value, bool):
             self.fail(f"{path} must be an integer, got {_describe(value)}")
         if not lo <= value <= hi:
-            self.fail(f"{path} {value} is not in [{lo}, {hi}]")
+            shown = value if abs(value) < 10**30 else f"{'-' if value < 0 else ''}<{len(str(abs(value)))}-digit integer>"
+            self.fail(f"{path} {shown} is not in [{lo}, {hi}]")
         return value
 
     def string(self, value: Any, path: str, nonempty: bool = False) -> str:

@@ -235,6 +235,7 @@ RULES = [
     (_set("buffers.2.id", 3), "buffers[2].id must be 2 (its position), got 3"),
     (_set("buffers.2.bytes", 0), "buffers[2].bytes 0 is not in [1, 9223372036854775807]"),
     (_set("buffers.2.bytes", 2**63), "buffers[2].bytes 9223372036854775808 is not in [1, 9223372036854775807]"),
+    (_set("buffers.2.bytes", 10**4000), "buffers[2].bytes <4001-digit integer> is not in [1, 9223372036854775807]"),
     (_set("buffers.2.role", "temp"), "buffers[2].role must be one of input, output, scratch, constant, got 'temp' (str)"),
     (_set("buffers.0.io", _DELETE), "buffers[0].io is missing"),
     (_set("buffers.1.io", 1), "buffers[1].io 1 is out of range: signature.outputs has 1 entry"),
