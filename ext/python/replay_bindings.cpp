@@ -64,7 +64,8 @@ void bind_replay(nb::module_& m) {
         nb::gil_scoped_release release;
         run_segment_host(*b.bundle, in, out, device);
       },
-      nb::arg("bundle"), nb::arg("inputs"), nb::arg("outputs"), nb::arg("device") = -1,
+      // outputs: noconvert, so a non-contiguous array is a TypeError instead of a silently written copy
+      nb::arg("bundle"), nb::arg("inputs"), nb::arg("outputs").noconvert(), nb::arg("device") = -1,
       "Runs the segment on C-contiguous host arrays (staged through pinned memory) and waits; "
       "`outputs` are written in place. device -1: env LEAPP_CUDA_DEVICE, else 0.");
 

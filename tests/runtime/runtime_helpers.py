@@ -1,0 +1,57 @@
+"""Helpers shared by the runtime tests: ONNX models with a WarpSegment node, library lookups."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from leapp.bundle import read_bundle, signature_json
+
+ONNX_TYPES = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "float64": TensorProto.DOUBLE,
+              "int8": TensorProto.INT8, "int16": TensorProto.INT16, "int32": TensorProto.INT32,
+              "int64": TensorProto.INT64, "uint8": TensorProto.UINT8, "bool": TensorProto.BOOL}
+
+
+def signature_of(bundle: bytes) -> str:
+    return signature_json(read_bundle(bundle))
+
+
+def warp_segment_model(bundle: bytes, signature: str | None = None, *, dynamic: bool = False,
+                       node_name: str = "seg0", like: bytes | None = None) -> bytes:
+    """A serialized ONNX model: graph inputs = the segment's inputs, one WarpSegment node, outputs = the segment's.
+
+    The graph's structure follows ``like`` (default: ``bundle``, which may then not be corrupt);
+    ``signature`` (default: the bundle's) is only the node attribute.
+    """
+    sig = json.loads(signature_of(like if like is not None else bundle))
+    signature = signature if signature is not None else signature_of(bundle)
+
+    def dims(shape):
+        return [f"d{i}" for i in range(len(shape))] if dynamic else list(shape)
+
+    inputs = [helper.make_tensor_value_info(t["name"], ONNX_TYPES[t["dtype"]], dims(t["shape"])) for t in sig["inputs"]]
+    outputs = [helper.make_tensor_value_info(t["name"], ONNX_TYPES[t["dtype"]], dims(t["shape"])) for t in sig["outputs"]]
+    init = numpy_helper.from_array(np.frombuffer(bundle, dtype=np.uint8), "bundle")
+    node = helper.make_node("WarpSegment", [t["name"] for t in sig["inputs"]] + ["bundle"],
+                            [t["name"] for t in sig["outputs"]], domain="leapp.warp", name=node_name,
+                            signature=signature)
+    graph = helper.make_graph([node], "g", inputs, outputs, [init])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("leapp.warp", 1)])
+    model.ir_version = 9
+    return model.SerializeToString()
+
+
+def ort_session(model: bytes, providers=("CPUExecutionProvider",)):
+    import onnxruntime as ort
+
+    from leapp.runtime import libraries
+
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(str(libraries.require_library("onnx")))
+    return ort.InferenceSession(model, options, providers=list(providers))
+
+
+__all__ = ["warp_segment_model", "ort_session", "signature_of", "onnx"]

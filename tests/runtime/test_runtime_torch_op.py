@@ -1,0 +1,103 @@
+"""leapp::warp_segment in torch: the native op library loads and registers the op; the Python kernels' checks.
+
+CUDA replay itself is tested in test_runtime_cuda.py; here: the schema, the
+fake kernel (meta tensors), the CPU kernels' errors, and the Python fallback
+kernels (replay.py) that serve the op when the native library is absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from leapp.bundle import read_bundle, signature_json
+from leapp.bundle.testing import example_bundle
+from leapp.runtime import libraries, ops, replay
+
+BUNDLE = example_bundle(4)
+SIG = signature_json(read_bundle(BUNDLE))
+SCHEMA = "leapp::warp_segment(Tensor[] inputs, Tensor bundle, str signature) -> Tensor[]"
+
+needs_library = pytest.mark.skipif(
+    not libraries.library_path("pt2").is_file(), reason="libleapp_warp_torch.so is not built (torch missing at build)"
+)
+
+
+def bundle_tensor(data: bytes = BUNDLE) -> torch.Tensor:
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+
+@needs_library
+def test_native_library_registers_the_op():
+    assert ops.ensure_registered() is True
+    assert ops.native_library_loaded()
+    assert str(torch.ops.leapp.warp_segment.default._schema) == SCHEMA
+
+
+@needs_library
+def test_cpu_inputs_are_refused_by_the_native_kernel():
+    ops.ensure_registered()
+    with pytest.raises(RuntimeError, match=r"'example/warp_segment_0': exported Warp segments replay on CUDA devices"):
+        torch.ops.leapp.warp_segment([torch.ones(4)], bundle_tensor(), SIG)
+
+
+def test_fake_kernel_gives_output_shapes():
+    ops.ensure_registered()
+    outs = torch.ops.leapp.warp_segment([torch.empty(4, device="meta")], torch.empty(len(BUNDLE), dtype=torch.uint8,
+                                                                                    device="meta"), SIG)
+    assert [(o.shape, o.dtype, o.device.type) for o in outs] == [(torch.Size([4]), torch.float32, "meta")]
+
+
+def test_python_cpu_kernel_error():
+    with pytest.raises(RuntimeError, match=r"'example/warp_segment_0': exported Warp segments replay on CUDA devices"):
+        replay.warp_segment_cpu([torch.ones(4)], bundle_tensor(), SIG)
+
+
+def test_python_cuda_kernel_checks_device_before_anything():
+    with pytest.raises(ValueError, match=r"'example/warp_segment_0': expects CUDA inputs, got cpu"):
+        replay.warp_segment_cuda([torch.ones(4)], bundle_tensor(), SIG)
+
+
+def test_load_bundle_caches_by_digest_and_checks_pairing():
+    replay.clear_cache()
+    first = replay.load_bundle(bundle_tensor(), SIG)
+    assert replay.load_bundle(bundle_tensor(), SIG) is first
+    assert first.digest == json.loads(SIG)["digest"]
+
+    other = example_bundle(4, segment="other/warp_segment_1")
+    with pytest.raises(ValueError, match="belong to different segments"):
+        replay.load_bundle(bundle_tensor(other), SIG.replace(json.loads(SIG)["digest"], read_bundle(BUNDLE).digest[::-1]))
+    with pytest.raises(ValueError, match="the bundle must be a uint8 tensor"):
+        replay.load_bundle(torch.zeros(4, dtype=torch.int32), signature_json(read_bundle(other)))
+    broken = bytearray(other)
+    broken[200] ^= 1
+    with pytest.raises(ValueError, match="whole-file sha256 mismatch"):
+        replay.load_bundle(bundle_tensor(bytes(broken)), signature_json(read_bundle(other)))
+
+
+def test_python_defined_op_when_library_missing(tmp_path):
+    """Without libleapp_warp_torch.so, ops.py defines the schema in Python and replay.py serves it."""
+    code = (
+        "import torch\n"
+        "from leapp.runtime import ops\n"
+        "from leapp.bundle.testing import example_bundle\n"
+        "from leapp.bundle import read_bundle, signature_json\n"
+        "assert ops.ensure_registered() is False\n"
+        "print(torch.ops.leapp.warp_segment.default._schema)\n"
+        "b = example_bundle(4)\n"
+        "try:\n"
+        "    torch.ops.leapp.warp_segment([torch.ones(4)], torch.frombuffer(bytearray(b), dtype=torch.uint8),\n"
+        "                                 signature_json(read_bundle(b)))\n"
+        "except RuntimeError as e:\n"
+        "    print('ERR', e)\n"
+    )
+    env = dict(os.environ, LEAPP_WARP_PT2_CUSTOM_OP_LIBRARY=str(tmp_path / "missing.so"))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert SCHEMA in proc.stdout
+    assert "ERR leapp::warp_segment 'example/warp_segment_0': exported Warp segments replay on CUDA devices only" in proc.stdout
