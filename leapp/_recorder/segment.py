@@ -161,7 +161,7 @@ class _Block:
         self._guard: BlockGuardMode | None = None
         self._capturing = False
         self._stream = None
-        self._census: dict[int, Any] = {}
+        self._census: _AllocationWitness | None = None
 
     # ---- open / close ----
 
@@ -198,7 +198,7 @@ class _Block:
     def _begin_capture(self) -> None:
         device = wp.get_device(self.discovered.device) if self.discovered.device else wp.get_device()
         self.device = str(device)
-        self._census = {id(o): o for o in gc.get_objects() if issubclass(type(o), wp.array)}
+        self._census = _AllocationWitness()
         self._stream = wp.get_stream(device) if device.is_cuda else None
         try:
             wp.capture_begin(device=device, stream=self._stream, apic=True)
@@ -237,12 +237,12 @@ class _Block:
                 return  # the body's exception is the one the user needs
             raise
         if failed:
-            self._census = {}
+            self._census = None
             return
         try:
             self._record(graph)
         finally:
-            self._census = {}
+            self._census = None
 
     def _record(self, graph) -> None:
         run = self.run
@@ -310,6 +310,40 @@ class _Block:
             )
 
 
+class _AllocationWitness:
+    """Tells whether a Warp array was allocated while a block was open, without scanning the whole heap.
+
+    Objects only move to older GC generations. Warp arrays in the young
+    generations (0, 1) at entry are remembered; at exit an array that is young
+    now and was not then is new. If a generation-1/2 collection ran meanwhile a
+    new array may already be old: the answer is then "not new", which makes it
+    a snapshotted constant (always correct, just larger) instead of scratch.
+    """
+
+    def __init__(self) -> None:
+        self._young_at_entry = _young_warp_arrays()  # strong refs: their ids cannot be reused meanwhile
+        self._old_collections = _old_collections()
+        self._young_at_exit: dict[int, Any] | None = None
+
+    def created_in_block(self, arr) -> bool:
+        if id(arr) in self._young_at_entry or _old_collections() != self._old_collections:
+            return False
+        if self._young_at_exit is None:
+            self._young_at_exit = _young_warp_arrays()
+        return self._young_at_exit.get(id(arr)) is arr
+
+
+def _young_warp_arrays() -> dict[int, Any]:
+    try:
+        return {id(o): o for g in (0, 1) for o in gc.get_objects(generation=g) if issubclass(type(o), wp.array)}
+    except (TypeError, ValueError):  # an interpreter without these generations: everything counts as old
+        return {}
+
+
+def _old_collections() -> tuple[int, ...]:
+    return tuple(stat.get("collections", 0) for stat in gc.get_stats()[1:])
+
+
 def _arg_ptr(arg) -> int:
     if is_warp_array(arg):
         return array_base(arg)[1] or 0
@@ -335,23 +369,22 @@ class _CaptureAnalysis:
         for region_id, ptr, capacity, base in capture._regions.values():
             if region_id not in regions or capacity > regions[region_id][1]:
                 regions[region_id] = (ptr, capacity, base)
-        wrp_bytes, modules = self._save(regions)
-        ops = wrp.read_ops(wrp_bytes)
-        written = {op.dst_region for op in ops if op.dst_region is not None and op.dst_region > 0}
-        declared_out = {_arg_ptr(a) for launch in block.launches for a in launch.args[launch.n_inputs:]}
-        arrays = self._launch_arrays()
-
-        kinds: dict[int, str] = {}
+        kinds: dict[int, str] = {}  # classified first: the allocation witness wants as few allocations as possible
         for region_id, (ptr, _capacity, base) in sorted(regions.items()):
             native = getattr(base, "_storage_base_ptr", None) is None
             if ptr in rec.pending:
                 kinds[region_id] = "chained"
             elif rec.live_storage(ptr):
                 kinds[region_id] = "traced"
-            elif region_id in capture._transient_regions or (native and id(base) not in block._census):
+            elif region_id in capture._transient_regions or (native and block._census.created_in_block(base)):
                 kinds[region_id] = "created"
             else:
                 kinds[region_id] = "external"
+        wrp_bytes, modules = self._save(regions)
+        ops = wrp.read_ops(wrp_bytes)
+        written = {op.dst_region for op in ops if op.dst_region is not None and op.dst_region > 0}
+        declared_out = {_arg_ptr(a) for launch in block.launches for a in launch.args[launch.n_inputs:]}
+        arrays = self._launch_arrays()
 
         before = {}
         with rec.paused_recording():
