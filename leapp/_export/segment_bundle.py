@@ -367,7 +367,7 @@ class _Builder:
         h = hasher.kernel_hashes.get(kernel) if hasher is not None else None
         return kernel.get_mangled_name(kernel_hash=h) if h is not None else None
 
-    def cuda_block_dim_for(self, kernel, record, op: WrpLaunch) -> int:
+    def cuda_block_dim_for(self, record, op: WrpLaunch) -> int:
         if self.wrp.device == "cuda":
             return op.block_dim if op.block_dim > 0 else record.block_dim
         if record.block_dim > 1:
@@ -379,7 +379,7 @@ class _Builder:
         if not op.is_forward:
             raise self.fail(f"{what} is a backward (adjoint) launch; only forward kernels are exportable")
         kernel, record = self.live_kernel(op)
-        block_dim = self.cuda_block_dim_for(kernel, record, op)
+        block_dim = self.cuda_block_dim_for(record, op)
         compiled = cuda_code.compile_module(kernel, block_dim, self.archs)
         if self.wrp.device == "cpu" and record.block_dim <= 1 and cuda_code.uses_tiles(kernel):
             raise self.fail(f"{what}: kernel '{kernel.key}' uses tiles and was captured on CPU with block_dim=1, "
