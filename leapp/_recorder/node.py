@@ -89,6 +89,7 @@ class NodeRun:
                     # A view of a larger allocation: the export boundary is a dense tensor.
                     value = wp.clone(value)
                 t = wp.to_torch(value, requires_grad=False)
+                spec.dtype = t.dtype
             elif isinstance(value, torch.Tensor):
                 spec = spec_for_tensor(name, value)
                 if not (value.is_contiguous() and value.storage_offset() == 0
@@ -113,9 +114,10 @@ class NodeRun:
         rec = self.recorder
         if is_warp_array(value):
             check_boundary_dtype(value.dtype, f"output {name!r} of node '{self.name}'", where)
-            spec = spec_for_array(name, value)
             with rec.paused_recording():
                 t = wp.to_torch(value, requires_grad=False)
+            spec = spec_for_array(name, value)
+            spec.dtype = t.dtype  # what the user's tensor is (unsigned dtypes depend on the torch version)
         elif isinstance(value, torch.Tensor):
             t, spec = value, spec_for_tensor(name, value)
         else:

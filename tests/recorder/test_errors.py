@@ -23,8 +23,8 @@ from leapp.errors import (
 )
 
 wp.init()
-DEVICE = "cpu"
 THIS = "test_errors.py:"
+DEVICES = ["cpu", pytest.param("cuda:0", marks=pytest.mark.cuda)]
 
 
 def scaled(x, kernels=("scale",), segments=1):
@@ -37,9 +37,9 @@ def scaled(x, kernels=("scale",), segments=1):
                 for k in kernels:
                     if k == "scale":
                         wp.launch(K.scale, dim=x.shape[0], inputs=[wp.from_torch(x), 2.0],
-                                  outputs=[wp.from_torch(y)], device=DEVICE)
+                                  outputs=[wp.from_torch(y)], device=str(x.device))
                     else:
-                        wp.launch(K.add_one, dim=x.shape[0], inputs=[wp.from_torch(y)], device=DEVICE)
+                        wp.launch(K.add_one, dim=x.shape[0], inputs=[wp.from_torch(y)], device=str(x.device))
         annotate.output_tensors("n", {"y": y})
     return y
 
@@ -51,9 +51,10 @@ def _clean_state():
     assert leapp._recorder.session.current_session() is None
 
 
-def test_node_executed_only_once():
+@pytest.mark.parametrize("device", DEVICES)
+def test_node_executed_only_once(device):
     with leapp.trace("t") as session:
-        scaled(torch.ones(3))
+        scaled(torch.ones(3, device=device))
     with pytest.raises(TraceError, match=NOT_EXECUTED_TWICE) as info:
         session.compile()
     text = str(info.value)
@@ -61,27 +62,29 @@ def test_node_executed_only_once():
     _clean_state()
 
 
-def test_capture_pass_skips_a_discovered_region():
+@pytest.mark.parametrize("device", DEVICES)
+def test_capture_pass_skips_a_discovered_region(device):
     with leapp.trace("t") as session:
-        scaled(torch.ones(3), segments=2)
-        scaled(torch.ones(3), segments=1)  # no error here: DESIGN raises at compile_graph()
+        scaled(torch.ones(3, device=device), segments=2)
+        scaled(torch.ones(3, device=device), segments=1)  # no error here: DESIGN raises at compile_graph()
     with pytest.raises(TraceError, match=NOT_EXECUTED_TWICE) as info:
         session.compile()
     assert "n/warp_segment_1" in str(info.value) and THIS in str(info.value)
     # The script spelling raises the same, before the exporter is imported.
     leapp.start("s")
-    scaled(torch.ones(3), segments=2)
-    scaled(torch.ones(3), segments=1)
+    scaled(torch.ones(3, device=device), segments=2)
+    scaled(torch.ones(3, device=device), segments=1)
     with pytest.raises(TraceError, match=NOT_EXECUTED_TWICE):
         leapp.compile_graph()
     _clean_state()
 
 
-def test_capture_pass_adds_a_region():
+@pytest.mark.parametrize("device", DEVICES)
+def test_capture_pass_adds_a_region(device):
     with leapp.trace("t"):
-        scaled(torch.ones(3), segments=1)
+        scaled(torch.ones(3, device=device), segments=1)
         with pytest.raises(SegmentDivergenceError, match=MORE_REGIONS_THAN_DISCOVERY) as info:
-            scaled(torch.ones(3), segments=2)
+            scaled(torch.ones(3, device=device), segments=2)
         _clean_state_in_session()
     assert "n/warp_segment_1" in str(info.value) and THIS in str(info.value)
     _clean_state()
@@ -97,29 +100,32 @@ def _clean_state_in_session():
     "first,second",
     [(("scale",), ("add_one",)), (("scale",), ("scale", "add_one")), (("scale", "add_one"), ("scale",))],
 )
-def test_capture_pass_calls_different_operations(first, second):
+@pytest.mark.parametrize("device", DEVICES)
+def test_capture_pass_calls_different_operations(first, second, device):
     with leapp.trace("t"):
-        scaled(torch.ones(3), kernels=first)
+        scaled(torch.ones(3, device=device), kernels=first)
         with pytest.raises(SegmentDivergenceError, match=SEGMENT_DIVERGED) as info:
-            scaled(torch.ones(3), kernels=second)
+            scaled(torch.ones(3, device=device), kernels=second)
         _clean_state_in_session()
     text = str(info.value)
     assert "n/warp_segment_0" in text and THIS in text and str([f"launch:{k}" for k in first]) in text
     _clean_state()
 
 
-def test_sample_pass_must_match_too():
+@pytest.mark.parametrize("device", DEVICES)
+def test_sample_pass_must_match_too(device):
     with leapp.trace("t"):
-        scaled(torch.ones(3))
-        scaled(torch.ones(3))
+        scaled(torch.ones(3, device=device))
+        scaled(torch.ones(3, device=device))
         with pytest.raises(SegmentDivergenceError, match=SEGMENT_DIVERGED):
-            scaled(torch.ones(3), kernels=("add_one",))
+            scaled(torch.ones(3, device=device), kernels=("add_one",))
         with pytest.raises(SegmentDivergenceError, match=MORE_REGIONS_THAN_DISCOVERY):
-            scaled(torch.ones(3), segments=2)
+            scaled(torch.ones(3, device=device), segments=2)
     _clean_state()
 
 
-def test_one_call_with_arrays_of_two_nodes():
+@pytest.mark.parametrize("device", DEVICES)
+def test_one_call_with_arrays_of_two_nodes(device):
     def step(x):
         with leapp.node("a"):
             x = annotate.input_tensors("a", {"x": x})
@@ -130,16 +136,16 @@ def test_one_call_with_arrays_of_two_nodes():
             out = torch.empty_like(x)
             with annotate.warp_op():
                 wp.launch(K.add_arrays, dim=x.shape[0], inputs=[wp.from_torch(a_out), wp.from_torch(b_tmp)],
-                          outputs=[wp.from_torch(out)], device=DEVICE)
+                          outputs=[wp.from_torch(out)], device=device)
             annotate.output_tensors("b", {"z": out})
 
     for passes in (1, 2):  # raised at the call, in discovery as in capture
         with leapp.trace("t"):
             if passes == 2:
                 with pytest.raises(TraceError):
-                    step(torch.ones(3))
+                    step(torch.ones(3, device=device))
             with pytest.raises(TraceError, match=MIXED_TRACE_CONTEXTS) as info:
-                step(torch.ones(3))
+                step(torch.ones(3, device=device))
             _clean_state_in_session()
         text = str(info.value)
         assert text.startswith("wp.launch('add_arrays') at ") and THIS in text
@@ -186,7 +192,8 @@ def test_non_linux_platform(monkeypatch):
         (lambda x: x.tolist(), "host readback Tensor.tolist"),
     ],
 )
-def test_torch_work_inside_a_segment(body, name):
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_work_inside_a_segment(body, name, device):
     def step(x):
         with leapp.node("n"):
             x = annotate.input_tensors("n", {"x": x})
@@ -197,7 +204,7 @@ def test_torch_work_inside_a_segment(body, name):
 
     with leapp.trace("t"):
         with pytest.raises(TraceError, match="inside Warp segment n/warp_segment_0") as info:
-            step(torch.ones(3))
+            step(torch.ones(3, device=device))
     text = str(info.value)
     assert name in text and THIS in text
     _clean_state()
@@ -225,22 +232,23 @@ def test_a_users_tape_is_reported():
     _clean_state()
 
 
-def test_error_in_the_capture_block_releases_the_capture():
+@pytest.mark.parametrize("device", DEVICES)
+def test_error_in_the_capture_block_releases_the_capture(device):
     def step(x, fail):
         with leapp.node("n"):
             x = annotate.input_tensors("n", {"x": x})
             y = torch.zeros_like(x)
             with annotate.warp_op():
-                wp.launch(K.scale, dim=3, inputs=[wp.from_torch(x), 2.0], outputs=[wp.from_torch(y)], device=DEVICE)
+                wp.launch(K.scale, dim=3, inputs=[wp.from_torch(x), 2.0], outputs=[wp.from_torch(y)], device=device)
                 if fail:
                     raise KeyError("user bug")
             annotate.output_tensors("n", {"y": y})
 
     with leapp.trace("t") as session:
-        step(torch.ones(3), False)
+        step(torch.ones(3, device=device), False)
         with pytest.raises(KeyError):
-            step(torch.ones(3), True)
+            step(torch.ones(3, device=device), True)
         _clean_state_in_session()
-        step(torch.ones(3), False)  # the failed execution was not counted: this is the capture pass
+        step(torch.ones(3, device=device), False)  # the failed execution was not counted: this is the capture pass
     assert session.record.problems == [] and len(session.record.nodes["n"].segments) == 1
     _clean_state()

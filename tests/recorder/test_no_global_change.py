@@ -50,12 +50,13 @@ def _snapshot() -> dict:
 
 
 def step(x, fail=None):
+    device = str(x.device)
     with leapp.node("n", export_with="pt2"):
         x = annotate.input_tensors("n", {"x": x})
         y = torch.zeros_like(x)
         with annotate.warp_op():
             wp.launch(K.scale, dim=x.shape[0], inputs=[wp.from_torch(x), 2.0], outputs=[wp.from_torch(y)],
-                      device="cpu")
+                      device=device)
             if fail == "in_block":
                 raise RuntimeError("user error inside the segment")
             if fail == "torch_in_block":
@@ -120,3 +121,25 @@ def test_the_snapshot_sees_a_patch(monkeypatch):
     with torch.overrides.TorchFunctionMode():
         assert _snapshot() != before
     assert _snapshot() == before
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("fail", [None, "in_block", "torch_in_block"])
+def test_cuda_session_leaves_the_caching_allocator_alone(fail):
+    x = torch.ones(4, device="cuda:0")
+    with leapp.trace("warm-up-cuda"):
+        for _ in range(3):
+            step(x)
+    before = _snapshot()
+    backend = torch.cuda.memory.get_allocator_backend()
+    with pytest.raises((RuntimeError, LeappError)) if fail else _nullcontext():
+        with leapp.trace("t"):
+            for i in range(3):
+                step(x, fail if i == 1 else None)
+    assert _snapshot() == before
+    assert torch.cuda.memory.get_allocator_backend() == backend
+    # Still a caching allocator: freed blocks stay reserved.
+    block = torch.empty(1 << 20, device="cuda:0")
+    reserved = torch.cuda.memory_reserved()
+    del block
+    assert torch.cuda.memory_reserved() == reserved > 0

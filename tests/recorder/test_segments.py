@@ -1,4 +1,8 @@
-"""Warp segments on CPU arrays: APIC capture, segment I/O, FX calls, constants, dtypes."""
+"""Warp segments: APIC capture, segment I/O, FX calls, constants, dtypes.
+
+Every scenario runs with CPU Warp arrays (CI) and again with CUDA arrays
+under the ``cuda`` marker.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +24,12 @@ from leapp._recorder.replay import run_node_graph
 from leapp.errors import UNSUPPORTED_DTYPE, TraceError
 
 wp.init()
-DEVICE = "cpu"
+DEVICES = ["cpu", pytest.param("cuda:0", marks=pytest.mark.cuda)]
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return request.param
 MLP = torch.nn.Sequential(torch.nn.Linear(7, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
 
 
@@ -46,17 +55,24 @@ def design_step(quat, joints):
     return policy(obs)
 
 
-def _quat(n, seed=0):
+def _quat(n, seed=0, device="cpu"):
     gen = torch.Generator().manual_seed(seed)
-    return torch.nn.functional.normalize(torch.randn(n, 4, generator=gen), dim=-1)
+    return torch.nn.functional.normalize(torch.randn(n, 4, generator=gen), dim=-1).to(device)
 
 
 def _segment_calls(node):
     return [n for n in node.graph.graph.nodes if n.op == "call_function" and n.target is warp_segment_call]
 
 
-def test_design_example():
-    quat, joints = _quat(5), torch.randn(5, 4)
+@pytest.fixture
+def mlp_on(device):
+    MLP.to(device)
+    yield
+    MLP.to("cpu")
+
+
+def test_design_example(device, mlp_on):
+    quat, joints = _quat(5, device=device), torch.randn(5, 4).to(device)
     eager = design_step(quat, joints)
     record, results = trace(design_step, quat, joints, passes=3)
     for r in results:
@@ -64,9 +80,9 @@ def test_design_example():
     assert list(record.nodes) == ["obs", "policy"] and record.edges == [("obs", "obs", "policy", "obs")]
     obs = record.nodes["obs"]
     (seg,) = obs.segments
-    assert seg.id == "obs/warp_segment_0" and seg.node == "obs" and seg.index == 0 and seg.device == "cpu"
+    assert seg.id == "obs/warp_segment_0" and seg.node == "obs" and seg.index == 0
     assert seg.source.endswith(f"test_segments.py:{design_step.__code__.co_firstlineno + 4}")
-    assert seg.ops == ["launch:projected_gravity"] == seg.captured_ops
+    assert seg.ops == ["launch:projected_gravity"] == seg.captured_ops and seg.device == str(wp.get_device(device))
     assert seg.call_sites[0].endswith(f"test_segments.py:{design_step.__code__.co_firstlineno + 5}")
     assert [k.key for k in seg.kernels] == ["projected_gravity"] and seg.kernels[0].kernel is K.projected_gravity
     assert seg.wrp[:4] == b"WRP1" and seg.modules
@@ -85,30 +101,30 @@ def test_design_example():
     assert len(obs.samples) == 2 and len(record.nodes["policy"].samples) == 2
     assert_graphs_replay_samples(record)
     # New values through the recorded graph (segment replayed from .wrp) equal eager.
-    q2, j2 = _quat(5, seed=3), torch.randn(5, 4)
+    q2, j2 = _quat(5, seed=3, device=device), torch.randn(5, 4).to(device)
     (got,) = run_node_graph(obs, [q2, j2])
     with leapp.node("obs"):  # outside a session: plain eager
         pass
-    grav = torch.empty(5, 3)
+    grav = torch.empty(5, 3, device=device)
     wp.launch(K.projected_gravity, dim=5, inputs=[wp.from_torch(q2, dtype=wp.quat), wp.vec3(0.0, 0.0, -1.0)],
-              outputs=[wp.from_torch(grav, dtype=wp.vec3)], device=DEVICE)
+              outputs=[wp.from_torch(grav, dtype=wp.vec3)], device=device)
     torch.testing.assert_close(got, torch.cat([grav, j2], -1))
 
 
-def test_arrays_created_in_block_used_after_are_outputs_and_others_scratch():
+def test_arrays_created_in_block_used_after_are_outputs_and_others_scratch(device):
     def step(x):
         with leapp.node("n"):
             x = annotate.input_tensors("n", {"x": x})
             with annotate.warp_op():
-                tmp = wp.empty(x.shape[0], dtype=float, device=DEVICE)  # used only inside: scratch
-                out = wp.empty(x.shape[0], dtype=float, device=DEVICE)  # used after the block: output
-                wp.launch(K.scale, dim=x.shape[0], inputs=[wp.from_torch(x), 2.0], outputs=[tmp], device=DEVICE)
-                wp.launch(K.scale, dim=x.shape[0], inputs=[tmp, 3.0], outputs=[out], device=DEVICE)
+                tmp = wp.empty(x.shape[0], dtype=float, device=device)  # used only inside: scratch
+                out = wp.empty(x.shape[0], dtype=float, device=device)  # used after the block: output
+                wp.launch(K.scale, dim=x.shape[0], inputs=[wp.from_torch(x), 2.0], outputs=[tmp], device=device)
+                wp.launch(K.scale, dim=x.shape[0], inputs=[tmp, 3.0], outputs=[out], device=device)
             y = wp.to_torch(out) + x
             annotate.output_tensors("n", {"y": y})
         return y
 
-    x = torch.arange(4.0)
+    x = torch.arange(4.0, device=device)
     gc.collect()  # the allocation witness answers "scratch" unless a full GC runs inside the block (then: constant)
     record, results = trace(step, x, passes=3)
     for r in results:
@@ -121,22 +137,22 @@ def test_arrays_created_in_block_used_after_are_outputs_and_others_scratch():
     assert_graphs_replay_samples(record)
 
 
-def test_chained_segments_pass_block_created_arrays():
+def test_chained_segments_pass_block_created_arrays(device):
     def step(x):
         with leapp.node("n"):
             x = annotate.input_tensors("n", {"x": x})
             with annotate.warp_op():
-                tmp = wp.empty(x.shape[0], dtype=float, device=DEVICE)
-                wp.launch(K.scale, dim=x.shape[0], inputs=[wp.from_torch(x), 2.0], outputs=[tmp], device=DEVICE)
+                tmp = wp.empty(x.shape[0], dtype=float, device=device)
+                wp.launch(K.scale, dim=x.shape[0], inputs=[wp.from_torch(x), 2.0], outputs=[tmp], device=device)
             x2 = x * 10  # torch between the segments
             with annotate.warp_op():
-                out = wp.empty(x.shape[0], dtype=float, device=DEVICE)
+                out = wp.empty(x.shape[0], dtype=float, device=device)
                 wp.launch(K.add_arrays, dim=x.shape[0], inputs=[tmp, wp.from_torch(x2)], outputs=[out],
-                          device=DEVICE)
+                          device=device)
             annotate.output_tensors("n", {"y": out})
         return wp.to_torch(out)
 
-    x = torch.arange(3.0)
+    x = torch.arange(3.0, device=device)
     record, results = trace(step, x)
     torch.testing.assert_close(results[1], x * 12)
     seg0, seg1 = record.nodes["n"].segments
@@ -149,9 +165,9 @@ def test_chained_segments_pass_block_created_arrays():
 LUT = None
 
 
-def test_untraced_arrays_are_constants_and_reported():
+def test_untraced_arrays_are_constants_and_reported(device):
     global LUT
-    LUT = wp.array(np.array([10.0, 20.0, 30.0], dtype=np.float32), device=DEVICE)
+    LUT = wp.array(np.array([10.0, 20.0, 30.0], dtype=np.float32), device=device)
 
     def step(x):
         with leapp.node("n"):
@@ -159,10 +175,10 @@ def test_untraced_arrays_are_constants_and_reported():
             y = torch.empty_like(x)
             with annotate.warp_op():
                 wp.launch(K.add_arrays, dim=3, inputs=[wp.from_torch(x), LUT], outputs=[wp.from_torch(y)],
-                          device=DEVICE)
+                          device=device)
             annotate.output_tensors("n", {"y": y})
 
-    record, _ = trace(step, torch.ones(3))
+    record, _ = trace(step, torch.ones(3, device=device))
     (seg,) = record.nodes["n"].segments
     (constant,) = seg.constants.values()
     assert np.frombuffer(constant, dtype=np.float32).tolist() == [10.0, 20.0, 30.0]
@@ -171,37 +187,37 @@ def test_untraced_arrays_are_constants_and_reported():
     assert_graphs_replay_samples(record)
 
 
-def test_inplace_write_to_a_traced_input_is_an_output():
+def test_inplace_write_to_a_traced_input_is_an_output(device):
     def step(x):
         with leapp.node("n"):
             x = annotate.input_tensors("n", {"x": x})
             x = x * 1.0
             v = x[1:]  # a view: the region is x's whole storage
             with annotate.warp_op():
-                wp.launch(K.add_one, dim=v.shape[0], inputs=[wp.from_torch(v)], device=DEVICE)  # writes an "input"
+                wp.launch(K.add_one, dim=v.shape[0], inputs=[wp.from_torch(v)], device=device)  # writes an "input"
             annotate.output_tensors("n", {"y": x + 0, "v": v * 2})
 
-    record, _ = trace(step, torch.arange(4.0))
+    record, _ = trace(step, torch.arange(4.0, device=device))
     (seg,) = record.nodes["n"].segments
     assert len(seg.inputs) == 1 and [o.region_id for o in seg.outputs] == [seg.inputs[0].region_id]
     assert seg.inputs[0].spec.shape == (4,)
-    torch.testing.assert_close(record.nodes["n"].samples[0].outputs[0], torch.tensor([0.0, 2, 3, 4]))
+    torch.testing.assert_close(record.nodes["n"].samples[0].outputs[0], torch.tensor([0.0, 2, 3, 4], device=device))
     assert_graphs_replay_samples(record)
 
 
-def test_noncontiguous_views_and_warp_array_inputs():
+def test_noncontiguous_views_and_warp_array_inputs(device):
     def step(x, a):
         with leapp.node("n"):
             x, a = annotate.input_tensors("n", {"x": x, "a": a})
-            y = torch.zeros(4, 3)
+            y = torch.zeros(4, 3, device=device)
             with annotate.warp_op():
                 wp.launch(K.scale_strided, dim=(4, 3), inputs=[wp.from_torch(x[:, ::2]), 3.0],
-                          outputs=[wp.from_torch(y)], device=DEVICE)
-                wp.launch(K.add_one, dim=a.shape[0], inputs=[a], device=DEVICE)
+                          outputs=[wp.from_torch(y)], device=device)
+                wp.launch(K.add_one, dim=a.shape[0], inputs=[a], device=device)
             annotate.output_tensors("n", {"y": y, "a": a})
 
-    x = torch.arange(24.0).reshape(4, 6)
-    base = wp.array(np.arange(8, dtype=np.float32), device=DEVICE)
+    x = torch.arange(24.0, device=device).reshape(4, 6)
+    base = wp.array(np.arange(8, dtype=np.float32), device=device)
     record, _ = trace(step, x, base[2:6])  # a view of a larger Warp allocation
     node = record.nodes["n"]
     assert node.inputs[1].warp_dtype == "float32" and node.inputs[1].logical_shape == (4,)
@@ -209,47 +225,48 @@ def test_noncontiguous_views_and_warp_array_inputs():
     shapes = sorted(io.spec.shape for io in seg.inputs)
     assert shapes == [(4,), (4, 3), (4, 6)]
     torch.testing.assert_close(node.samples[0].outputs[0], x[:, ::2] * 3)
-    torch.testing.assert_close(node.samples[0].outputs[1], torch.arange(2.0, 6.0) + 1)
+    torch.testing.assert_close(node.samples[0].outputs[1], torch.arange(2.0, 6.0, device=device) + 1)
     assert_graphs_replay_samples(record)
 
 
-def test_copies_and_fills_are_captured():
+def test_copies_and_fills_are_captured(device):
     def step(x):
         with leapp.node("n"):
             x = annotate.input_tensors("n", {"x": x})
             y = torch.empty_like(x)
             with annotate.warp_op():
-                tmp = wp.empty(x.shape[0], dtype=float, device=DEVICE)
+                tmp = wp.empty(x.shape[0], dtype=float, device=device)
                 tmp.fill_(5.0)
-                wp.launch(K.add_arrays, dim=x.shape[0], inputs=[wp.from_torch(x), tmp], outputs=[tmp], device=DEVICE)
+                wp.launch(K.add_arrays, dim=x.shape[0], inputs=[wp.from_torch(x), tmp], outputs=[tmp], device=device)
                 wp.copy(wp.from_torch(y), tmp)
             annotate.output_tensors("n", {"y": y})
 
-    record, results = trace(step, torch.arange(3.0))
+    record, results = trace(step, torch.arange(3.0, device=device))
     (seg,) = record.nodes["n"].segments
     assert seg.ops == ["launch:add_arrays"]
-    assert seg.captured_ops[1:] == ["launch:add_arrays", "copy"] and seg.captured_ops[0] in ("fill", "memset")
-    torch.testing.assert_close(record.nodes["n"].samples[0].outputs[0], torch.arange(3.0) + 5)
+    ops = [op for op in seg.captured_ops if op != "alloc"]  # CUDA records the in-graph allocation too
+    assert ops[1:] == ["launch:add_arrays", "copy"] and ops[0] in ("fill", "memset")
+    torch.testing.assert_close(record.nodes["n"].samples[0].outputs[0], torch.arange(3.0, device=device) + 5)
     assert_graphs_replay_samples(record)
 
 
 @pytest.mark.parametrize("dtype", K.SCALAR_DTYPES + K.COMPOUND_DTYPES, ids=lambda d: d.__name__)
-def test_boundary_dtypes_expanded_layout(dtype):
+def test_boundary_dtypes_expanded_layout(dtype, device):
     inner = tuple(getattr(dtype, "_shape_", ()))
     torch_dtype = wp.dtype_to_torch(getattr(dtype, "_wp_scalar_type_", dtype))
     gen = torch.Generator().manual_seed(1)
-    src = (torch.rand((2, 4) + inner, generator=gen) * 100).to(torch_dtype)
+    src = (torch.rand((2, 4) + inner, generator=gen) * 100).to(torch_dtype).to(device)
 
     def step(src):
         with leapp.node("n"):
             src = annotate.input_tensors("n", {"src": src})
             dst = torch.zeros_like(src)
             with annotate.warp_op():
-                made = wp.empty((2, 4), dtype=dtype, device=DEVICE)
+                made = wp.empty((2, 4), dtype=dtype, device=device)
                 wp.launch(K.copy2d, dim=(2, 4), inputs=[wp.from_torch(src, dtype=dtype)],
-                          outputs=[wp.from_torch(dst, dtype=dtype)], device=DEVICE)
+                          outputs=[wp.from_torch(dst, dtype=dtype)], device=device)
                 wp.launch(K.copy2d, dim=(2, 4), inputs=[wp.from_torch(src, dtype=dtype)], outputs=[made],
-                          device=DEVICE)
+                          device=device)
             annotate.output_tensors("n", {"dst": dst, "made": made})
 
     record, _ = trace(step, src)
@@ -267,36 +284,36 @@ def test_boundary_dtypes_expanded_layout(dtype):
     assert_graphs_replay_samples(record)
 
 
-def test_struct_arrays_at_a_boundary_are_unsupported():
+def test_struct_arrays_at_a_boundary_are_unsupported(device):
     def step(x):
         with leapp.node("n"):
             x = annotate.input_tensors("n", {"x": x})
             with annotate.warp_op():
-                pairs = wp.empty(x.shape[0], dtype=K.Pair, device=DEVICE)
-                wp.launch(K.fill_pairs, dim=x.shape[0], inputs=[wp.from_torch(x)], outputs=[pairs], device=DEVICE)
+                pairs = wp.empty(x.shape[0], dtype=K.Pair, device=device)
+                wp.launch(K.fill_pairs, dim=x.shape[0], inputs=[wp.from_torch(x)], outputs=[pairs], device=device)
             annotate.output_tensors("n", {"pairs": pairs})
 
     with leapp.trace("t"):  # a node output: refused at once, in the discovery pass
         with pytest.raises(TraceError, match=UNSUPPORTED_DTYPE) as info:
-            step(torch.ones(2))
+            step(torch.ones(2, device=device))
     assert "'pairs'" in str(info.value) and "node 'n'" in str(info.value) and "Pair" in str(info.value)
 
     def step2(x):  # the struct array feeds the next segment: a segment boundary
         with leapp.node("m"):
             x = annotate.input_tensors("m", {"x": x})
             with annotate.warp_op():
-                pairs = wp.empty(x.shape[0], dtype=K.Pair, device=DEVICE)
-                wp.launch(K.fill_pairs, dim=x.shape[0], inputs=[wp.from_torch(x)], outputs=[pairs], device=DEVICE)
+                pairs = wp.empty(x.shape[0], dtype=K.Pair, device=device)
+                wp.launch(K.fill_pairs, dim=x.shape[0], inputs=[wp.from_torch(x)], outputs=[pairs], device=device)
             with annotate.warp_op():
-                wp.launch(K.fill_pairs, dim=x.shape[0], inputs=[wp.from_torch(x)], outputs=[pairs], device=DEVICE)
+                wp.launch(K.fill_pairs, dim=x.shape[0], inputs=[wp.from_torch(x)], outputs=[pairs], device=device)
             annotate.output_tensors("m", {"y": x + 1})
 
     with leapp.trace("t"):
-        step2(torch.ones(2))
+        step2(torch.ones(2, device=device))
         with pytest.raises(TraceError, match=UNSUPPORTED_DTYPE) as info:
-            step2(torch.ones(2))
+            step2(torch.ones(2, device=device))
     assert "m/warp_segment_0" in str(info.value) and "Pair" in str(info.value)
 
     with leapp.trace("t"), leapp.node("k"):
         with pytest.raises(TraceError, match=UNSUPPORTED_DTYPE):
-            annotate.input_tensors("k", {"p": wp.empty(2, dtype=K.Pair, device=DEVICE)})
+            annotate.input_tensors("k", {"p": wp.empty(2, dtype=K.Pair, device=device)})
