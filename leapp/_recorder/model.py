@@ -8,7 +8,7 @@ The exporter consumes these objects in the same process, right after tracing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 

@@ -18,7 +18,7 @@ from leapp.errors import MORE_REGIONS_THAN_DISCOVERY, NOT_EXECUTED_TWICE, SEGMEN
 wp.init()
 DEVICE = "cpu"
 OPS = ("scale", "add_one")
-SETTINGS = settings(max_examples=25, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+SETTINGS = settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
 programs = st.lists(st.lists(st.sampled_from(OPS), min_size=0, max_size=3), min_size=0, max_size=3)
 

@@ -317,3 +317,31 @@ def test_struct_arrays_at_a_boundary_are_unsupported(device):
     with leapp.trace("t"), leapp.node("k"):
         with pytest.raises(TraceError, match=UNSUPPORTED_DTYPE):
             annotate.input_tensors("k", {"p": wp.empty(2, dtype=K.Pair, device=device)})
+
+
+def test_warp_op_as_a_decorator(device):
+    @annotate.warp_op()
+    def double(x, y):
+        wp.launch(K.scale, dim=x.shape[0], inputs=[wp.from_torch(x), 2.0], outputs=[wp.from_torch(y)], device=device)
+
+    def step(x):
+        with leapp.node("n"):
+            x = annotate.input_tensors("n", {"x": x})
+            y = torch.empty_like(x)
+            double(x, y)
+            annotate.output_tensors("n", {"y": y})
+
+    record, _ = trace(step, torch.arange(3.0, device=device))
+    (seg,) = record.nodes["n"].segments
+    assert seg.source.endswith(f"test_segments.py:{step.__code__.co_firstlineno + 4}")  # the decorated call
+    assert_graphs_replay_samples(record)
+
+
+def test_allocation_witness():
+    from leapp._recorder.capture import AllocationWitness
+
+    before = wp.empty(2, device="cpu")
+    gc.collect()
+    witness = AllocationWitness()
+    after = wp.empty(2, device="cpu")
+    assert witness.created_in_block(after) and not witness.created_in_block(before)

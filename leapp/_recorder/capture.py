@@ -1,0 +1,283 @@
+"""leapp/_recorder/capture.py: turn one APIC-captured Warp segment into a SegmentRecord and its FX call.
+
+Each memory region of the capture is classified once, right after
+``capture_end``:
+
+- traced: the storage of a tensor traced in this node -> a segment input, and
+  an output (written back with ``aten.copy_``) if the segment writes it;
+- chained: an array an earlier segment of the node created -> an input;
+- created: allocated while the block was open -> scratch, or an output once
+  something uses it after the block (``PendingOutput``);
+- external: anything else -> a constant (bytes snapshotted before the launch)
+  and a line in the session's constants report.
+
+Writes are what ``outputs=`` of ``wp.launch`` names, what copies and fills
+target, and any region whose bytes changed when the captured graph ran.
+"""
+
+from __future__ import annotations
+
+import gc
+import operator
+import os
+import shutil
+import tempfile
+from typing import TYPE_CHECKING, Any
+
+import torch
+import warp as wp
+
+from . import wrp
+from .dtypes import array_base, is_warp_array, spec_for_array, warp_dtype_name
+from .fx_graph import PendingOutput, storage_ptr
+from .model import KernelRef, SegmentIO, SegmentRecord, TensorSpec, warp_segment_call
+
+if TYPE_CHECKING:
+    from .segment import _Block
+
+__all__ = ["AllocationWitness", "CaptureAnalysis", "arg_ptr"]
+
+_aten = torch.ops.aten
+
+
+class AllocationWitness:
+    """Tells whether a Warp array was allocated while a block was open, without scanning the whole heap.
+
+    Objects only move to older GC generations. Warp arrays in the young
+    generations (0, 1) at entry are remembered; at exit an array that is young
+    now and was not then is new. If a generation-1/2 collection ran meanwhile a
+    new array may already be old: the answer is then "not new", which makes it
+    a snapshotted constant (always correct, just larger) instead of scratch.
+    """
+
+    def __init__(self) -> None:
+        self._young_at_entry = _young_warp_arrays()  # strong refs: their ids cannot be reused meanwhile
+        self._old_collections = _old_collections()
+        self._young_at_exit: dict[int, Any] | None = None
+
+    def created_in_block(self, arr) -> bool:
+        if id(arr) in self._young_at_entry or _old_collections() != self._old_collections:
+            return False
+        if self._young_at_exit is None:
+            self._young_at_exit = _young_warp_arrays()
+        return self._young_at_exit.get(id(arr)) is arr
+
+
+def _young_warp_arrays() -> dict[int, Any]:
+    try:
+        return {id(o): o for g in (0, 1) for o in gc.get_objects(generation=g) if issubclass(type(o), wp.array)}
+    except (TypeError, ValueError):  # an interpreter without these generations: everything counts as old
+        return {}
+
+
+def _old_collections() -> tuple[int, ...]:
+    return tuple(stat.get("collections", 0) for stat in gc.get_stats()[1:])
+
+
+
+def arg_ptr(arg) -> int:
+    if is_warp_array(arg):
+        return array_base(arg)[1] or 0
+    if isinstance(arg, torch.Tensor):
+        return storage_ptr(arg)
+    return 0
+
+
+
+class CaptureAnalysis:
+    """Turn one APIC-captured segment into a SegmentRecord and its FX call."""
+
+    def __init__(self, block: _Block, graph) -> None:
+        self.block = block
+        self.graph = graph
+        self.run = block.run
+        self.rec = block.run.recorder
+        self.device = wp.get_device(block.device)
+
+    def build(self) -> SegmentRecord:
+        block, rec = self.block, self.rec
+        capture = self.graph._apic_capture
+        regions: dict[int, tuple[int, int, Any]] = {}
+        for region_id, ptr, capacity, base in capture._regions.values():
+            if region_id not in regions or capacity > regions[region_id][1]:
+                regions[region_id] = (ptr, capacity, base)
+        kinds: dict[int, str] = {}  # classified first: the allocation witness wants as few allocations as possible
+        for region_id, (ptr, _capacity, base) in sorted(regions.items()):
+            native = getattr(base, "_storage_base_ptr", None) is None
+            if ptr in rec.pending:
+                kinds[region_id] = "chained"
+            elif rec.live_storage(ptr):
+                kinds[region_id] = "traced"
+            elif region_id in capture._transient_regions or (native and block._census.created_in_block(base)):
+                kinds[region_id] = "created"
+            else:
+                kinds[region_id] = "external"
+        wrp_bytes, modules = self._save(regions)
+        ops = wrp.read_ops(wrp_bytes)
+        written = {op.dst_region for op in ops if op.dst_region is not None and op.dst_region > 0}
+        declared_out = {arg_ptr(a) for launch in block.launches for a in launch.args[launch.n_inputs:]}
+        arrays = self._launch_arrays()
+
+        before = {}
+        with rec.paused_recording():
+            for region_id, kind in kinds.items():
+                ptr, capacity, _ = regions[region_id]
+                if kind in ("traced", "chained", "external"):
+                    before[region_id] = _read_region(ptr, capacity, self.device)
+            self._launch()
+            for region_id, snapshot in before.items():
+                ptr, capacity, _ = regions[region_id]
+                if kinds[region_id] != "external" and _read_region(ptr, capacity, self.device) != snapshot:
+                    written.add(region_id)
+        written |= {rid for rid, (ptr, _, _) in regions.items() if ptr in declared_out}
+
+        segment = SegmentRecord(
+            id=block.segment_id,
+            node=self.run.name,
+            index=block.index,
+            source=block.source,
+            device=str(self.device),
+            ops=list(block.discovered.ops),
+            wrp=wrp_bytes,
+            kernels=self._kernels(capture),
+            inputs=[],
+            outputs=[],
+            constants={},
+            scratch={},
+            captured_ops=[f"launch:{op.kernel_key}" if op.kind == "launch" else op.kind for op in ops],
+            call_sites=list(block.discovered.call_sites),
+            modules=modules,
+        )
+        in_nodes, writes = [], []
+        for region_id, kind in kinds.items():
+            ptr, capacity, base = regions[region_id]
+            if kind in ("traced", "chained"):
+                node, spec = self._region_value(kind, ptr, capacity, arrays.get(ptr))
+                spec.name = f"in{len(segment.inputs)}"
+                segment.inputs.append(SegmentIO(spec, region_id, capacity))
+                in_nodes.append(node)
+                if region_id in written:
+                    writes.append((region_id, capacity, spec, node))
+            elif kind == "external":
+                segment.constants[region_id] = before[region_id]
+                self.block.session.constants_report.append(
+                    f"{segment.id} ({segment.source}): untraced {_describe(base, capacity)} (region {region_id}) "
+                    "snapshotted as a constant"
+                    + ("; the segment writes it, and that write is not part of the export" if region_id in written
+                       else "")
+                )
+            else:
+                segment.scratch[region_id] = capacity
+
+        call = None
+        if rec.build:
+            call = rec.graph.call_function(warp_segment_call, (segment.id, in_nodes))
+        for k, (region_id, capacity, spec, node) in enumerate(writes):
+            out_spec = TensorSpec(f"out{k}", spec.dtype, spec.shape, spec.warp_dtype, spec.logical_shape)
+            segment.outputs.append(SegmentIO(out_spec, region_id, capacity))
+            if rec.build:
+                value = rec.graph.call_function(operator.getitem, (call, k))
+                rec.graph.call_function(_aten.copy_.default, (node, value))
+        for region_id, kind in kinds.items():
+            if kind == "created":
+                ptr, capacity, base = regions[region_id]
+                rec.pending[ptr] = PendingOutput(
+                    segment, call, region_id, capacity, _created_spec(base, capacity), base, base.dtype
+                )
+        return segment
+
+    # ---- steps ----
+
+    def _save(self, regions) -> tuple[bytes, dict[str, bytes]]:
+        folder = tempfile.mkdtemp(prefix="leapp-segment-")
+        try:
+            stem = os.path.join(folder, "segment")
+            bindings = {f"r{region_id}": base for region_id, (_, _, base) in regions.items()}
+            wp.capture_save(self.graph, stem, inputs=bindings)
+            with open(stem + ".wrp", "rb") as f:
+                data = f.read()
+            modules = {}
+            modules_dir = stem + "_modules"
+            for name in sorted(os.listdir(modules_dir)) if os.path.isdir(modules_dir) else []:
+                with open(os.path.join(modules_dir, name), "rb") as f:
+                    modules[name] = f.read()
+            return data, modules
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def _launch(self) -> None:
+        if self.device.is_cpu:
+            wp.capture_launch(self.graph)
+            return
+        stream = wp.stream_from_torch(torch.cuda.current_stream(torch.device(str(self.device))))
+        wp.capture_launch(self.graph, stream=stream)
+        wp.synchronize_stream(stream)
+
+    def _launch_arrays(self) -> dict[int, Any]:
+        """First Warp array seen per region base pointer (for warp dtype / logical shape)."""
+        arrays: dict[int, Any] = {}
+        for launch in self.block.launches:
+            for a in launch.args:
+                if is_warp_array(a):
+                    arrays.setdefault(array_base(a)[1], a)
+        return arrays
+
+    def _region_value(self, kind: str, ptr: int, capacity: int, array) -> tuple[Any, TensorSpec]:
+        if kind == "chained":
+            pending = self.rec.pending[ptr]
+            node = pending.materialize(self.rec.graph)
+            s = pending.spec
+            return node, TensorSpec("", s.dtype, s.shape, s.warp_dtype, s.logical_shape)
+        node, spec, _ = self.rec.storage_value(ptr, capacity)
+        if array is not None and _array_covers(array, ptr, capacity):
+            full = spec_for_array("", array)
+            if full.dtype.itemsize * _numel(full.shape) == capacity:
+                spec.warp_dtype, spec.logical_shape = full.warp_dtype, full.logical_shape
+        return node, spec
+
+    def _kernels(self, capture) -> list[KernelRef]:
+        by_key = {}
+        for launch in self.block.launches:
+            by_key.setdefault(launch.kernel.key, launch)
+        refs = []
+        for info in capture.collected_kernels.values():
+            launch = by_key.get(info["kernel_key"])
+            if launch is not None:
+                refs.append(KernelRef(launch.kernel, int(info["block_dim"]), info["kernel_key"]))
+        return refs
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _array_covers(arr, ptr: int, capacity: int) -> bool:
+    return arr.ptr == ptr and arr.is_contiguous and arr.capacity == capacity
+
+
+def _created_spec(base, capacity: int) -> TensorSpec:
+    try:
+        return spec_for_array("", base)
+    except Exception:  # noqa: BLE001 - e.g. @wp.struct: refused only if it crosses the boundary
+        return TensorSpec("", torch.uint8, (capacity,), warp_dtype_name(base.dtype), tuple(base.shape))
+
+
+def _describe(base, capacity: int) -> str:
+    if getattr(base, "_storage_base_ptr", None) is not None:
+        return f"torch storage ({capacity} bytes)"
+    return f"wp.array {warp_dtype_name(base.dtype)} {tuple(base.shape)} ({capacity} bytes)"
+
+
+def _read_region(ptr: int, nbytes: int, device) -> bytes:
+    """Bytes of a region, for constant snapshots and write detection (host copy on CUDA)."""
+    if nbytes == 0:
+        return b""
+    if device.is_cpu:
+        import ctypes  # noqa: PLC0415
+
+        return ctypes.string_at(ptr, nbytes)
+    view = wp.array(ptr=ptr, dtype=wp.uint8, shape=(nbytes,), device=device)
+    return view.numpy().tobytes()
