@@ -82,7 +82,8 @@ Loaded load() {
             resolve(gpa, "cuPointerGetAttribute", 4000, d.cuPointerGetAttribute, e) &&
             resolve(gpa, "cuStreamCreate", 2000, d.cuStreamCreate, e) &&
             resolve(gpa, "cuStreamDestroy", 4000, d.cuStreamDestroy, e) &&
-            resolve(gpa, "cuThreadExchangeStreamCaptureMode", 10010, d.cuThreadExchangeStreamCaptureMode, e);
+            resolve(gpa, "cuThreadExchangeStreamCaptureMode", 10010, d.cuThreadExchangeStreamCaptureMode, e) &&
+            resolve(gpa, "cuFuncGetAttribute", 2020, d.cuFuncGetAttribute, e);
   if (!ok) return L;
   CUresult r = d.cuInit(0);
   if (r != CUDA_SUCCESS) {

@@ -118,6 +118,21 @@ std::unique_ptr<PreparedSegment> prepare(const CudaDriver& d, const Bundle& bund
     if (r != CUDA_SUCCESS)
       throw CudaError(r, where + ": kernels[" + std::to_string(k) + "] entry '" + kernel.entry + "' not found in module " +
                              std::to_string(kernel.module) + " (" + seg->choices[kernel.module] + "): " + cu_error_text(r));
+    // Also forces a lazily loaded function to load now (not later, e.g. inside a graph capture).
+    int max_threads = 0;
+    r = d.cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f);
+    if (r != CUDA_SUCCESS)
+      throw CudaError(r, where + ": kernel '" + kernel.entry + "' (" + seg->choices[kernel.module] +
+                             ") cannot be loaded: " + cu_error_text(r));
+    for (size_t i = 0; i < m.ops.size(); ++i) {
+      const OpSpec& op = m.ops[i];
+      uint64_t threads = uint64_t(op.block[0]) * op.block[1] * op.block[2];
+      if (op.kind == OpKind::kLaunch && op.kernel == k && threads > uint64_t(max_threads))
+        throw std::runtime_error(where + ": ops[" + std::to_string(i) + "] launches '" + kernel.entry + "' with " +
+                                 std::to_string(threads) + " threads per block, but its " + seg->choices[kernel.module] +
+                                 " build allows at most " + std::to_string(max_threads) + " on device " +
+                                 std::to_string(dev.ordinal));
+    }
     if (max_smem[k] > 0) {
       r = d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(max_smem[k]));
       if (r != CUDA_SUCCESS)
@@ -358,11 +373,12 @@ void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs, co
   // Per-call initialisation, then the ops, all on `stream`.
   for (size_t i = 0; i < m.buffers.size(); ++i) {
     const BufferSpec& b = m.buffers[i];
+    CUresult r = CUDA_SUCCESS;
     if (b.init == BufferInit::kZero)
-      enqueued(d.cuMemsetD8Async(addr[i], 0, size_t(b.bytes), stream), where + ": zeroing buffers[" + std::to_string(i) + "]");
+      r = d.cuMemsetD8Async(addr[i], 0, size_t(b.bytes), stream);
     else if (b.init == BufferInit::kInput)
-      enqueued(d.cuMemcpyDtoDAsync(addr[i], inputs[b.init_index].ptr, size_t(b.bytes), stream),
-              where + ": initialising buffers[" + std::to_string(i) + "] from input " + std::to_string(b.init_index));
+      r = d.cuMemcpyDtoDAsync(addr[i], inputs[b.init_index].ptr, size_t(b.bytes), stream);
+    if (r != CUDA_SUCCESS) enqueued(r, where + ": initialising buffers[" + std::to_string(i) + "] (init)");
   }
   thread_local std::vector<uint8_t> params;
   thread_local std::vector<void*> param_ptrs;

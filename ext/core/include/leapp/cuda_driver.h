@@ -33,6 +33,7 @@ constexpr CUresult CUDA_ERROR_UNSUPPORTED_PTX_VERSION = 222;
 constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
 constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
 constexpr int CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97;
+constexpr int CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0;
 constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 constexpr int CU_POINTER_ATTRIBUTE_CONTEXT = 1;
 constexpr int CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9;
@@ -88,6 +89,7 @@ struct CudaDriver {
   CUresult (*cuStreamCreate)(CUstream*, unsigned) = nullptr;
   CUresult (*cuStreamDestroy)(CUstream) = nullptr;
   CUresult (*cuThreadExchangeStreamCaptureMode)(int*) = nullptr;
+  CUresult (*cuFuncGetAttribute)(int*, int, CUfunction) = nullptr;
 };
 
 /// Thrown when libcuda cannot be loaded or initialised; what() says why.
