@@ -124,6 +124,11 @@ class Session:
         state = self._nodes.get(name)
         if state is None:
             state = self._nodes[name] = NodeState(name, export_with, dict(backend_params), source)
+        elif state.source != source:
+            raise TraceError(
+                f"leapp.node('{name}') at {source}: a node of that name is already traced at {state.source}; "
+                "each node needs its own name (passes are counted per node)."
+            )
         elif state.export_with != export_with:
             raise TraceError(
                 f"leapp.node('{name}') at {source} has export_with='{export_with}', but the same node was "

@@ -214,3 +214,12 @@ def test_failed_execution_is_not_counted():
         step(torch.ones(2), False)
     assert session.record.problems == []
     assert operator.length_hint(session.record.nodes["n"].samples) == 1
+
+
+def test_one_name_two_places_is_refused():
+    with leapp.trace("t"):
+        with leapp.node("n"):
+            pass
+        with pytest.raises(TraceError, match="already traced at .*test_torch_recording.py:"):
+            with leapp.node("n"):
+                pass
