@@ -153,7 +153,7 @@ class GraphRecorder:
     graph: torch.fx.Graph | None = None
     root: torch.nn.Module = field(default_factory=torch.nn.Module)
     paused: bool = False
-    block: Any = None  # the open WarpOp (a _BlockState), if any
+    block: Any = None  # the open segment (segment._Block) while a warp_op block is open
     notes: list[str] = field(default_factory=list)
     pending: dict[int, PendingOutput] = field(default_factory=dict)
     _by_id: dict[int, _Binding] = field(default_factory=dict)
