@@ -67,6 +67,19 @@ def base_manifest(segment: str, ptx_isa: str = "7.5") -> dict:
     }
 
 
+def fake_cubin(arch: int, *entries: str) -> bytes:
+    """An ELF header claiming SM ``arch`` (e_flags bits 8..15) followed by entry names; real drivers reject it,
+    tests/runtime/mock_cuda's fake driver loads it (e_shoff = the image length)."""
+    body = b"\0".join(e.encode() for e in entries) + b"\0"
+    header = bytearray(64)
+    header[0:4] = b"\x7fELF"
+    header[4], header[5], header[6] = 2, 1, 1  # 64-bit, little-endian, version 1
+    struct.pack_into("<Q", header, 40, 64 + len(body))  # e_shoff: no section headers, just the end
+    struct.pack_into("<I", header, 48, (arch << 8) | 4)  # e_flags
+    struct.pack_into("<HHHH", header, 54, 0, 0, 64, 0)  # phentsize, phnum, shentsize, shnum
+    return bytes(header) + body
+
+
 def with_binaries(binaries: list[tuple[str, int, bytes]], n: int = 64) -> bytes:
     """The leapp.bundle.testing example (y = x * [1..n]) with its module's binaries replaced."""
     manifest, blobs = example_manifest_and_blobs(n)

@@ -43,6 +43,17 @@ std::string binary_name(const BinarySpec& b) {
   return std::string(b.kind == BinaryKind::kPtx ? "ptx" : "cubin") + " sm_" + std::to_string(b.arch);
 }
 
+/// The ISA of a PTX text (".version 9.4" -> "9.4"), or "" when it has none near the top.
+std::string ptx_isa_of(std::string_view ptx) {
+  size_t at = ptx.substr(0, 4096).find(".version");
+  if (at == std::string_view::npos) return "";
+  size_t i = at + 8;
+  while (i < ptx.size() && (ptx[i] == ' ' || ptx[i] == '\t')) ++i;
+  size_t j = i;
+  while (j < ptx.size() && j - i < 8 && ((ptx[j] >= '0' && ptx[j] <= '9') || ptx[j] == '.')) ++j;
+  return std::string(ptx.substr(i, j - i));
+}
+
 std::string archs_present(const ModuleSpec& module) {
   std::string s;
   for (const BinarySpec& b : module.binaries) s += (s.empty() ? "" : ", ") + binary_name(b);
@@ -75,6 +86,7 @@ LoadedModule load_module(const CudaDriver& d, const Bundle& bundle, uint32_t ind
   std::string attempts;
   CUresult last = CUDA_SUCCESS;
   bool ptx_too_new = false;
+  std::string rejected_isa = isa;  // the ISA the driver refused: from the PTX text itself when it says
   for (const BinarySpec& b : candidates) {
     std::string_view image = bundle.blob(b.blob);
     char log[4096] = {0};
@@ -84,7 +96,11 @@ LoadedModule load_module(const CudaDriver& d, const Bundle& bundle, uint32_t ind
     CUresult r = d.cuModuleLoadDataEx(&mod, image.data(), 2, options, values);
     if (r == CUDA_SUCCESS) return {mod, binary_name(b)};
     last = r;
-    if (b.kind == BinaryKind::kPtx && r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION) ptx_too_new = true;
+    if (b.kind == BinaryKind::kPtx && r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION) {
+      ptx_too_new = true;
+      std::string own = ptx_isa_of(image);
+      if (!own.empty()) rejected_isa = own;
+    }
     std::string jit(log);
     while (!jit.empty() && (jit.back() == '\n' || jit.back() == ' ')) jit.pop_back();
     attempts += "\n  " + binary_name(b) + ": " + cu_error_text(r) + " [code " + std::to_string(r) + "]" +
@@ -93,9 +109,9 @@ LoadedModule load_module(const CudaDriver& d, const Bundle& bundle, uint32_t ind
   std::string msg = where + " could not be loaded on " + context + ". Tried:" + attempts;
   if (ptx_too_new)
     msg += "\nCUDA_ERROR_UNSUPPORTED_PTX_VERSION (222): the CUDA " + cuda_version_text(d.version) +
-           " driver cannot JIT-compile PTX ISA " + isa +
+           " driver cannot JIT-compile PTX ISA " + rejected_isa +
            " (a driver reads PTX only up to its own CUDA version). Update the driver to one that reads PTX ISA " +
-           isa + ", or re-export the bundle with a cubin for sm_" + arch + ".";
+           rejected_isa + ", or re-export the bundle with a cubin for sm_" + arch + ".";
   throw CudaError(last, msg);
 }
 

@@ -1,0 +1,432 @@
+// tests/runtime/mock_cuda/mock_libcuda.c: a fake libcuda.so.1 so the replay engine runs in CPU-only CI.
+//
+// It serves exactly the entry points ext/core/src/cuda_driver.cpp resolves
+// through cuGetProcAddress. "Device memory" is host memory, streams execute
+// their work at once, and a few known kernels are emulated in C from their
+// kernelParams, so a replay's result proves that relocations, parameter
+// bytes, memsets, copies and inits reached the right addresses. It also
+// imitates the driver rules the runtime must respect: cubins load only on
+// their SM family, PTX only up to MOCK_MAX_PTX (error 222 beyond),
+// > 48 KiB dynamic shared memory needs cuFuncSetAttribute, and while a
+// stream is being captured a thread not in relaxed mode may not allocate or
+// load modules (error 900).
+//
+// Fake cubins (tests): a 64-byte ELF header with e_flags = (arch << 8) | 4 and
+// e_shoff = the image length, followed by the entry names.
+//
+// Environment: MOCK_CC (default 90), MOCK_MAX_PTX (ISA * 10, default 90),
+// MOCK_DRIVER_VERSION (default 13000), MOCK_DEVICES (default 1).
+// Test hooks (ctypes): mock_stats, mock_last_loaded, mock_current_ctx, mock_set_capturing.
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+
+typedef struct MockCtx { int device; } MockCtx;
+typedef struct MockStream { MockCtx* ctx; int capturing; } MockStream;
+typedef struct MockModule { char* image; size_t size; int is_cubin; } MockModule;
+typedef struct MockFunc { MockModule* module; char name[256]; int max_dyn_smem; } MockFunc;
+
+#define MAX_DEVICES 8
+static MockCtx g_ctx[MAX_DEVICES];
+static __thread MockCtx* t_current = NULL;
+static __thread int t_capture_mode = 0;  // CU_STREAM_CAPTURE_MODE_GLOBAL
+static atomic_int g_capturing = 0;
+static atomic_llong g_stats[10];  // allocs, frees, launches, memsets, copies, module_loads, exchanges, set_current, load_failures, prohibited
+static pthread_mutex_t g_mutex = PTHREAD_MUTEX_INITIALIZER;
+static char g_last_loaded[64] = "";
+
+enum { S_ALLOC, S_FREE, S_LAUNCH, S_MEMSET, S_COPY, S_LOAD, S_EXCHANGE, S_SETCUR, S_LOADFAIL, S_PROHIBITED };
+
+static int env_int(const char* name, int fallback) {
+  const char* v = getenv(name);
+  return v && *v ? atoi(v) : fallback;
+}
+static int device_count(void) { int n = env_int("MOCK_DEVICES", 1); return n > MAX_DEVICES ? MAX_DEVICES : n; }
+static int device_cc(void) { return env_int("MOCK_CC", 90); }
+
+/// Potentially unsafe calls are refused while any stream captures, unless this thread is relaxed (2).
+static int prohibited(void) {
+  if (atomic_load(&g_capturing) > 0 && t_capture_mode != 2) {
+    atomic_fetch_add(&g_stats[S_PROHIBITED], 1);
+    return 1;
+  }
+  return 0;
+}
+
+static MockCtx* stream_ctx(void* s) {
+  uintptr_t v = (uintptr_t)s;
+  if (v <= 2) return t_current;
+  return ((MockStream*)s)->ctx;
+}
+
+// --- basics -------------------------------------------------------------------------------------------
+
+static CUresult m_cuGetErrorName(CUresult e, const char** s) {
+  switch (e) {
+    case 0: *s = "CUDA_SUCCESS"; break;
+    case 1: *s = "CUDA_ERROR_INVALID_VALUE"; break;
+    case 200: *s = "CUDA_ERROR_INVALID_IMAGE"; break;
+    case 201: *s = "CUDA_ERROR_INVALID_CONTEXT"; break;
+    case 209: *s = "CUDA_ERROR_NO_BINARY_FOR_GPU"; break;
+    case 218: *s = "CUDA_ERROR_INVALID_PTX"; break;
+    case 222: *s = "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"; break;
+    case 400: *s = "CUDA_ERROR_INVALID_HANDLE"; break;
+    case 500: *s = "CUDA_ERROR_NOT_FOUND"; break;
+    case 700: *s = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
+    case 900: *s = "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"; break;
+    default: *s = "CUDA_ERROR_UNKNOWN"; return 1;
+  }
+  return 0;
+}
+static CUresult m_cuGetErrorString(CUresult e, const char** s) {
+  const char* name = NULL;
+  m_cuGetErrorName(e, &name);
+  *s = e == 222 ? "the provided PTX was compiled with an unsupported toolchain." : "mock driver error";
+  (void)name;
+  return 0;
+}
+static CUresult m_cuInit(unsigned f) { (void)f; return 0; }
+static CUresult m_cuDriverGetVersion(int* v) { *v = env_int("MOCK_DRIVER_VERSION", 13000); return 0; }
+static CUresult m_cuDeviceGetCount(int* n) { *n = device_count(); return 0; }
+static CUresult m_cuDeviceGet(int* d, int ordinal) {
+  if (ordinal < 0 || ordinal >= device_count()) return 101;  // CUDA_ERROR_INVALID_DEVICE
+  *d = ordinal;
+  return 0;
+}
+static CUresult m_cuDeviceGetName(char* name, int len, int dev) { snprintf(name, len, "Mock GPU %d", dev); return 0; }
+static CUresult m_cuDeviceGetAttribute(int* v, int attr, int dev) {
+  (void)dev;
+  if (attr == 75) *v = device_cc() / 10;
+  else if (attr == 76) *v = device_cc() % 10;
+  else if (attr == 97) *v = 232448;
+  else if (attr == 8) *v = 49152;
+  else *v = 0;
+  return 0;
+}
+static CUresult m_cuDevicePrimaryCtxRetain(MockCtx** ctx, int dev) {
+  g_ctx[dev].device = dev;
+  *ctx = &g_ctx[dev];
+  return 0;
+}
+static CUresult m_cuDevicePrimaryCtxRelease(int dev) { (void)dev; return 0; }
+static CUresult m_cuCtxGetCurrent(MockCtx** ctx) { *ctx = t_current; return 0; }
+static CUresult m_cuCtxSetCurrent(MockCtx* ctx) {
+  atomic_fetch_add(&g_stats[S_SETCUR], 1);
+  t_current = ctx;
+  return 0;
+}
+static CUresult m_cuCtxGetDevice(int* dev) {
+  if (!t_current) return 201;
+  *dev = t_current->device;
+  return 0;
+}
+static CUresult m_cuCtxSynchronize(void) { return prohibited() ? 900 : 0; }
+static CUresult m_cuStreamGetCtx(void* s, MockCtx** ctx) {
+  MockCtx* c = stream_ctx(s);
+  if (!c) return 201;
+  *ctx = c;
+  return 0;
+}
+static CUresult m_cuStreamSynchronize(void* s) {
+  MockStream* ms = (uintptr_t)s > 2 ? (MockStream*)s : NULL;
+  if (ms && ms->capturing) return 900;
+  return 0;
+}
+static CUresult m_cuStreamIsCapturing(void* s, int* status) {
+  MockStream* ms = (uintptr_t)s > 2 ? (MockStream*)s : NULL;
+  *status = ms && ms->capturing ? 1 : 0;
+  return 0;
+}
+static CUresult m_cuStreamCreate(MockStream** s, unsigned flags) {
+  (void)flags;
+  if (!t_current) return 201;
+  MockStream* ms = calloc(1, sizeof(MockStream));
+  ms->ctx = t_current;
+  *s = ms;
+  return 0;
+}
+static CUresult m_cuStreamDestroy(MockStream* s) { free(s); return 0; }
+static CUresult m_cuThreadExchangeStreamCaptureMode(int* mode) {
+  atomic_fetch_add(&g_stats[S_EXCHANGE], 1);
+  int old = t_capture_mode;
+  t_capture_mode = *mode;
+  *mode = old;
+  return 0;
+}
+
+// --- memory --------------------------------------------------------------------------------------------
+
+static CUresult m_cuMemAlloc(CUdeviceptr* p, size_t n) {
+  if (!t_current) return 201;
+  if (prohibited()) return 900;
+  void* mem = NULL;
+  if (posix_memalign(&mem, 256, n ? n : 1)) return 2;  // CUDA_ERROR_OUT_OF_MEMORY
+  memset(mem, 0xCD, n);  // like uninitialised device memory: never zero by accident
+  *p = (CUdeviceptr)(uintptr_t)mem;
+  atomic_fetch_add(&g_stats[S_ALLOC], 1);
+  return 0;
+}
+static CUresult m_cuMemFree(CUdeviceptr p) { free((void*)(uintptr_t)p); atomic_fetch_add(&g_stats[S_FREE], 1); return 0; }
+static CUresult m_cuMemAllocHost(void** p, size_t n) {
+  if (prohibited()) return 900;
+  *p = malloc(n ? n : 1);
+  atomic_fetch_add(&g_stats[S_ALLOC], 1);
+  return 0;
+}
+static CUresult m_cuMemFreeHost(void* p) { free(p); return 0; }
+static CUresult m_cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, void* s) {
+  if (!stream_ctx(s)) return 201;
+  memset((void*)(uintptr_t)p, v, n);
+  atomic_fetch_add(&g_stats[S_MEMSET], 1);
+  return 0;
+}
+static CUresult m_copy(void* dst, const void* src, size_t n, void* s) {
+  if (!stream_ctx(s)) return 201;
+  memmove(dst, src, n);
+  atomic_fetch_add(&g_stats[S_COPY], 1);
+  return 0;
+}
+static CUresult m_cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s_, size_t n, void* s) {
+  return m_copy((void*)(uintptr_t)d, (void*)(uintptr_t)s_, n, s);
+}
+static CUresult m_cuMemcpyDtoDAsync(CUdeviceptr d, CUdeviceptr s_, size_t n, void* s) {
+  return m_copy((void*)(uintptr_t)d, (void*)(uintptr_t)s_, n, s);
+}
+static CUresult m_cuMemcpyHtoDAsync(CUdeviceptr d, const void* h, size_t n, void* s) {
+  return m_copy((void*)(uintptr_t)d, h, n, s);
+}
+static CUresult m_cuMemcpyDtoHAsync(void* h, CUdeviceptr d, size_t n, void* s) {
+  return m_copy(h, (void*)(uintptr_t)d, n, s);
+}
+static CUresult m_cuPointerGetAttribute(void* out, int attr, CUdeviceptr p) { (void)out; (void)attr; (void)p; return 1; }
+
+// --- modules ---------------------------------------------------------------------------------------------
+
+static void set_log(unsigned n, int* options, void** values, const char* text) {
+  char* buf = NULL;
+  size_t size = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    if (options[i] == 5) buf = (char*)values[i];
+    if (options[i] == 6) size = (size_t)(uintptr_t)values[i];
+  }
+  if (buf && size) snprintf(buf, size, "%s", text);
+}
+
+static CUresult m_cuModuleLoadDataEx(MockModule** mod, const void* image, unsigned n, int* options, void** values) {
+  if (!t_current) return 201;
+  if (prohibited()) return 900;
+  const unsigned char* p = image;
+  int cc = device_cc();
+  size_t size;
+  int is_cubin = memcmp(p, "\x7f" "ELF", 4) == 0;
+  char desc[64];
+  if (is_cubin) {
+    // A real or fake cubin: e_flags (offset 48) carries the SM in bits 8..15; the size comes from
+    // the section header table end (real) or a 'LEAPPMOCKEND' marker (fake), capped at 16 MiB.
+    uint32_t flags;
+    memcpy(&flags, p + 48, 4);
+    int arch = (flags >> 8) & 0xff;
+    if (arch / 10 != cc / 10 || arch % 10 > cc % 10) {
+      atomic_fetch_add(&g_stats[S_LOADFAIL], 1);
+      set_log(n, options, values, "mock: no kernel image for this device");
+      return 209;
+    }
+    // The image ends with the later of the section and program header tables (as in nvcc/NVRTC
+    // cubins; fake test cubins set e_shoff to their length and no tables).
+    uint64_t shoff, phoff;
+    uint16_t phentsize, phnum, shentsize, shnum;
+    memcpy(&phoff, p + 32, 8);
+    memcpy(&shoff, p + 40, 8);
+    memcpy(&phentsize, p + 54, 2);
+    memcpy(&phnum, p + 56, 2);
+    memcpy(&shentsize, p + 58, 2);
+    memcpy(&shnum, p + 60, 2);
+    uint64_t end_sh = shoff + (uint64_t)shentsize * shnum, end_ph = phoff + (uint64_t)phentsize * phnum;
+    size = (size_t)(end_sh > end_ph ? end_sh : end_ph);
+    if (size < 64 || size > (64u << 20)) {
+      atomic_fetch_add(&g_stats[S_LOADFAIL], 1);
+      set_log(n, options, values, "mock: malformed ELF header");
+      return 200;
+    }
+    snprintf(desc, sizeof(desc), "cubin sm_%d", arch);
+  } else {
+    size = strlen((const char*)p) + 1;
+    const char* v = strstr((const char*)p, ".version ");
+    if (!v) { atomic_fetch_add(&g_stats[S_LOADFAIL], 1); set_log(n, options, values, "mock: no .version"); return 218; }
+    int major = 0, minor = 0;
+    sscanf(v + 9, "%d.%d", &major, &minor);
+    if (major * 10 + minor > env_int("MOCK_MAX_PTX", 90)) {
+      atomic_fetch_add(&g_stats[S_LOADFAIL], 1);
+      char log[200];
+      snprintf(log, sizeof(log), "ptxas application ptx input, line 4; fatal   : Unsupported .version %d.%d", major, minor);
+      set_log(n, options, values, log);
+      return 222;
+    }
+    snprintf(desc, sizeof(desc), "ptx %d.%d", major, minor);
+  }
+  MockModule* m = calloc(1, sizeof(MockModule));
+  m->image = malloc(size);
+  memcpy(m->image, p, size);
+  m->size = size;
+  m->is_cubin = is_cubin;
+  *mod = m;
+  pthread_mutex_lock(&g_mutex);
+  snprintf(g_last_loaded, sizeof(g_last_loaded), "%s", desc);
+  pthread_mutex_unlock(&g_mutex);
+  atomic_fetch_add(&g_stats[S_LOAD], 1);
+  return 0;
+}
+static CUresult m_cuModuleUnload(MockModule* m) { free(m->image); free(m); return 0; }
+static CUresult m_cuModuleGetFunction(MockFunc** f, MockModule* m, const char* name) {
+  size_t len = strlen(name);
+  if (len == 0 || len >= 256 || !memmem(m->image, m->size, name, len)) return 500;
+  MockFunc* fn = calloc(1, sizeof(MockFunc));
+  fn->module = m;
+  memcpy(fn->name, name, len + 1);
+  *f = fn;
+  return 0;
+}
+static CUresult m_cuFuncSetAttribute(MockFunc* f, int attr, int value) {
+  if (attr == 8) {
+    if (value > 232448) return 1;
+    f->max_dyn_smem = value;
+  }
+  return 0;
+}
+static CUresult m_cuFuncGetAttribute(int* v, int attr, MockFunc* f) {
+  (void)f;
+  *v = attr == 0 ? 1024 : 0;
+  return 0;
+}
+
+// --- kernels -----------------------------------------------------------------------------------------------
+
+typedef struct {
+  uint64_t data, grad;
+  int32_t shape[4], strides[4];
+  uint16_t ndim, flags;
+} ArrayT;
+
+static ArrayT arr(void** params, int i) { ArrayT a; memcpy(&a, params[i], sizeof(a)); return a; }
+static uint64_t bounds_size(void** params) { uint64_t s; memcpy(&s, (char*)params[0] + 8, 8); return s; }
+
+static CUresult m_cuLaunchKernel(MockFunc* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                 unsigned bz, unsigned smem, void* stream, void** params, void** extra) {
+  (void)gy; (void)gz; (void)by; (void)bz; (void)extra;
+  if (!f) return 400;
+  if (!stream_ctx(stream)) return 201;
+  if (smem > 49152 && (int)smem > f->max_dyn_smem) return 1;  // needs cuFuncSetAttribute first
+  atomic_fetch_add(&g_stats[S_LAUNCH], 1);
+  const char* name = f->name;
+  if (strcmp(name, "leapp_example_scale_cuda_kernel_forward") == 0) {
+    uint64_t n = bounds_size(params);
+    float* x = (float*)(uintptr_t)arr(params, 1).data;
+    float* c = (float*)(uintptr_t)arr(params, 2).data;
+    float* out = (float*)(uintptr_t)arr(params, 3).data;
+    for (uint64_t i = 0; i < n; ++i) out[i] = x[i] * c[i];
+  } else if (strcmp(name, "leapp_test_smem_mirror") == 0) {
+    uint64_t n = bounds_size(params);
+    float* x = (float*)(uintptr_t)arr(params, 1).data;
+    float* y = (float*)(uintptr_t)arr(params, 2).data;
+    uint32_t window;
+    memcpy(&window, params[3], 4);
+    if (window > smem || window < 4u * bx) return 700;  // the kernel would address outside its shared memory
+    for (uint64_t b = 0; b < gx; ++b)
+      for (uint64_t t = 0; t < bx; ++t) {
+        uint64_t i = b * bx + t, src = b * bx + (bx - 1 - t);
+        if (i < n) y[i] = (src < n ? x[src] : 0.0f) + 1.0f;
+      }
+  } else if (strncmp(name, "affine_vec3_", 12) == 0) {
+    uint64_t n = bounds_size(params);
+    ArrayT x = arr(params, 1), y = arr(params, 4), hits = arr(params, 5);
+    if (x.ndim != 1 || x.shape[0] != (int)n || x.strides[0] != 12 || y.shape[0] != (int)n || hits.shape[0] != 1)
+      return 700;
+    float scale, offset[3];
+    memcpy(&scale, params[2], 4);
+    memcpy(offset, params[3], 12);
+    float* xs = (float*)(uintptr_t)x.data;
+    float* ys = (float*)(uintptr_t)y.data;
+    for (uint64_t i = 0; i < n; ++i)
+      for (int k = 0; k < 3; ++k) ys[3 * i + k] = scale * xs[3 * i + k] + offset[k];
+    *(int32_t*)(uintptr_t)hits.data += (int32_t)n;
+  } else if (strncmp(name, "add_rows_", 9) == 0) {
+    uint32_t rows, cols;
+    memcpy(&rows, params[0], 4);
+    memcpy(&cols, (char*)params[0] + 4, 4);
+    ArrayT a = arr(params, 1), bias = arr(params, 2), out = arr(params, 4);
+    int32_t k;
+    memcpy(&k, params[3], 4);
+    if (a.ndim != 2 || a.shape[0] != (int)rows || a.shape[1] != (int)cols || bias.shape[0] != (int)cols ||
+        bounds_size(params) != (uint64_t)rows * cols)
+      return 700;
+    for (uint32_t i = 0; i < rows; ++i)
+      for (uint32_t j = 0; j < cols; ++j) {
+        float av = *(float*)(uintptr_t)(a.data + (uint64_t)i * a.strides[0] + (uint64_t)j * a.strides[1]);
+        float bv = *(float*)(uintptr_t)(bias.data + (uint64_t)j * bias.strides[0]);
+        *(float*)(uintptr_t)(out.data + (uint64_t)i * out.strides[0] + (uint64_t)j * out.strides[1]) = av + bv * (float)k;
+      }
+  }
+  return 0;
+}
+
+// --- cuGetProcAddress -----------------------------------------------------------------------------------------
+
+#define ENTRY(name) {#name, (void*)m_##name}
+static const struct { const char* name; void* fn; } kEntries[] = {
+    ENTRY(cuGetErrorName), ENTRY(cuGetErrorString), ENTRY(cuInit), ENTRY(cuDriverGetVersion),
+    ENTRY(cuDeviceGetCount), ENTRY(cuDeviceGet), ENTRY(cuDeviceGetName), ENTRY(cuDeviceGetAttribute),
+    ENTRY(cuDevicePrimaryCtxRetain), ENTRY(cuDevicePrimaryCtxRelease), ENTRY(cuCtxGetCurrent),
+    ENTRY(cuCtxSetCurrent), ENTRY(cuCtxGetDevice), ENTRY(cuCtxSynchronize), ENTRY(cuStreamGetCtx),
+    ENTRY(cuStreamSynchronize), ENTRY(cuStreamIsCapturing), ENTRY(cuModuleLoadDataEx), ENTRY(cuModuleUnload),
+    ENTRY(cuModuleGetFunction), ENTRY(cuFuncSetAttribute), ENTRY(cuLaunchKernel), ENTRY(cuMemAlloc),
+    ENTRY(cuMemFree), ENTRY(cuMemAllocHost), ENTRY(cuMemFreeHost), ENTRY(cuMemsetD8Async), ENTRY(cuMemcpyAsync),
+    ENTRY(cuMemcpyDtoDAsync), ENTRY(cuMemcpyHtoDAsync), ENTRY(cuMemcpyDtoHAsync), ENTRY(cuPointerGetAttribute),
+    ENTRY(cuStreamCreate), ENTRY(cuStreamDestroy), ENTRY(cuThreadExchangeStreamCaptureMode),
+    ENTRY(cuFuncGetAttribute),
+};
+
+__attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(const char* name, void** fn, int version,
+                                                                    unsigned long long flags, int* status) {
+  (void)version; (void)flags;
+  for (size_t i = 0; i < sizeof(kEntries) / sizeof(kEntries[0]); ++i)
+    if (strcmp(kEntries[i].name, name) == 0) {
+      *fn = kEntries[i].fn;
+      if (status) *status = 0;
+      return 0;
+    }
+  *fn = NULL;
+  if (status) *status = 1;
+  return 500;
+}
+
+// --- test hooks --------------------------------------------------------------------------------------------
+
+__attribute__((visibility("default"))) void mock_stats(long long* out) {
+  for (int i = 0; i < 10; ++i) out[i] = atomic_load(&g_stats[i]);
+}
+__attribute__((visibility("default"))) void mock_last_loaded(char* out, int n) {
+  pthread_mutex_lock(&g_mutex);
+  snprintf(out, (size_t)n, "%s", g_last_loaded);
+  pthread_mutex_unlock(&g_mutex);
+}
+__attribute__((visibility("default"))) void* mock_current_ctx(void) { return t_current; }
+__attribute__((visibility("default"))) void mock_set_current_ctx(void* ctx) { t_current = ctx; }
+__attribute__((visibility("default"))) void* mock_primary_ctx(int dev) { g_ctx[dev].device = dev; return &g_ctx[dev]; }
+__attribute__((visibility("default"))) void* mock_stream_create(int dev) {
+  MockStream* s = calloc(1, sizeof(MockStream));
+  g_ctx[dev].device = dev;
+  s->ctx = &g_ctx[dev];
+  return s;
+}
+__attribute__((visibility("default"))) void mock_set_capturing(void* stream, int on) {
+  MockStream* s = stream;
+  if (s->capturing != on) atomic_fetch_add(&g_capturing, on ? 1 : -1);
+  s->capturing = on;
+}

@@ -1,0 +1,379 @@
+"""Replay against tests/runtime/mock_cuda (a fake libcuda.so.1); run by test_runtime_mock_driver.py in a subprocess.
+
+The fake driver executes memsets/copies at once on host memory and emulates
+the test kernels from their kernelParams, so these cases check on a CPU-only
+machine what the GPU tests check on a GPU: relocations, parameter packing,
+op order, inits, caches, contexts, capture mode, binary choice and errors.
+Not collected on its own (no test_ prefix); skipped unless LEAPP_MOCK_CUDA=1.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+
+import numpy as np
+import pytest
+from cuda_bundles import (
+    SMEM_ENTRY,
+    WARP_K,
+    WARP_OFFSET,
+    WARP_SCALE,
+    copy_memset_bundle,
+    fake_cubin,
+    smem_bundle,
+    with_binaries,
+)
+
+if os.environ.get("LEAPP_MOCK_CUDA") != "1":
+    pytest.skip("runs only under the fake driver (test_runtime_mock_driver.py)", allow_module_level=True)
+
+from leapp import _native  # noqa: E402
+from leapp.bundle.testing import EXAMPLE_ENTRY, EXAMPLE_PTX, example_bundle  # noqa: E402
+
+MOCK = ctypes.CDLL("libcuda.so.1")  # the same library the runtime dlopen'ed
+MOCK.mock_current_ctx.restype = ctypes.c_void_p
+MOCK.mock_primary_ctx.restype = ctypes.c_void_p
+MOCK.mock_primary_ctx.argtypes = [ctypes.c_int]
+MOCK.mock_stream_create.restype = ctypes.c_void_p
+MOCK.mock_stream_create.argtypes = [ctypes.c_int]
+MOCK.mock_set_capturing.argtypes = [ctypes.c_void_p, ctypes.c_int]
+MOCK.mock_set_current_ctx.argtypes = [ctypes.c_void_p]
+STATS = ("allocs", "frees", "launches", "memsets", "copies", "loads", "exchanges", "set_current", "load_failures",
+         "prohibited")
+PTX_75 = EXAMPLE_PTX.encode() + b"\0"
+PTX_94 = EXAMPLE_PTX.replace(".version 7.5", ".version 9.4").encode() + b"\0"
+
+
+def stats() -> dict[str, int]:
+    out = (ctypes.c_longlong * 10)()
+    MOCK.mock_stats(out)
+    return dict(zip(STATS, out))
+
+
+def last_loaded() -> str:
+    buf = ctypes.create_string_buffer(64)
+    MOCK.mock_last_loaded(buf, 64)
+    return buf.value.decode()
+
+
+def stream(device: int = 0) -> int:
+    return MOCK.mock_stream_create(device)
+
+
+def ptr(a: np.ndarray) -> int:
+    return a.ctypes.data
+
+
+def run(data: bytes, inputs, outputs, s: int = 0, device: int = 0):
+    _native.run_segment(_native.Bundle(data), [ptr(a) for a in inputs], [ptr(a) for a in outputs], s, device,
+                        input_nbytes=[a.nbytes for a in inputs], output_nbytes=[a.nbytes for a in outputs])
+
+
+def scale(n: int) -> np.ndarray:
+    return np.arange(1, n + 1, dtype=np.float32)
+
+
+# --- results ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 4, 1000])
+@pytest.mark.parametrize("where", ["legacy", "stream", "stream-any-device"])
+def test_example_replay(n, where):
+    x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    y = np.full(n, np.nan, np.float32)
+    if where == "legacy":
+        run(example_bundle(n), [x], [y], 0, 0)
+    else:
+        run(example_bundle(n), [x], [y], stream(0), 0 if where == "stream" else -1)
+    np.testing.assert_array_equal(y, x * scale(n))
+
+
+def test_memset_copy_and_init_from_input():
+    n = 16
+    data, constant = copy_memset_bundle(n)
+    a = np.random.default_rng(1).standard_normal(n).astype(np.float32)
+    before = a.copy()
+    o1 = np.empty(n, np.float32)
+    o2 = np.full(4 * n, 7, np.uint8)
+    run(data, [a], [o1, o2], stream(0))
+    np.testing.assert_array_equal(a, before)
+    assert o1.view(np.int32)[0] == -1
+    np.testing.assert_array_equal(o1[1:], a[1:])
+    assert o2.tobytes() == bytes([1] * 8) + constant[:8] + bytes(4 * n - 16)
+
+
+@pytest.mark.parametrize("n", [128, 1000])
+def test_dynamic_shared_memory(n):
+    block = 128
+    x = np.random.default_rng(2).standard_normal(n).astype(np.float32)
+    y = np.empty(n, np.float32)
+    run(smem_bundle(n, block=block, smem=64 * 1024), [x], [y], stream(0))
+    idx = np.arange(n)
+    src = idx // block * block + (block - 1 - idx % block)
+    padded = np.concatenate([x, np.zeros(block, np.float32)])
+    np.testing.assert_array_equal(y, padded[src] + 1)
+
+
+def test_warp_kernels(tmp_path):
+    pytest.importorskip("warp")
+    from cuda_bundles import compile_warp_module, warp_bundle
+
+    compiled = compile_warp_module(tmp_path)
+    n, rows, cols = 1000, 5, 7
+    data = warp_bundle(compiled, n, rows, cols)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((n, 3)).astype(np.float32)
+    a = rng.standard_normal((rows, cols)).astype(np.float32)
+    bias = rng.standard_normal(cols).astype(np.float32)
+    y = np.empty((n, 3), np.float32)
+    hits = np.full(1, 12345, np.int32)
+    out = np.empty((rows, cols), np.float32)
+    run(data, [x, a, bias], [y, hits, out], stream(0))
+    assert last_loaded() == "cubin sm_90"
+    np.testing.assert_allclose(y, WARP_SCALE * x + np.array(WARP_OFFSET, np.float32), rtol=1e-6)
+    np.testing.assert_allclose(out, a + bias * WARP_K, rtol=1e-6)
+    assert hits[0] == n  # init "zero" ran before the launch
+
+
+# --- caches, contexts, capture ------------------------------------------------------------------------------
+
+
+def test_allocations_once_per_context_digest_and_stream():
+    n = 64
+    data = example_bundle(n, segment="mock/alloc")
+    x = np.ones(n, np.float32)
+    y = np.empty(n, np.float32)
+    s1 = stream(0)
+    base = _native.allocation_count()
+    assert stats()["allocs"] == base
+    run(data, [x], [y], s1)
+    assert _native.allocation_count() == base + 2  # constants (per context) + scratch (per stream)
+    for _ in range(20):
+        run(data, [x], [y], s1)
+    assert _native.allocation_count() == base + 2
+    run(data, [x], [y], stream(0))
+    assert _native.allocation_count() == base + 3
+    run(data, [x], [y], 0)  # the legacy stream is one more stream
+    run(data, [x], [y], 0)
+    assert _native.allocation_count() == base + 4
+    per_thread = 2  # CU_STREAM_PER_THREAD: one stream per thread
+
+    def worker():
+        run(data, [x], [y], per_thread)
+        run(data, [x], [y], per_thread)
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert _native.allocation_count() == base + 6
+    assert stats()["allocs"] == _native.allocation_count()
+
+
+def test_module_loaded_once_per_context():
+    data = example_bundle(32, segment="mock/loads")
+    x = np.ones(32, np.float32)
+    y = np.empty(32, np.float32)
+    before = stats()["loads"]
+    for _ in range(5):
+        run(data, [x], [y], stream(0))
+    assert stats()["loads"] == before + 1
+    run(data, [x], [y], stream(1), 1)  # another device, another context
+    assert stats()["loads"] == before + 2
+
+
+def test_callers_context_is_restored():
+    data = example_bundle(8)
+    x = np.ones(8, np.float32)
+    y = np.empty(8, np.float32)
+    seen = {}
+
+    def worker():
+        seen["none_before"] = MOCK.mock_current_ctx()
+        run(data, [x], [y], stream(1), -1)
+        seen["none_after"] = MOCK.mock_current_ctx()
+        MOCK.mock_set_current_ctx(MOCK.mock_primary_ctx(0))
+        run(data, [x], [y], stream(1), 1)
+        seen["ctx0_after"] = MOCK.mock_current_ctx()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert seen["none_before"] is None and seen["none_after"] is None
+    assert seen["ctx0_after"] == MOCK.mock_primary_ctx(0)
+
+
+def test_device_checks():
+    data = example_bundle(8)
+    x = np.ones(8, np.float32)
+    y = np.empty(8, np.float32)
+    with pytest.raises(ValueError, match="the stream belongs to CUDA device 1, but device 0 was requested"):
+        run(data, [x], [y], stream(1), 0)
+    with pytest.raises(ValueError, match=r"CUDA device 5 does not exist \(2 devices\)"):
+        run(data, [x], [y], 0, 5)
+
+
+def test_setup_during_capture_uses_relaxed_mode():
+    n = 128
+    data = example_bundle(n, segment="mock/capture")
+    x = np.random.default_rng(4).standard_normal(n).astype(np.float32)
+    y = np.empty(n, np.float32)
+    captured = stream(0)
+    MOCK.mock_set_capturing(captured, 1)
+    try:
+        assert _native.stream_is_capturing(captured) is True
+        before = stats()
+        run(data, [x], [y], captured)  # first use: module load, constants, scratch, all while capturing
+        after = stats()
+        assert after["exchanges"] == before["exchanges"] + 2  # to relaxed and back
+        assert after["prohibited"] == before["prohibited"]
+        np.testing.assert_array_equal(y, x * scale(n))
+        run(data, [x], [y], captured)  # warm: no setup, no mode switch, no allocation
+        again = stats()
+        assert again["exchanges"] == after["exchanges"] and again["allocs"] == after["allocs"]
+        other = stream(0)  # a new stream of the same segment while another is captured
+        run(data, [x], [y], other)
+        assert stats()["prohibited"] == before["prohibited"]
+    finally:
+        MOCK.mock_set_capturing(captured, 0)
+    assert _native.stream_is_capturing(captured) is False
+
+
+def test_threads_with_their_own_streams():
+    n = 500
+    data = example_bundle(n, segment="mock/threads")
+    failures = []
+    base = _native.allocation_count()
+
+    def worker(seed):
+        s = stream(0)
+        rng = np.random.default_rng(seed)
+        for _ in range(50):
+            x = rng.standard_normal(n).astype(np.float32)
+            y = np.empty(n, np.float32)
+            run(data, [x], [y], s)
+            if not np.array_equal(y, x * scale(n)):
+                failures.append(seed)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+    assert _native.allocation_count() == base + 1 + 8  # one constant block, one scratch per stream
+
+
+# --- binary choice ---------------------------------------------------------------------------------------------
+
+
+def test_cubin_preferred_over_ptx():
+    data = with_binaries([("ptx", 75, PTX_94), ("cubin", 90, fake_cubin(90, EXAMPLE_ENTRY))], n=64)
+    x = np.ones(64, np.float32)
+    y = np.empty(64, np.float32)
+    run(data, [x], [y], stream(0))
+    assert last_loaded() == "cubin sm_90"
+    np.testing.assert_array_equal(y, scale(64))
+
+
+def test_broken_cubin_falls_back_to_ptx():
+    broken = bytearray(fake_cubin(90, EXAMPLE_ENTRY))
+    broken[40:48] = (2**40).to_bytes(8, "little")  # nonsense header: the driver refuses the image
+    data = with_binaries([("cubin", 90, bytes(broken)), ("ptx", 75, PTX_75)], n=16)
+    y = np.empty(16, np.float32)
+    run(data, [np.ones(16, np.float32)], [y], stream(0))
+    assert last_loaded() == "ptx 7.5"
+    np.testing.assert_array_equal(y, scale(16))
+
+
+def test_ptx_too_new_explains_error_222():
+    data = with_binaries([("ptx", 75, PTX_94), ("cubin", 86, fake_cubin(86, EXAMPLE_ENTRY))], n=16)
+    with pytest.raises(RuntimeError) as info:
+        run(data, [np.ones(16, np.float32)], [np.empty(16, np.float32)], stream(0))
+    text = str(info.value)
+    for part in ("leapp segment 'example/warp_segment_0': module 0 'leapp_example_module' could not be loaded",
+                 "compute capability 9.0", "CUDA driver 13.0", "ptx sm_75, cubin sm_86", "ptx sm_75: "
+                 "CUDA_ERROR_UNSUPPORTED_PTX_VERSION", "Unsupported .version 9.4",
+                 "CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222): the CUDA 13.0 driver cannot JIT-compile PTX ISA 9.4",
+                 "re-export the bundle with a cubin for sm_90"):
+        assert part in text, (part, text)
+
+
+def test_no_binary_for_the_device():
+    data = with_binaries([("cubin", 86, fake_cubin(86, EXAMPLE_ENTRY)), ("ptx", 100, PTX_75)], n=16)
+    with pytest.raises(RuntimeError, match=r"has no binary for device 0 \(Mock GPU 0, compute capability 9.0\), "
+                                           r"CUDA driver 13.0; the bundle holds cubin sm_86, ptx sm_100 \(PTX ISA 7.5\)"):
+        run(data, [np.ones(16, np.float32)], [np.empty(16, np.float32)], stream(0))
+
+
+def test_missing_entry_and_launch_errors_name_the_op():
+    data = with_binaries([("cubin", 90, fake_cubin(90, "some_other_kernel"))], n=16)
+    with pytest.raises(RuntimeError, match=r"kernels\[0\] entry 'leapp_example_scale_cuda_kernel_forward' not found "
+                                           r"in module 0 \(cubin sm_90\)"):
+        run(data, [np.ones(16, np.float32)], [np.empty(16, np.float32)], stream(0))
+    bad = smem_bundle(1000, block=512, smem=1024)  # the kernel's window needs 4 * 512 bytes > 1024
+    with pytest.raises(RuntimeError, match=rf"leapp segment 'test/smem_segment': ops\[0\] launch of '{SMEM_ENTRY}' "
+                                           r"\(grid 2x1x1, block 512x1x1, smem 1024\): CUDA_ERROR_ILLEGAL_ADDRESS"):
+        run(bad, [np.ones(1000, np.float32)], [np.empty(1000, np.float32)], stream(0))
+
+
+# --- host staging and ONNX Runtime's CPU execution provider ------------------------------------------------------
+
+
+def test_run_segment_host():
+    n = 300
+    data = example_bundle(n, segment="mock/host")
+    base = _native.allocation_count()
+    for seed in range(3):
+        x = np.random.default_rng(seed).standard_normal(n).astype(np.float32)
+        y = np.zeros(n, np.float32)
+        _native.run_segment_host(_native.Bundle(data), [x], [y])
+        np.testing.assert_array_equal(y, x * scale(n))
+    # one staging set (device + pinned block) + constants + scratch on the staging stream
+    assert _native.allocation_count() == base + 4
+
+
+def test_leapp_cuda_device_env(monkeypatch):
+    data = example_bundle(8)
+    x, y = np.ones(8, np.float32), np.zeros(8, np.float32)
+    monkeypatch.setenv("LEAPP_CUDA_DEVICE", "1")
+    before = stats()["loads"]
+    _native.run_segment_host(_native.Bundle(data), [x], [y])
+    np.testing.assert_array_equal(y, scale(8))
+    monkeypatch.setenv("LEAPP_CUDA_DEVICE", "gpu0")
+    with pytest.raises(ValueError, match="LEAPP_CUDA_DEVICE='gpu0' is not a device ordinal"):
+        _native.run_segment_host(_native.Bundle(data), [x], [y])
+    assert stats()["loads"] >= before
+
+
+def test_ort_cpu_ep():
+    ort = pytest.importorskip("onnxruntime")
+    from runtime_helpers import ort_session, warp_segment_model
+
+    from leapp.runtime import libraries
+
+    if not libraries.library_path("onnx").is_file():
+        pytest.skip("libleapp_warp_ort.so is not built")
+    n = 1000
+    data = example_bundle(n, segment="mock/ort")
+    sessions = [ort_session(warp_segment_model(data)) for _ in range(2)]
+    failures = []
+
+    def worker(seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(20):
+            x = rng.standard_normal(n).astype(np.float32)
+            (y,) = sessions[seed % 2].run(None, {"x": x})
+            if not np.array_equal(y, x * scale(n)):
+                failures.append(seed)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+    assert ort.__version__
