@@ -74,9 +74,14 @@ def step(x, fail=None):
 def _warm_up():
     """Let one-time lazy work happen first (torch imports its submodules lazily, Warp caches its CPU
     toolchain on the first module load); the snapshots then compare steady states."""
+    wp.init()
+    if wp._src.context.runtime.llvm is None:  # Warp without its CPU compiler (warp-clang), as on the GPU machine
+        device = "cuda:0"
+    else:
+        device = "cpu"
     with leapp.trace("warm-up"):
         for _ in range(3):
-            step(torch.ones(4))
+            step(torch.ones(4, device=device))
 
 
 @pytest.mark.parametrize("fail", [None, "in_block", "torch_in_block", "in_node", "diverge"])
