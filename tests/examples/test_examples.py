@@ -1,0 +1,112 @@
+"""The examples in examples/ run as users run them: a fresh process, `--out` a temporary folder.
+
+Without a GPU they stop after the export (the CPU variants check that export
+and that leapp.load opens it); on a GPU they validate, reload and print the
+largest difference from eager, which must be within the example's tolerance.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from leapp.cli import inspect_path
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+TIMEOUT_S = 300
+
+
+STATUSES = ("passed", "failed", "error", "skipped")
+
+
+def _cpu_path_runs_here() -> bool:
+    """The examples take their CPU path only without a GPU, and CPU Warp kernels need warp-clang.so
+    (the GPU test machine's Warp has none)."""
+    import warp
+
+    from leapp import _native
+
+    return not _native.driver_status()["available"] and (Path(warp.__file__).parent / "bin" / "warp-clang.so").is_file()
+
+
+cpu_only = pytest.mark.skipif(
+    not _cpu_path_runs_here(),
+    reason="a CUDA device is present (the examples take their GPU path, tested below) or Warp cannot build CPU kernels",
+)
+
+
+def run_example(script: str, *args: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), *args],
+        capture_output=True, text=True, timeout=TIMEOUT_S, cwd=str(ROOT),
+    )
+    assert proc.returncode == 0, f"{script} exited {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
+    return proc
+
+
+def report_statuses(stdout: str, nodes: list[str]) -> dict[str, str]:
+    """{node: validation status} from the printed report table (a node's first row names it)."""
+    found: dict[str, str] = {}
+    for line in stdout.splitlines():
+        cells = line.split()
+        if len(cells) >= 5 and cells[0] in nodes and cells[1] in ("pt2", "onnx", "torchscript"):
+            found[cells[0]] = next((c for c in cells[3:] if c in STATUSES), "?")
+    assert list(found) == nodes, f"report rows for {list(found)}, expected {nodes}, in:\n{stdout}"
+    return found
+
+
+def max_error(stdout: str, prefix: str) -> float:
+    match = re.search(re.escape(prefix) + r"[^:]*:\s*([0-9.eE+-]+|nan|inf)", stdout)
+    assert match, f"no '{prefix}' line in:\n{stdout}"
+    return float(match.group(1))
+
+
+def check_cpu_export(folder: Path, files: list[str]) -> None:
+    assert sorted(p.name for p in folder.iterdir()) == sorted(files + ["pipeline.yaml"])
+    text = io.StringIO()
+    assert inspect_path(folder, out=text) == 0, f"leapp inspect found problems:\n{text.getvalue()}"
+    import leapp
+
+    pipeline = leapp.load(folder)  # opens every artifact with its runtime (replay itself needs CUDA)
+    assert list(pipeline.nodes) == [f.rsplit(".", 1)[0] for f in files]
+
+
+@cpu_only
+def test_go2_pipeline_exports_on_cpu(tmp_path):
+    proc = run_example("go2_pipeline.py", "--out", str(tmp_path), "--envs", "5")
+    out = proc.stdout
+    assert "No CUDA device: exporting without validation" in out
+    assert report_statuses(out, ["obs", "policy", "action"]) == dict.fromkeys(["obs", "policy", "action"], "skipped")
+    assert f"Exported to {tmp_path}/go2." in out
+    check_cpu_export(tmp_path / "go2", ["obs.pt2", "policy.onnx", "action.onnx"])
+
+
+@cpu_only
+def test_decorator_only_exports_on_cpu(tmp_path):
+    proc = run_example("decorator_only.py", "--out", str(tmp_path))
+    out = proc.stdout
+    assert report_statuses(out, ["contacts", "gait"]) == dict.fromkeys(["contacts", "gait"], "skipped")
+    assert "No CUDA device: exported without validation." in out
+    check_cpu_export(tmp_path / "quadruped_contacts", ["contacts.pt2", "gait.onnx"])
+
+
+@pytest.mark.cuda
+def test_go2_pipeline_on_gpu(tmp_path):
+    proc = run_example("go2_pipeline.py", "--out", str(tmp_path), "--envs", "300")  # > 256, not a multiple
+    nodes = ["obs", "policy", "action"]
+    assert report_statuses(proc.stdout, nodes) == dict.fromkeys(nodes, "passed"), proc.stdout
+    assert max_error(proc.stdout, "max |exported - eager| over 300 robots") <= 1e-4, proc.stdout
+
+
+@pytest.mark.cuda
+def test_decorator_only_on_gpu(tmp_path):
+    proc = run_example("decorator_only.py", "--out", str(tmp_path))
+    nodes = ["contacts", "gait"]
+    assert report_statuses(proc.stdout, nodes) == dict.fromkeys(nodes, "passed"), proc.stdout
+    assert max_error(proc.stdout, "max |exported - eager|") <= 1e-5, proc.stdout
