@@ -289,6 +289,20 @@ def test_broken_cubin_falls_back_to_ptx():
     np.testing.assert_array_equal(y, scale(16))
 
 
+def test_cubin_with_out_of_bounds_tables_never_reaches_the_driver():
+    truncated = bytearray(fake_cubin(90, EXAMPLE_ENTRY))
+    truncated[60:62] = (3).to_bytes(2, "little")  # e_shnum = 3 section headers that are not there
+    loads, failures = stats()["loads"], stats()["load_failures"]
+    data = with_binaries([("cubin", 90, bytes(truncated)), ("ptx", 75, PTX_75)], n=16)
+    y = np.empty(16, np.float32)
+    run(data, [np.ones(16, np.float32)], [y], stream(0))
+    assert last_loaded() == "ptx 7.5"
+    assert stats()["loads"] == loads + 1 and stats()["load_failures"] == failures  # only the PTX went to the driver
+    only = with_binaries([("cubin", 90, bytes(truncated))], n=16)
+    with pytest.raises(RuntimeError, match=r"cubin sm_90: not loaded: its section header table lies outside the image"):
+        run(only, [np.ones(16, np.float32)], [y], stream(0))
+
+
 def test_ptx_too_new_explains_error_222():
     data = with_binaries([("ptx", 75, PTX_94), ("cubin", 86, fake_cubin(86, EXAMPLE_ENTRY))], n=16)
     with pytest.raises(RuntimeError) as info:

@@ -5,6 +5,7 @@
 // Warp 1.19's ISA 9.4 with error 222); PTX stays the fallback for new GPUs.
 // Every candidate is tried in order and each failure is kept for the message.
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 #include "replay_internal.h"
@@ -54,6 +55,51 @@ std::string ptx_isa_of(std::string_view ptx) {
   return std::string(ptx.substr(i, j - i));
 }
 
+uint64_t read_u64(std::string_view b, size_t at) {
+  uint64_t v = 0;
+  std::memcpy(&v, b.data() + at, 8);
+  return v;
+}
+uint32_t read_u32(std::string_view b, size_t at) {
+  uint32_t v = 0;
+  std::memcpy(&v, b.data() + at, 4);
+  return v;
+}
+uint16_t read_u16(std::string_view b, size_t at) {
+  uint16_t v = 0;
+  std::memcpy(&v, b.data() + at, 2);
+  return v;
+}
+
+/// Why a cubin blob is not a well-bounded ELF64 image, or "" when it is. The
+/// bundle hashes prove integrity, not validity, and the driver trusts the
+/// ELF's own offsets: every table and section must lie inside the blob.
+std::string elf_problem(std::string_view b) {
+  if (b.size() < 64 || b.substr(0, 4) != std::string_view("\x7f" "ELF", 4)) return "not an ELF image";
+  if (b[4] != 2 || b[5] != 1) return "not a 64-bit little-endian ELF image";
+  const uint64_t size = b.size();
+  const uint64_t phoff = read_u64(b, 32), shoff = read_u64(b, 40);
+  const uint64_t phentsize = read_u16(b, 54), phnum = read_u16(b, 56);
+  const uint64_t shentsize = read_u16(b, 58), shnum = read_u16(b, 60);
+  if (phnum && (phentsize < 56 || phoff > size || phentsize * phnum > size - phoff))
+    return "its program header table lies outside the image";
+  if (shnum && (shentsize < 64 || shoff > size || shentsize * shnum > size - shoff))
+    return "its section header table lies outside the image";
+  for (uint64_t i = 0; i < shnum; ++i) {
+    const size_t at = size_t(shoff + i * shentsize);
+    const uint32_t type = read_u32(b, at + 4);
+    const uint64_t offset = read_u64(b, at + 24), length = read_u64(b, at + 32);
+    if (type != 8 /* SHT_NOBITS */ && (offset > size || length > size - offset))
+      return "section " + std::to_string(i) + " lies outside the image";
+  }
+  for (uint64_t i = 0; i < phnum; ++i) {
+    const size_t at = size_t(phoff + i * phentsize);
+    const uint64_t offset = read_u64(b, at + 8), length = read_u64(b, at + 32);
+    if (offset > size || length > size - offset) return "segment " + std::to_string(i) + " lies outside the image";
+  }
+  return "";
+}
+
 std::string archs_present(const ModuleSpec& module) {
   std::string s;
   for (const BinarySpec& b : module.binaries) s += (s.empty() ? "" : ", ") + binary_name(b);
@@ -89,6 +135,13 @@ LoadedModule load_module(const CudaDriver& d, const Bundle& bundle, uint32_t ind
   std::string rejected_isa = isa;  // the ISA the driver refused: from the PTX text itself when it says
   for (const BinarySpec& b : candidates) {
     std::string_view image = bundle.blob(b.blob);
+    if (b.kind == BinaryKind::kCubin) {
+      std::string problem = elf_problem(image);
+      if (!problem.empty()) {  // never hand the driver an image whose offsets point outside it
+        attempts += "\n  " + binary_name(b) + ": not loaded: " + problem + " (" + std::to_string(image.size()) + " bytes)";
+        continue;
+      }
+    }
     char log[4096] = {0};
     int options[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
     void* values[2] = {log, reinterpret_cast<void*>(uintptr_t(sizeof(log) - 1))};
@@ -112,6 +165,7 @@ LoadedModule load_module(const CudaDriver& d, const Bundle& bundle, uint32_t ind
            " driver cannot JIT-compile PTX ISA " + rejected_isa +
            " (a driver reads PTX only up to its own CUDA version). Update the driver to one that reads PTX ISA " +
            rejected_isa + ", or re-export the bundle with a cubin for sm_" + arch + ".";
+  if (last == CUDA_SUCCESS) throw std::runtime_error(msg);  // nothing reached the driver
   throw CudaError(last, msg);
 }
 
