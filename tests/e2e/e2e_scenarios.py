@@ -223,18 +223,43 @@ def make_step(s: Scenario, device: str):
     return step
 
 
+TRACE_SEEDS = (0, 1, 2)  # pass 1 (discovery), pass 2 (capture), one more validation sample
+
+
 def trace_and_compile(s: Scenario, folder, device: str, validate: bool, name: str = "e2e"):
-    """Traces ``s`` (pass 1, pass 2, one validation sample) and compiles it; returns (step, report)."""
+    """Traces ``s`` (pass 1, pass 2, one more sample), checks each traced run kept eager values, compiles.
+
+    Returns (step, report); the export is ``folder/name``.
+    """
     step = make_step(s, device)
+    inputs = [make_input(s, s.seed * 10 + k, device) for k in TRACE_SEEDS]
     with leapp.trace(name, save_path=str(folder)) as session:
-        for seed in range(3):
-            step(make_input(s, s.seed * 10 + seed, device))
+        traced = [step(x) for x in inputs]
+    for x, outs in zip(inputs, traced):
+        want = step(x)  # outside the session: eager
+        for key in s.output_names:
+            assert_same(outs[key], want[key], f"{s.describe()}: traced output '{key}'")
     return step, session.compile(validate=validate)
+
+
+def expected_ops(plan: SegmentPlan, fam: Family) -> list[str]:
+    """The bundle ops a plan must export to: kernel keys, ``memset`` for ``zero_``, ``copy`` for ``wp.copy``."""
+    ops = []
+    for kind in plan.launches:
+        if kind == "accumulate":
+            ops.append("memset")
+        ops.append(fam.kernels[kind].key)
+    return ops + (["copy"] if plan.copy_out else [])
+
+
+def expected_scratch(plan: SegmentPlan) -> int:
+    """Scratch arrays a plan allocates in its block: every launch result but the one written to the output."""
+    return len(plan.launches) - (0 if plan.copy_out else 1)
 
 
 def assert_same(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
     """Exported == eager: exact for integers, tight for floats (the same compiled kernels run on both sides)."""
-    got = got.to(want.device)
+    got, want = got.cpu(), want.cpu()  # ONNX on the CPU EP returns CPU tensors
     assert got.dtype == want.dtype and got.shape == want.shape, (what, got.dtype, want.dtype, got.shape, want.shape)
     if want.dtype.is_floating_point:
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, equal_nan=True, msg=lambda m: f"{what}: {m}")
