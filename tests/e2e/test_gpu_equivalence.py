@@ -1,0 +1,172 @@
+"""GPU: exported == eager, property-based (DESIGN.md section 6), plus CUDA graph capture and stream order.
+
+Each example traces a scenario of e2e_scenarios on cuda:0 (pass 1, pass 2,
+one more sample), compiles it with validate=True (the real runtime runs the
+recorded samples), loads it with leapp.load and compares with eager Warp on
+new inputs. ONNX nodes run on ONNX Runtime's CPU EP here (the op stages
+through host memory), so outputs are compared on the CPU.
+
+Only CUDA Warp arrays are used: the GPU test machine's Warp cannot build CPU
+kernels. All kernels live in e2e_scenarios (compiled once per process).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import warp as wp
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+import e2e_scenarios as E
+import leapp
+from leapp import _native
+from leapp.runtime.pipeline import load_pt2
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning", "ignore::UserWarning"),
+]
+
+DEVICE = "cuda:0"
+CUBIN_ARCHS = {75, 80, 86, 89, 90, 100, 120}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _gpu():
+    """Warp and torch on cuda:0; cubins for this GPU only (the runtime picks that one anyway), so exports are fast."""
+    wp.init()
+    if not wp.is_cuda_available() or not torch.cuda.is_available():
+        pytest.skip("Warp or torch sees no CUDA device")
+    major, minor = torch.cuda.get_device_capability(0)
+    with pytest.MonkeyPatch.context() as mp:
+        if major * 10 + minor in CUBIN_ARCHS:
+            mp.setenv("LEAPP_CUDA_ARCHS", str(major * 10 + minor))
+        yield
+
+
+def _outputs(result) -> list[torch.Tensor]:
+    return [result] if isinstance(result, torch.Tensor) else list(result)
+
+
+# --- exported == eager --------------------------------------------------------------------------------
+
+segment_plans = st.builds(
+    E.SegmentPlan, st.lists(st.sampled_from(E.LAUNCHES), min_size=1, max_size=3).map(tuple), st.booleans()
+)
+scenarios = st.builds(
+    E.Scenario,
+    dtype=st.sampled_from(E.DTYPES),
+    n=st.one_of(st.sampled_from([1, 2, 255, 256, 257, 1000, 4097]), st.integers(1, 70_000)),
+    segments=st.lists(segment_plans, min_size=1, max_size=2).map(tuple),
+    backend=st.sampled_from(["pt2", "onnx"]),
+    seed=st.integers(0, 2**16),
+    scale=st.sampled_from([0.01, 1.0, 100.0]),
+)
+RICH = (E.SegmentPlan(("affine", "accumulate", "twist"), copy_out=True), E.SegmentPlan(("mix",)))
+
+
+@settings(max_examples=20)
+@example(s=E.Scenario("uint8", 1, (E.SegmentPlan(("affine",)),), backend="onnx"))
+@example(s=E.Scenario("mat33", 257, RICH, backend="pt2", seed=3, scale=2.0))
+@example(s=E.Scenario("float16", 1000, (E.SegmentPlan(("twist", "accumulate"), True), E.SegmentPlan(("mix", "affine"))),
+                      backend="onnx", seed=4, scale=100.0))
+@example(s=E.Scenario("int64", 4097, RICH, backend="pt2", seed=5))
+@given(s=scenarios)
+def test_exported_equals_eager(tmp_path_factory, s):
+    folder = tmp_path_factory.mktemp("gpu")
+    step, report = E.trace_and_compile(s, folder, DEVICE, validate=True)
+    assert report["e2e"].status == "passed", f"{s.describe()}\n{report}"
+    pipeline = leapp.load(folder / "e2e")
+    for k in (100, 101):  # inputs never seen while tracing
+        x = E.make_input(s, s.seed * 10 + k, DEVICE)
+        want = step(x)
+        got = pipeline(x=x)
+        assert sorted(got) == sorted(s.output_names)
+        for name in s.output_names:
+            E.assert_same(got[name], want[name], f"{s.describe()}: output '{name}' on new input {k}")
+
+
+# --- the PT2 op inside CUDA graphs and on the caller's stream --------------------------------------
+
+GRAPH_SCENARIO = E.Scenario("vec3", 1000, RICH, backend="pt2", seed=7)
+
+
+@pytest.fixture(scope="module")
+def pt2_program(tmp_path_factory):
+    """(eager step, the loaded PT2 module, its output names in order) for GRAPH_SCENARIO."""
+    folder = tmp_path_factory.mktemp("graph")
+    step, report = E.trace_and_compile(GRAPH_SCENARIO, folder, DEVICE, validate=True)
+    assert report.ok, str(report)
+    names = [o.name for o in leapp.load(folder / "e2e").nodes["e2e"].outputs]
+    return step, load_pt2(folder / "e2e" / "e2e.pt2").module(), names
+
+
+def test_pt2_op_replays_inside_a_cuda_graph(pt2_program):
+    step, module, names = pt2_program
+    s = GRAPH_SCENARIO
+    static_x = E.make_input(s, 500, DEVICE)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up, as torch.cuda.graph's documentation asks
+        for _ in range(2):
+            module(static_x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = _outputs(module(static_x))
+    for k in (501, 502, 503):  # new values through the captured graph
+        x = E.make_input(s, k, DEVICE)
+        static_x.copy_(x)
+        graph.replay()
+        torch.cuda.synchronize()
+        want = step(x)
+        for name, got in zip(names, static_out):
+            E.assert_same(got, want[name], f"graph replay with input {k}, output '{name}'")
+
+
+def test_pt2_op_runs_on_the_current_stream(pt2_program):
+    step, module, names = pt2_program
+    s = GRAPH_SCENARIO
+    x = E.make_input(s, 600, DEVICE)
+    want = step(x)
+    staged = torch.zeros_like(x)
+    side = torch.cuda.Stream()  # torch's streams are non-blocking: nothing orders them with other streams
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        module(staged)  # warm-up on this stream (its scratch is allocated here)
+        torch.cuda._sleep(50_000_000)  # keep `side` busy (tens of ms) ...
+        staged.copy_(x)  # ... so only work ordered after this copy on `side` reads x
+        out = _outputs(module(staged))
+        again = _outputs(module(staged))
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    for name, got, got2 in zip(names, out, again):
+        E.assert_same(got, want[name], f"side-stream call, output '{name}'")
+        E.assert_same(got2, want[name], f"second side-stream call, output '{name}'")
+
+
+def test_calls_on_a_warm_stream_take_no_device_memory(pt2_program):
+    """Seen from outside whichever library serves the op: free device memory and torch's cudaMalloc count.
+
+    (leapp._native.allocation_count() counts only leapp._native's own replays, so it is checked too
+    when the op is served by the Python kernels, which replay through leapp._native.)
+    """
+    _, module, _ = pt2_program
+    from leapp.runtime import ops
+
+    x = E.make_input(GRAPH_SCENARIO, 700, DEVICE)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            module(x)  # warm-up: scratch for this stream, torch's cached blocks for the outputs
+        torch.cuda.synchronize()
+        free, native, stats = torch.cuda.mem_get_info(0)[0], _native.allocation_count(), torch.cuda.memory_stats(0)
+        for _ in range(300):  # a per-call allocation of even a few KB would add up to megabytes here
+            module(x)
+        torch.cuda.synchronize()
+    assert torch.cuda.memory_stats(0)["num_device_alloc"] == stats["num_device_alloc"], "torch called cudaMalloc"
+    assert torch.cuda.mem_get_info(0)[0] == free, "free device memory shrank over 300 warm calls"
+    if not ops.native_library_loaded():
+        assert _native.allocation_count() == native, "leapp._native allocated during warm calls"
