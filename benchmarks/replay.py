@@ -248,9 +248,8 @@ def methods(folder: Path, n: int, device: str) -> dict:
         out["pt2-graph"] = _graphed(module, x)
         index = torch.device(device).index or 0
         in_ptrs, out_ptrs = [t.data_ptr() for t in native_in], [t.data_ptr() for t in native_out]
-        out["native"] = lambda: _native.run_segment(
-            bundle, in_ptrs, out_ptrs, torch.cuda.current_stream().cuda_stream, index
-        )
+        stream = torch.cuda.current_stream().cuda_stream
+        out["native"] = lambda: _native.run_segment(bundle, in_ptrs, out_ptrs, stream, index)
     out["onnx-cpu-ep"] = lambda: session.run_with_iobinding(binding)
     out["floor"] = lambda: wp.capture_launch(floor_graph, stream=replay_stream)
     return out

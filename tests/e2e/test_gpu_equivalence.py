@@ -12,6 +12,8 @@ kernels. All kernels live in e2e_scenarios (compiled once per process).
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 import warp as wp
@@ -161,12 +163,14 @@ def test_calls_on_a_warm_stream_take_no_device_memory(pt2_program):
     with torch.cuda.stream(side):
         for _ in range(3):
             module(x)  # warm-up: scratch for this stream, torch's cached blocks for the outputs
+        gc.collect()  # earlier tests' Warp arrays are freed now, not inside the measured window
         torch.cuda.synchronize()
         free, native, stats = torch.cuda.mem_get_info(0)[0], _native.allocation_count(), torch.cuda.memory_stats(0)
         for _ in range(300):  # a per-call allocation of even a few KB would add up to megabytes here
             module(x)
         torch.cuda.synchronize()
     assert torch.cuda.memory_stats(0)["num_device_alloc"] == stats["num_device_alloc"], "torch called cudaMalloc"
-    assert torch.cuda.mem_get_info(0)[0] == free, "free device memory shrank over 300 warm calls"
+    # (memory pools may hand memory back at a synchronisation, so more free memory is fine)
+    assert torch.cuda.mem_get_info(0)[0] >= free, "free device memory shrank over 300 warm calls"
     if not ops.native_library_loaded():
         assert _native.allocation_count() == native, "leapp._native allocated during warm calls"
