@@ -263,7 +263,8 @@ def native_buffers(bundle, x: torch.Tensor) -> tuple[list[torch.Tensor], list[to
     seeds = {b["init"]["input"] for b in manifest["buffers"]
              if b["role"] == "output" and isinstance(b.get("init"), dict) and "input" in b["init"]}
     inputs = [torch.empty_like(x) if j in seeds else x for j in range(len(bundle.inputs))]
-    outputs = [torch.empty(tuple(o["shape"]), dtype=getattr(torch, o["dtype"]), device=x.device) for o in bundle.outputs]
+    outputs = [torch.empty(tuple(o["shape"]), dtype=getattr(torch, o["dtype"]), device=x.device)
+               for o in bundle.outputs]
     return inputs, outputs
 
 
@@ -312,7 +313,8 @@ def environment(device: str) -> dict:
         status = _native.driver_status()
         env.update(gpu=props.name, compute_capability=f"{props.major}.{props.minor}",
                    cuda_driver=status.get("version"), torch_cuda=torch.version.cuda,
-                   op_served_by="libleapp_warp_torch.so" if ops.native_library_loaded() else "Python kernels (leapp._native)")
+                   op_served_by="libleapp_warp_torch.so" if ops.native_library_loaded()
+                   else "Python kernels (leapp._native)")
     return env
 
 

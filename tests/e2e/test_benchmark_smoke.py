@@ -35,7 +35,8 @@ def run_benchmark(tmp_path: Path, *args: str, env: dict | None = None) -> tuple[
     return proc.stdout, json.loads(out_json.read_text())
 
 
-@pytest.mark.skipif(not _warp_builds_cpu_kernels(), reason="this Warp has no warp-clang.so: no CPU kernels for the dry run")
+@pytest.mark.skipif(not _warp_builds_cpu_kernels(),
+                    reason="this Warp has no warp-clang.so: no CPU kernels for the dry run")
 def test_dry_run_exports_and_opens_the_artifacts(tmp_path):
     stdout, results = run_benchmark(tmp_path, "--dry-run", "--sizes", "1,300", env={"LEAPP_CUDA_ARCHS": "90"})
     assert results["mode"] == "dry-run" and list(results["sizes"]) == ["1", "300"]

@@ -68,7 +68,7 @@ scenarios = st.builds(
 RICH = (E.SegmentPlan(("affine", "accumulate", "twist"), copy_out=True), E.SegmentPlan(("mix",)))
 
 
-@settings(max_examples=20)
+@settings(max_examples=16)
 @example(s=E.Scenario("uint8", 1, (E.SegmentPlan(("affine",)),), backend="onnx"))
 @example(s=E.Scenario("mat33", 257, RICH, backend="pt2", seed=3, scale=2.0))
 @example(s=E.Scenario("float16", 1000, (E.SegmentPlan(("twist", "accumulate"), True), E.SegmentPlan(("mix", "affine"))),

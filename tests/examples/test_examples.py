@@ -46,7 +46,9 @@ def run_example(script: str, *args: str) -> subprocess.CompletedProcess:
         [sys.executable, str(EXAMPLES / script), *args],
         capture_output=True, text=True, timeout=TIMEOUT_S, cwd=str(ROOT),
     )
-    assert proc.returncode == 0, f"{script} exited {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, (
+        f"{script} exited {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
+    )
     return proc
 
 
