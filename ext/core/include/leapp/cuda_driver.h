@@ -14,17 +14,27 @@
 #include <string>
 #include <vector>
 
+// The opaque handle structs are declared at global scope, exactly as cuda.h
+// declares them: a translation unit that also sees cuda.h (torch's CUDA
+// headers include it) then names the same types, and functions taking a
+// CUstream keep one mangled name across leapp's libraries.
+struct CUctx_st;
+struct CUmod_st;
+struct CUfunc_st;
+struct CUstream_st;
+struct CUevent_st;
+
 namespace leapp {
 
 // --- driver types (ABI-identical to cuda.h) --------------------------------
 using CUresult = int;
 using CUdevice = int;
 using CUdeviceptr = unsigned long long;
-using CUcontext = struct CUctx_st*;
-using CUmodule = struct CUmod_st*;
-using CUfunction = struct CUfunc_st*;
-using CUstream = struct CUstream_st*;
-using CUevent = struct CUevent_st*;
+using CUcontext = ::CUctx_st*;
+using CUmodule = ::CUmod_st*;
+using CUfunction = ::CUfunc_st*;
+using CUstream = ::CUstream_st*;
+using CUevent = ::CUevent_st*;
 
 constexpr CUresult CUDA_SUCCESS = 0;
 constexpr CUresult CUDA_ERROR_NOT_READY = 600;
