@@ -136,6 +136,9 @@ class SegmentPlan:
 
 @dataclass(frozen=True)
 class Scenario:
+    """One node ``e2e``: input ``x`` of ``n`` elements of ``dtype``, 1 or 2 segments (torch work between
+    them), outputs ``y`` (and ``first``, the first segment's output, when there are two)."""
+
     dtype: str
     n: int
     segments: tuple[SegmentPlan, ...]
