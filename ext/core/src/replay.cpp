@@ -10,7 +10,8 @@
 //
 // Scratch is keyed by stream too: two streams replaying the same segment at
 // once must not share scratch memory, while calls on one stream are ordered
-// and can. (The per-thread default stream counts as one stream per thread.)
+// and can. (The per-thread default stream counts as one stream per thread,
+// for the thread's lifetime: its scratch is not reused by a later thread.)
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -18,7 +19,6 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
-#include <thread>
 #include <tuple>
 
 #include "replay_internal.h"
@@ -43,9 +43,17 @@ bool is_special_stream(CUstream s) {
 
 struct StreamKey {
   CUstream stream;
-  std::thread::id thread;  // only for the per-thread default stream
+  uint64_t thread;  // only for the per-thread default stream: this_thread_serial()
   bool operator<(const StreamKey& o) const { return std::tie(stream, thread) < std::tie(o.stream, o.thread); }
 };
+
+/// A number no other thread of the process ever gets (std::thread::id values are
+/// reused after a thread exits, while its per-thread stream's work may still run).
+uint64_t this_thread_serial() {
+  static std::atomic<uint64_t> next{1};
+  thread_local uint64_t serial = next.fetch_add(1);
+  return serial;
+}
 
 /// A segment made ready in one context: functions, constants, scratch per stream.
 struct PreparedSegment {
@@ -344,7 +352,7 @@ void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs, co
     std::lock_guard<std::mutex> lock(cache_mutex());
     auto key = std::make_pair(ctx, bundle.digest());
     auto it = segments().find(key);
-    StreamKey skey{stream, stream == cu_stream_per_thread() ? std::this_thread::get_id() : std::thread::id()};
+    StreamKey skey{stream, stream == cu_stream_per_thread() ? this_thread_serial() : 0};
     bool need_setup = it == segments().end() || it->second->scratch.find(skey) == it->second->scratch.end();
     if (need_setup) {
       RelaxedCaptureMode relaxed(d);  // one-time setup is legal even while a stream is captured
