@@ -53,8 +53,18 @@ std::string describe(const std::string& dtype, const std::vector<int64_t>& shape
   return s + "]";
 }
 
+// Test builds only (tests/runtime/test_runtime_torch_cpu_replay.py): CPU tensors
+// stand in for CUDA ones so the CUDA kernel runs against a fake libcuda.so.1
+// that treats host memory as device memory. Never defined in real builds.
+#ifdef LEAPP_TORCH_TEST_CPU_AS_CUDA
+constexpr bool kCpuAsCuda = true;
+#else
+constexpr bool kCpuAsCuda = false;
+#endif
+
 /// The current CUDA stream of `device`, as a driver handle.
 leapp::CUstream current_stream(const c10::Device& device) {
+  if (kCpuAsCuda && device.is_cpu()) return nullptr;
 #if LEAPP_HAVE_C10_CUDA
   return reinterpret_cast<leapp::CUstream>(c10::cuda::getCurrentCUDAStream(device.index()).stream());
 #else
@@ -119,7 +129,7 @@ std::vector<at::Tensor> warp_segment_cuda_impl(const std::vector<at::Tensor>& in
   std::shared_ptr<const leapp::Signature> sig = signature_of(signature);
   const std::string where = "leapp::warp_segment '" + sig->segment + "'";
   c10::Device device = inputs.empty() ? bundle.device() : inputs[0].device();
-  TORCH_CHECK_VALUE(device.is_cuda(), where, ": expects CUDA inputs, got ", device);
+  TORCH_CHECK_VALUE(device.is_cuda() || (kCpuAsCuda && device.is_cpu()), where, ": expects CUDA inputs, got ", device);
   leapp::CUstream stream = current_stream(device);
   std::shared_ptr<const leapp::Bundle> b = bundle_of(bundle, *sig, stream);
   const leapp::Manifest& m = b->manifest();
@@ -147,7 +157,7 @@ std::vector<at::Tensor> warp_segment_cuda_impl(const std::vector<at::Tensor>& in
     out.push_back({leapp::CUdeviceptr(reinterpret_cast<uintptr_t>(outputs.back().data_ptr())), spec.bytes});
   }
   try {
-    leapp::run_segment(*b, in, out, stream, device.index());
+    leapp::run_segment(*b, in, out, stream, device.is_cuda() ? device.index() : 0);
   } catch (const std::invalid_argument& e) {
     TORCH_CHECK_VALUE(false, e.what());
   } catch (const std::exception& e) {
@@ -169,7 +179,7 @@ std::vector<at::Tensor> warp_segment_cuda(const std::vector<at::Tensor>& inputs,
   }
 }
 
-std::vector<at::Tensor> warp_segment_cpu(const std::vector<at::Tensor>& inputs, const at::Tensor& bundle,
+[[maybe_unused]] std::vector<at::Tensor> warp_segment_cpu(const std::vector<at::Tensor>& inputs, const at::Tensor& bundle,
                                          c10::string_view signature) {
   (void)inputs;
   (void)bundle;
@@ -189,6 +199,10 @@ TORCH_LIBRARY(leapp, m) {
   m.def("warp_segment(Tensor[] inputs, Tensor bundle, str signature) -> Tensor[]");
 }
 
+#ifdef LEAPP_TORCH_TEST_CPU_AS_CUDA
+TORCH_LIBRARY_IMPL(leapp, CPU, m) { m.impl("warp_segment", &warp_segment_cuda); }
+#else
 TORCH_LIBRARY_IMPL(leapp, CPU, m) { m.impl("warp_segment", &warp_segment_cpu); }
+#endif
 
 TORCH_LIBRARY_IMPL(leapp, CUDA, m) { m.impl("warp_segment", &warp_segment_cuda); }

@@ -55,3 +55,31 @@ def ort_session(model: bytes, providers=("CPUExecutionProvider",)):
 
 
 __all__ = ["warp_segment_model", "ort_session", "signature_of", "onnx"]
+
+
+def build_mock_driver(out_dir):
+    """Compiles tests/runtime/mock_cuda/mock_libcuda.c into ``out_dir``/libcuda.so.1; None without a C compiler."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        return None
+    source = Path(__file__).resolve().parent / "mock_cuda" / "mock_libcuda.c"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-pthread", "-o", str(Path(out_dir) / "libcuda.so.1"), str(source)],
+                   check=True, capture_output=True, text=True)
+    return Path(out_dir)
+
+
+def mock_driver_env(mock_dir, **extra) -> dict:
+    """The environment of a subprocess whose dlopen("libcuda.so.1") finds the fake driver."""
+    import os
+
+    env = dict(os.environ)
+    for name in ("LEAPP_CUDA_DEVICE", "LEAPP_WARP_PT2_CUSTOM_OP_LIBRARY", "LEAPP_WARP_ONNX_CUSTOM_OP_LIBRARY"):
+        env.pop(name, None)
+    env.update(LD_LIBRARY_PATH=f"{mock_dir}:{env.get('LD_LIBRARY_PATH', '')}", LEAPP_MOCK_CUDA="1",
+               MOCK_DEVICES="2", MOCK_CC="90", MOCK_MAX_PTX="90", MOCK_DRIVER_VERSION="13000")
+    env.update({k: str(v) for k, v in extra.items()})
+    return env

@@ -7,33 +7,26 @@ driver is dlopen'ed once per process, so it cannot be swapped in this one).
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from runtime_helpers import build_mock_driver, mock_driver_env
 
 HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="module")
 def mock_driver_dir(tmp_path_factory) -> Path:
-    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
+    out = build_mock_driver(tmp_path_factory.mktemp("mock_cuda"))
+    if out is None:
         pytest.skip("no C compiler to build the fake libcuda.so.1")
-    out = tmp_path_factory.mktemp("mock_cuda")
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-pthread", "-o", str(out / "libcuda.so.1"),
-                    str(HERE / "mock_cuda" / "mock_libcuda.c")], check=True, capture_output=True, text=True)
     return out
 
 
 def test_replay_against_the_fake_driver(mock_driver_dir):
-    env = dict(os.environ)
-    env.update(LD_LIBRARY_PATH=f"{mock_driver_dir}:{env.get('LD_LIBRARY_PATH', '')}", LEAPP_MOCK_CUDA="1",
-               MOCK_DEVICES="2", MOCK_CC="90", MOCK_MAX_PTX="90", MOCK_DRIVER_VERSION="13000")
-    env.pop("LEAPP_CUDA_DEVICE", None)
+    env = mock_driver_env(mock_driver_dir)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", str(HERE / "mock_driver_cases.py")],
         cwd=HERE, env=env, capture_output=True, text=True, timeout=600,
