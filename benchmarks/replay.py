@@ -250,7 +250,9 @@ def methods(folder: Path, n: int, device: str) -> dict:
         in_ptrs, out_ptrs = [t.data_ptr() for t in native_in], [t.data_ptr() for t in native_out]
         stream = torch.cuda.current_stream().cuda_stream
         out["native"] = lambda: _native.run_segment(bundle, in_ptrs, out_ptrs, stream, index)
-    out["onnx-cpu-ep"] = lambda: session.run_with_iobinding(binding)
+    # The binding holds raw pointers: the lambda keeps the host tensors alive (a dangling binding
+    # corrupted the heap once they were collected).
+    out["onnx-cpu-ep"] = lambda host=(host_x, host_y): session.run_with_iobinding(binding)
     out["floor"] = lambda: wp.capture_launch(floor_graph, stream=replay_stream)
     return out
 
