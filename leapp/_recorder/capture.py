@@ -48,18 +48,34 @@ class AllocationWitness:
     now and was not then is new. If a generation-1/2 collection ran meanwhile a
     new array may already be old: the answer is then "not new", which makes it
     a snapshotted constant (always correct, just larger) instead of scratch.
+
+    NOTE: automatic collection is paused while the block is open (and resumed by
+    ``close()``, also when the block raised), so the answer does not depend on
+    when the interpreter happens to collect; only an explicit ``gc.collect()``
+    in the user's block can still make a new array look old.
     """
 
     def __init__(self) -> None:
         self._young_at_entry = _young_warp_arrays()  # strong refs: their ids cannot be reused meanwhile
         self._old_collections = _old_collections()
         self._young_at_exit: dict[int, Any] | None = None
+        self._collected_meanwhile = False
+        self._resume_gc = gc.isenabled()
+        gc.disable()
 
-    def created_in_block(self, arr) -> bool:
-        if id(arr) in self._young_at_entry or _old_collections() != self._old_collections:
-            return False
+    def close(self) -> None:
+        """Takes the exit snapshot and resumes automatic collection if it was on; idempotent."""
         if self._young_at_exit is None:
             self._young_at_exit = _young_warp_arrays()
+            self._collected_meanwhile = _old_collections() != self._old_collections
+        if self._resume_gc:
+            self._resume_gc = False
+            gc.enable()
+
+    def created_in_block(self, arr) -> bool:
+        self.close()
+        if id(arr) in self._young_at_entry or self._collected_meanwhile:
+            return False
         return self._young_at_exit.get(id(arr)) is arr
 
 

@@ -206,6 +206,8 @@ class _Block:
                 self._capturing = False
                 graph = wp.capture_end(device=self.device, stream=self._stream)
         finally:
+            if self._census is not None:
+                self._census.close()
             if self._guard is not None:
                 self._guard.__exit__(None, None, None)
                 self._guard = None

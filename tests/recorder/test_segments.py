@@ -137,6 +137,40 @@ def test_arrays_created_in_block_used_after_are_outputs_and_others_scratch(devic
     assert_graphs_replay_samples(record)
 
 
+@pytest.mark.parametrize("raises", [False, True])
+def test_scratch_classification_survives_gc_pressure_in_the_block(raises):
+    """Many allocations inside the block would trigger collections that make a new array look old
+    (then exported as a constant); automatic collection is paused while the block is open."""
+    assert gc.isenabled()
+
+    def step(x, fail):
+        with leapp.node("n"):
+            x = annotate.input_tensors("n", {"x": x})
+            y = torch.empty_like(x)
+            with annotate.warp_op():
+                tmp = wp.empty(x.shape[0], dtype=float, device="cpu")
+                _garbage = [[i] for i in range(200_000)]  # enough to trigger generation-1/2 collections
+                wp.launch(K.scale, dim=x.shape[0], inputs=[wp.from_torch(x), 2.0], outputs=[tmp], device="cpu")
+                wp.launch(K.scale, dim=x.shape[0], inputs=[tmp, 3.0], outputs=[wp.from_torch(y)], device="cpu")
+                if fail:
+                    raise RuntimeError("user error inside the block")
+            annotate.output_tensors("n", {"y": y})
+        return y
+
+    x = torch.arange(4.0)
+    if raises:
+        with pytest.raises(RuntimeError, match="user error inside the block"):
+            with leapp.trace("gc"):
+                step(x, False)
+                step(x, True)
+        assert gc.isenabled()
+        return
+    record, _ = trace(lambda v: step(v, False), x, passes=3)
+    assert gc.isenabled()
+    (seg,) = record.nodes["n"].segments
+    assert list(seg.scratch.values()) == [16] and seg.constants == {}
+
+
 def test_chained_segments_pass_block_created_arrays(device):
     def step(x):
         with leapp.node("n"):
