@@ -14,45 +14,68 @@ Nothing here changes torch or warp process-wide: recording is scoped to
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from leapp import annotate
-from leapp._recorder.node import NodeScope as _NodeScope
-from leapp._recorder.session import Session
-from leapp._recorder.session import last_session as _last_session
-from leapp._recorder.session import start as _start
-from leapp._recorder.session import stop as _stop
+# NOTE: the recorder (torch, warp) is imported on first use, not here: loading
+# and running an export (`leapp.load`, `leapp inspect`) needs neither Warp nor
+# the recorder. `from leapp import annotate` imports the submodule as usual.
+if TYPE_CHECKING:
+    from leapp import annotate
+    from leapp._recorder.node import NodeScope as _NodeScope
+    from leapp._recorder.session import Session
 
 __all__ = ["trace", "start", "stop", "compile_graph", "node", "load", "annotate", "Session"]
 
 
-def trace(name: str, save_path: str = ".") -> Session:
+def __getattr__(name: str) -> Any:
+    if name == "annotate":
+        import importlib  # noqa: PLC0415
+
+        return importlib.import_module("leapp.annotate")
+    if name == "Session":
+        from leapp._recorder.session import Session  # noqa: PLC0415
+
+        return Session
+    raise AttributeError(f"module 'leapp' has no attribute {name!r}")
+
+
+def trace(name: str, save_path: str = ".") -> "Session":
     """A recording session, used as a context manager; ``.compile(...)`` exports it."""
+    from leapp._recorder.session import Session  # noqa: PLC0415
+
     return Session(name, save_path)
 
 
-def start(name: str, save_path: str = ".") -> Session:
+def start(name: str, save_path: str = ".") -> "Session":
     """Script-style ``trace``: begin a session (end it with ``leapp.stop()``)."""
+    from leapp._recorder.session import start as _start  # noqa: PLC0415
+
     return _start(name, save_path)
 
 
-def stop() -> Session:
+def stop() -> "Session":
     """End the session begun by ``leapp.start``."""
+    from leapp._recorder.session import stop as _stop  # noqa: PLC0415
+
     return _stop()
 
 
 def compile_graph(validate: bool = True, rtol: float = 1e-3, atol: float = 1e-5) -> Any:
     """Compile the active (or last) session; same as ``session.compile(...)``."""
+    from leapp._recorder.session import last_session as _last_session  # noqa: PLC0415
+
     return _last_session().compile(validate=validate, rtol=rtol, atol=atol)
 
 
-def node(name: str, export_with: str = "onnx", **backend_params: Any) -> _NodeScope:
+def node(name: str, export_with: str = "onnx", **backend_params: Any) -> "_NodeScope":
     """Mark a node: ``with leapp.node("obs", export_with="pt2"):`` or ``@leapp.node("policy")``.
 
     As a decorator, tensor arguments are the node's inputs (named after the
     parameters) and the return value (a tensor, a tuple/list or a dict of
     tensors) its outputs. Outside a session it just calls the function.
     """
+    from leapp._recorder.node import NodeScope as _NodeScope  # noqa: PLC0415
+
     return _NodeScope(name, export_with, **backend_params)
 
 

@@ -155,6 +155,25 @@ def test_pt2_loads_in_a_fresh_process(exported):
     assert out.stdout.strip() == "1"
 
 
+_LOAD_WITHOUT_WARP = textwrap.dedent(
+    """
+    import sys
+    import leapp
+    pipeline = leapp.load(sys.argv[1])
+    print(sorted(pipeline.nodes), "warp" in sys.modules)
+    """
+)
+
+
+def test_loading_an_export_never_imports_warp(exported):
+    """Deployment needs neither Warp nor the recorder: `import leapp` + `leapp.load` stay Warp-free."""
+    folder, _ = exported
+    out = subprocess.run([sys.executable, "-c", _LOAD_WITHOUT_WARP, str(folder)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().endswith("False"), out.stdout
+
+
 def test_validation_fails_by_name_for_cpu_captured_segments(tmp_path):
     session = _trace(tmp_path, "checked")
     with pytest.raises(ValidationError) as info:
