@@ -18,7 +18,7 @@ from recorder_helpers import assert_graphs_replay_samples, trace
 
 import leapp
 from leapp import annotate
-from leapp._recorder import wrp
+from leapp._apic.wrp import parse_wrp
 from leapp._recorder.model import warp_segment_call
 from leapp._recorder.replay import run_node_graph
 from leapp.errors import UNSUPPORTED_DTYPE, TraceError
@@ -92,7 +92,7 @@ def test_design_example(device, mlp_on):
     (grav_out,) = seg.outputs
     assert grav_out.region_id == grav_in.region_id and grav_out.spec.shape == (5, 3)
     assert seg.constants == {} and seg.scratch == {} and record.constants_report == []
-    regions = {r.region_id: r.size for r in wrp.read_regions(seg.wrp)}
+    regions = {region_id: r.size for region_id, r in parse_wrp(seg.wrp).regions.items()}
     assert regions == {quat_in.region_id: 80, grav_in.region_id: 60}
     (call,) = _segment_calls(obs)
     assert call.args[0] == seg.id and len(call.args[1]) == 2

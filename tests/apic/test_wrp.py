@@ -1,17 +1,21 @@
-"""The .wrp parser against real CPU captures (Warp 1.19) and against corrupted files."""
+"""The shared .wrp parser (exporter and recorder) against real CPU captures (Warp 1.19) and corrupted files."""
 
 from __future__ import annotations
 
 import os
 import struct
+import tempfile
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 wp = pytest.importorskip("warp")
+torch = pytest.importorskip("torch")
 
-from leapp._export import wrp as W  # noqa: E402
-from leapp._export.wrp import WrpError, parse_wrp  # noqa: E402
+from leapp._apic import wrp as W  # noqa: E402
+from leapp._apic.wrp import WrpError, parse_wrp, read_ops  # noqa: E402
 from leapp.errors import ExportError  # noqa: E402
 
 
@@ -45,6 +49,12 @@ def k_2d(a: wp.array2d(dtype=float), out: wp.array2d(dtype=float)):
 def k_struct(p: Params, out: wp.array(dtype=float)):
     i = wp.tid()
     out[i] = p.arr[i] * p.scale + p.offset[0]
+
+
+@wp.kernel
+def scale(src: wp.array(dtype=float), s: float, dst: wp.array(dtype=float)):
+    i = wp.tid()
+    dst[i] = src[i] * s
 
 
 @wp.kernel
@@ -269,3 +279,51 @@ def test_copy_out_of_region_range(good_wrp):
     assert struct.unpack_from("<I", good_wrp, copy)[0] == 4
     with pytest.raises(WrpError, match=r"copy destination \(operation 1\) touches bytes \[0, 0\+4096\)"):
         parse_wrp(patch(good_wrp, copy + 32, "<Q", 4096))
+
+
+# --------------------------------------------------------------------------- the recorder's view (read_ops)
+
+
+@pytest.fixture(scope="module")
+def recorder_wrp() -> bytes:
+    """A capture as the recorder makes it: torch-backed arrays, a launch, a copy and a zero_."""
+    x, y = torch.arange(4.0), torch.zeros(4)
+    with wp.ScopedCapture(device="cpu", apic=True) as cap:
+        wp.launch(scale, dim=4, inputs=[wp.from_torch(x), 2.0], outputs=[wp.from_torch(y)], device="cpu")
+        wp.copy(wp.from_torch(x), wp.from_torch(y))
+        wp.from_torch(y).zero_()
+    with tempfile.TemporaryDirectory() as folder:
+        wp.capture_save(cap.graph, os.path.join(folder, "g"))
+        with open(os.path.join(folder, "g.wrp"), "rb") as f:
+            return f.read()
+
+
+def test_reads_ops_and_regions(recorder_wrp):
+    ops = read_ops(recorder_wrp)
+    assert [op.kind for op in ops] == ["launch", "copy", "memset"]
+    assert ops[0].kernel_key == "scale" and ops[0].dst_region is None
+    regions = parse_wrp(recorder_wrp).regions
+    assert sorted(r.size for r in regions.values()) == [16, 16]
+    assert ops[1].dst_region in regions
+
+
+def test_read_ops_names_the_region_a_reduction_writes(tmp_path):
+    a = arr(np.arange(16, dtype=np.float32))
+    s = wp.zeros(1, dtype=float, device="cpu")
+    w, data = capture(tmp_path, lambda: wp.utils.array_sum(a, out=s), inputs={"a": a}, outputs={"s": s})
+    assert read_ops(data) == [W.OpSummary("reduction", None, w.bindings["s"])]
+
+
+@settings(max_examples=200)
+@given(st.data())
+def test_damaged_bytes_raise_a_wrp_error_or_parse(recorder_wrp, data):
+    blob = bytearray(recorder_wrp)
+    cut = data.draw(st.integers(0, len(blob)))
+    for _ in range(data.draw(st.integers(0, 4))):
+        blob[data.draw(st.integers(0, len(blob) - 1))] = data.draw(st.integers(0, 255))
+    damaged = bytes(blob[:cut])
+    for reader in (parse_wrp, read_ops):
+        try:
+            reader(damaged)
+        except WrpError:
+            pass

@@ -1,0 +1,1 @@
+"""Warp's API-capture (APIC) records, read without Warp's native library."""
