@@ -13,7 +13,8 @@ on it): the captured one when it is > 1, else 256 (Warp's CUDA default), and
 the grid follows notes/warp-internals.md section 6 for that block_dim.
 NOTE: output init "zero" is inferred from the region's snapshot, which
 ``capture_save`` takes before the captured work runs (CPU captures never run
-during capture; the recorder saves before ``capture_launch``).
+during capture; the recorder saves before ``capture_launch``), except for
+outputs the recorder marks ``undefined_before`` (init "none").
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 
 from leapp._export import cuda_code
 from leapp._export.warp_abi import WarpABI, abi_for_version, expected_arg_size, require_supported_warp
-from leapp._export.wrp import (
+from leapp._apic.wrp import (
     RELOC_DATA_PTR,
     RELOC_HANDLE,
     WrpAlloc,
@@ -222,6 +223,8 @@ class _Builder:
                 init = {"input": input_of[io.region_id]}
             elif io.region_id in self.constants:
                 init = "none"  # filled by a copy from a constant buffer before the first op
+            elif getattr(io, "undefined_before", False):
+                init = "none"  # torch.empty-like: its snapshot bytes are whatever memory held, not a value
             elif region.snapshot is not None and not any(region.snapshot):
                 init = "zero"
             else:

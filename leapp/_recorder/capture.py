@@ -4,7 +4,11 @@ Each memory region of the capture is classified once, right after
 ``capture_end``:
 
 - traced: the storage of a tensor traced in this node -> a segment input, and
-  an output (written back with ``aten.copy_``) if the segment writes it;
+  an output (written back with ``aten.copy_``) if the segment writes it; a
+  written storage that still holds an uninitialized factory's undefined bytes
+  (``torch.empty`` and nothing wrote it since) is an output only (init
+  "none"), and when that tensor is its storage's only live alias its FX value
+  simply becomes the segment's output (no ``copy_``);
 - chained: an array an earlier segment of the node created -> an input;
 - created: allocated while the block was open -> scratch, or an output once
   something uses it after the block (``PendingOutput``);
@@ -27,9 +31,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 import warp as wp
 
-from . import wrp
+from leapp._apic import wrp
 from .dtypes import array_base, is_warp_array, spec_for_array, warp_dtype_name
-from .fx_graph import PendingOutput, storage_ptr
+from .fx_graph import UNINITIALIZED_FACTORIES, PendingOutput, storage_ptr
 from .model import KernelRef, SegmentIO, SegmentRecord, TensorSpec, warp_segment_call
 
 if TYPE_CHECKING:
@@ -168,12 +172,16 @@ class CaptureAnalysis:
         for region_id, kind in kinds.items():
             ptr, capacity, base = regions[region_id]
             if kind in ("traced", "chained"):
-                node, spec = self._region_value(kind, ptr, capacity, arrays.get(ptr))
-                spec.name = f"in{len(segment.inputs)}"
-                segment.inputs.append(SegmentIO(spec, region_id, capacity))
-                in_nodes.append(node)
+                undefined = kind == "traced" and region_id in written and rec.is_uninitialized(ptr)
+                node, spec, tensor = self._region_value(kind, ptr, capacity, arrays.get(ptr))
+                if not undefined:  # undefined bytes need no copy in: the output starts with init "none"
+                    spec.name = f"in{len(segment.inputs)}"
+                    segment.inputs.append(SegmentIO(spec, region_id, capacity))
+                    in_nodes.append(node)
                 if region_id in written:
-                    writes.append((region_id, capacity, spec, node))
+                    rebind = rec.sole_binding(ptr, tensor) if undefined and tensor is not None else None
+                    writes.append((region_id, capacity, spec, node, undefined, rebind))
+                    rec.mark_written(ptr)
             elif kind == "external":
                 segment.constants[region_id] = before[region_id]
                 self.block.session.constants_report.append(
@@ -188,12 +196,17 @@ class CaptureAnalysis:
         call = None
         if rec.build:
             call = rec.graph.call_function(warp_segment_call, (segment.id, in_nodes))
-        for k, (region_id, capacity, spec, node) in enumerate(writes):
+        for k, (region_id, capacity, spec, node, undefined, rebind) in enumerate(writes):
             out_spec = TensorSpec(f"out{k}", spec.dtype, spec.shape, spec.warp_dtype, spec.logical_shape)
-            segment.outputs.append(SegmentIO(out_spec, region_id, capacity))
+            segment.outputs.append(SegmentIO(out_spec, region_id, capacity, undefined_before=undefined))
             if rec.build:
                 value = rec.graph.call_function(operator.getitem, (call, k))
-                rec.graph.call_function(_aten.copy_.default, (node, value))
+                if rebind is not None:  # no alias to update: the tensor's value is now the segment's output
+                    rebind.node = value
+                    if not node.users and node.target in UNINITIALIZED_FACTORIES:
+                        rec.graph.erase_node(node)
+                else:
+                    rec.graph.call_function(_aten.copy_.default, (node, value))
         for region_id, kind in kinds.items():
             if kind == "created":
                 ptr, capacity, base = regions[region_id]
@@ -238,18 +251,19 @@ class CaptureAnalysis:
                     arrays.setdefault(array_base(a)[1], a)
         return arrays
 
-    def _region_value(self, kind: str, ptr: int, capacity: int, array) -> tuple[Any, TensorSpec]:
+    def _region_value(self, kind: str, ptr: int, capacity: int, array) -> tuple[Any, TensorSpec, Any]:
+        """(FX value, spec, the traced tensor covering the region or None) of a traced or chained region."""
         if kind == "chained":
             pending = self.rec.pending[ptr]
             node = pending.materialize(self.rec.graph)
             s = pending.spec
-            return node, TensorSpec("", s.dtype, s.shape, s.warp_dtype, s.logical_shape)
-        node, spec, _ = self.rec.storage_value(ptr, capacity)
+            return node, TensorSpec("", s.dtype, s.shape, s.warp_dtype, s.logical_shape), None
+        node, spec, tensor = self.rec.storage_value(ptr, capacity)
         if array is not None and _array_covers(array, ptr, capacity):
             full = spec_for_array("", array)
             if full.dtype.itemsize * _numel(full.shape) == capacity:
                 spec.warp_dtype, spec.logical_shape = full.warp_dtype, full.logical_shape
-        return node, spec
+        return node, spec, tensor
 
     def _kernels(self, capture) -> list[KernelRef]:
         by_key = {}

@@ -11,6 +11,9 @@ NOTE: in-place and view ops are kept as they are (``torch.export``
 functionalizes them later); a tensor that is neither a node input nor produced
 in the node becomes a ``get_attr`` buffer of the GraphModule (a snapshot of
 module parameters and captured constants).
+NOTE: a storage made by an uninitialized factory (``torch.empty``...) and not
+written by any recorded op since holds undefined bytes; a segment that writes
+it needs no copy of them (``is_uninitialized``), see docs/recorder.md section 4.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from .dtypes import check_boundary_dtype
 from .model import SegmentIO, SegmentRecord, TensorSpec
 from .source import user_location
 
-__all__ = ["GraphRecorder", "OwnerMap", "PendingOutput", "storage_ptr"]
+__all__ = ["GraphRecorder", "OwnerMap", "PendingOutput", "UNINITIALIZED_FACTORIES", "storage_ptr"]
 
 _aten = torch.ops.aten
 
@@ -59,6 +62,16 @@ _METADATA_FUNCS = frozenset(
         "__dlpack__",
         "__dlpack_device__",
         "requires_grad_",
+    }
+)
+# Factories whose result holds undefined bytes (torch.empty, empty_like, new_empty, empty_strided...).
+UNINITIALIZED_FACTORIES = frozenset(
+    {
+        _aten.empty.memory_format,
+        _aten.empty_like.default,
+        _aten.empty_strided.default,
+        _aten.new_empty.default,
+        _aten.new_empty_strided.default,
     }
 )
 _READBACK_FUNCS = frozenset(
@@ -159,6 +172,8 @@ class GraphRecorder:
     _by_id: dict[int, _Binding] = field(default_factory=dict)
     _by_storage: dict[int, list[_Binding]] = field(default_factory=dict)
     _n_constants: int = 0
+    _uninitialized: dict[int, weakref.ref] = field(default_factory=dict)  # storage ptr -> the factory's tensor
+    _truncated: set[int] = field(default_factory=set)  # storage ptrs whose binding bucket dropped live aliases
 
     def __post_init__(self) -> None:
         if self.build and self.graph is None:
@@ -183,7 +198,10 @@ class GraphRecorder:
         ptr = storage_ptr(t)
         if ptr:
             bucket = self._by_storage.setdefault(ptr, [])
-            bucket[:] = [b for b in bucket if b.ref() is not None][-15:]
+            bucket[:] = [b for b in bucket if b.ref() is not None]
+            if len(bucket) > 15:
+                self._truncated.add(ptr)
+                del bucket[:-15]
             bucket.append(binding)
             self.owners.register(ptr, self.node_name, t)
 
@@ -201,6 +219,29 @@ class GraphRecorder:
             if t is not None and storage_ptr(t) == ptr:
                 out.append((t, b.node))
         return out
+
+    def is_uninitialized(self, ptr: int) -> bool:
+        """True while the storage at ``ptr`` holds only the undefined bytes of an uninitialized factory.
+
+        The factory's tensor must still be alive (so ``ptr`` was not reused) and
+        no recorded op may have been given the storage as a mutable argument;
+        segments that write it call ``mark_written``. Writes torch does not
+        dispatch (numpy views, raw pointers) are not seen, as they are not recorded.
+        """
+        ref = self._uninitialized.get(ptr)
+        t = ref() if ref is not None else None
+        return t is not None and storage_ptr(t) == ptr
+
+    def mark_written(self, ptr: int) -> None:
+        self._uninitialized.pop(ptr, None)
+
+    def sole_binding(self, ptr: int, t: torch.Tensor) -> _Binding | None:
+        """The binding of ``t`` if it is the only live traced tensor over the storage at ``ptr``."""
+        binding = self._lookup(t)
+        if binding is None or binding.constant or ptr in self._truncated:
+            return None
+        live = [b for b in self._by_storage.get(ptr, ()) if (o := b.ref()) is not None and storage_ptr(o) == ptr]
+        return binding if live == [binding] else None
 
     def is_traced(self, t: torch.Tensor) -> bool:
         binding = self._lookup(t)
@@ -311,15 +352,29 @@ class GraphRecorder:
         if self.build:
             fx_args = tree_map_only(torch.Tensor, self.value_of, args)
             fx_kwargs = tree_map_only(torch.Tensor, self.value_of, kwargs)
+            self._track_initialization(func, args, kwargs)
         out = func(*args, **kwargs)
         node = self.graph.call_function(func, tuple(fx_args), dict(fx_kwargs)) if self.build else None
         if isinstance(out, torch.Tensor):
             self._bind(out, node)
+            if self.build and func in UNINITIALIZED_FACTORIES:
+                ptr = storage_ptr(out)
+                if ptr:
+                    self._uninitialized[ptr] = weakref.ref(out)
         elif isinstance(out, (tuple, list)):
             for i, o in enumerate(out):
                 if isinstance(o, torch.Tensor):
                     self._bind(o, self.graph.call_function(operator.getitem, (node, i)) if self.build else None)
         return out
+
+    def _track_initialization(self, func, args, kwargs) -> None:
+        """A mutating op may write any tensor it is given: their storages are no longer uninitialized."""
+        schema = getattr(func, "_schema", None)
+        if not self._uninitialized or (schema is not None and not schema.is_mutable):
+            return
+        for leaf in tree_flatten((args, kwargs))[0]:
+            if isinstance(leaf, torch.Tensor):
+                self._uninitialized.pop(storage_ptr(leaf), None)
 
     def finish(self, outputs: list[torch.fx.Node | None], class_name: str) -> torch.fx.GraphModule | None:
         if not self.build:

@@ -50,12 +50,16 @@ class SegmentIO:
     """One APIC memory region bound to a traced torch value.
 
     ``spec`` describes a contiguous tensor whose bytes are exactly the region's
-    bytes (the whole storage of the traced tensor).
+    bytes (the whole storage of the traced tensor). ``undefined_before`` (an
+    output only) says the region held only undefined bytes before the segment
+    (a ``torch.empty``-like tensor nothing wrote): it is not an input, and the
+    bundle's output starts with init "none" whatever the capture's snapshot was.
     """
 
     spec: TensorSpec
     region_id: int
     nbytes: int
+    undefined_before: bool = False  # recorder addition
 
 
 @dataclass

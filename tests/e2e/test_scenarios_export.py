@@ -4,7 +4,8 @@ The GPU twin (test_gpu_equivalence.py) replays the same scenarios; here, where
 Warp runs on the CPU, each scenario is checked up to the artifact: the traced
 runs keep eager values, every boundary dtype crosses, and each segment's
 bundle has exactly the launches, memsets (``zero_``), copies (``wp.copy``) and
-scratch buffers its plan asks for.
+scratch buffers its plan asks for, and takes only the segment's real input (the
+``torch.empty_like`` output is not copied in).
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ def check_export(s: E.Scenario, folder: Path) -> None:
         assert roles.count("scratch") == E.expected_scratch(plan), (s.describe(), bundle.segment, bundle.buffers)
         dtype = str(fam.torch_dtype).removeprefix("torch.")
         assert all(t["shape"] == storage and t["dtype"] == dtype for t in bundle.outputs), bundle.outputs
+        # the output tensor is torch.empty_like before the block: undefined bytes, not an input (init "none")
+        assert len(bundle.inputs) == 1, (s.describe(), bundle.segment, bundle.inputs)
+        assert [b["init"] for b in bundle.buffers if b["role"] == "output"] == ["none"], bundle.buffers
 
 
 RICH = (E.SegmentPlan(("affine", "accumulate", "twist"), copy_out=True), E.SegmentPlan(("mix",)))

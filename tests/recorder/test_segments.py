@@ -7,7 +7,6 @@ under the ``cuda`` marker.
 from __future__ import annotations
 
 import gc
-import operator
 
 import numpy as np
 import pytest
@@ -86,18 +85,22 @@ def test_design_example(device, mlp_on):
     assert seg.call_sites[0].endswith(f"test_segments.py:{design_step.__code__.co_firstlineno + 5}")
     assert [k.key for k in seg.kernels] == ["projected_gravity"] and seg.kernels[0].kernel is K.projected_gravity
     assert seg.wrp[:4] == b"WRP1" and seg.modules
-    quat_in, grav_in = seg.inputs
+    # grav = torch.empty(...) holds undefined bytes: an output only, never copied in
+    (quat_in,) = seg.inputs
     assert (quat_in.spec.shape, quat_in.spec.warp_dtype, quat_in.spec.logical_shape) == ((5, 4), "quatf", (5,))
-    assert (grav_in.spec.shape, grav_in.spec.warp_dtype, quat_in.nbytes) == ((5, 3), "vec3f", 80)
+    assert quat_in.nbytes == 80 and not quat_in.undefined_before
     (grav_out,) = seg.outputs
-    assert grav_out.region_id == grav_in.region_id and grav_out.spec.shape == (5, 3)
+    assert (grav_out.spec.shape, grav_out.spec.warp_dtype, grav_out.nbytes) == ((5, 3), "vec3f", 60)
+    assert grav_out.undefined_before
     assert seg.constants == {} and seg.scratch == {} and record.constants_report == []
     regions = {region_id: r.size for region_id, r in parse_wrp(seg.wrp).regions.items()}
-    assert regions == {quat_in.region_id: 80, grav_in.region_id: 60}
+    assert regions == {quat_in.region_id: 80, grav_out.region_id: 60}
     (call,) = _segment_calls(obs)
-    assert call.args[0] == seg.id and len(call.args[1]) == 2
+    assert call.args[0] == seg.id and len(call.args[1]) == 1
+    # grav has no other alias: its FX value becomes the segment's output (no copy_, no empty left)
     copies = [n for n in call.users for u in n.users if u.target is torch.ops.aten.copy_.default]
-    assert len(copies) == 1 and copies[0].target is operator.getitem
+    assert copies == []
+    assert not any(n.target is torch.ops.aten.empty.memory_format for n in obs.graph.graph.nodes)
     assert len(obs.samples) == 2 and len(record.nodes["policy"].samples) == 2
     assert_graphs_replay_samples(record)
     # New values through the recorded graph (segment replayed from .wrp) equal eager.
