@@ -11,6 +11,7 @@ import operator
 
 import torch
 import torch.fx
+from hypothesis import strategies as st
 
 from leapp._recorder.model import (
     NodeRecord,
@@ -197,3 +198,14 @@ def two_output_node(name: str = "multi", export_with: str = "onnx", n: int = 4) 
         segments=[seg],
         samples=[],
     )
+
+
+# Shapes and values of the pure-torch MLP node, for the backends' hypothesis tests.
+MLP_CASES = dict(
+    batch=st.integers(1, 4),
+    n_in=st.integers(1, 6),
+    hidden=st.integers(1, 8),
+    n_out=st.integers(1, 4),
+    seed=st.integers(0, 1000),
+    scale=st.floats(0.01, 10.0),
+)

@@ -107,14 +107,7 @@ def test_pure_torch_node_has_no_op(tmp_path):
 
 
 @settings(max_examples=6)
-@given(
-    batch=st.integers(1, 4),
-    n_in=st.integers(1, 6),
-    hidden=st.integers(1, 8),
-    n_out=st.integers(1, 4),
-    seed=st.integers(0, 1000),
-    scale=st.floats(0.01, 10.0),
-)
+@given(**cr.MLP_CASES)
 def test_pure_torch_mlp_pt2_matches_eager(tmp_path_factory, batch, n_in, hidden, n_out, seed, scale):
     gen = torch.Generator().manual_seed(seed)
     samples = [torch.randn(batch, n_in, generator=gen) * scale for _ in range(2)]
