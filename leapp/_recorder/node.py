@@ -200,21 +200,21 @@ def _unpack(values: list) -> Any:
 
 
 def declare_inputs(node: str, values: dict) -> Any:
-    session = current_session()
-    if session is None:
-        return _unpack(list(values.values()))
-    where = user_location()
-    run = _active_run(session, node, "annotate.input_tensors", where)
-    return _unpack([run.declare_input(name, v, where) for name, v in values.items()])
+    return _declare(node, values, "annotate.input_tensors", NodeRun.declare_input)
 
 
 def declare_outputs(node: str, values: dict) -> Any:
+    return _declare(node, values, "annotate.output_tensors", NodeRun.declare_output)
+
+
+def _declare(node: str, values: dict, api: str, declare) -> Any:
+    """Both annotations: a no-op outside a session, else each value declared on the node's active run."""
     session = current_session()
     if session is None:
         return _unpack(list(values.values()))
     where = user_location()
-    run = _active_run(session, node, "annotate.output_tensors", where)
-    return _unpack([run.declare_output(name, v, where) for name, v in values.items()])
+    run = _active_run(session, node, api, where)
+    return _unpack([declare(run, name, v, where) for name, v in values.items()])
 
 
 def _is_value(x) -> bool:
