@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 from hypothesis import strategies as st
@@ -159,3 +160,21 @@ JSON_VALUES = st.recursive(
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=4), children, max_size=3),
     max_leaves=6,
 )
+
+
+def mutate_manifest(manifest: dict, path: tuple, data) -> object:
+    """A deep copy of ``manifest`` with the value at ``path`` replaced or deleted (drawn from ``data``);
+    the empty path replaces the whole manifest by an arbitrary JSON value."""
+    if not path:
+        return data.draw(JSON_VALUES)
+    mutated = copy.deepcopy(manifest)
+    parent = mutated
+    for key in path[:-1]:
+        parent = parent[key]
+    if data.draw(st.booleans()):
+        parent[path[-1]] = data.draw(JSON_VALUES | st.integers(0, 300))
+    elif isinstance(parent, dict):
+        del parent[path[-1]]
+    else:
+        parent.pop(path[-1])
+    return mutated

@@ -9,7 +9,7 @@ import copy
 import os
 
 import pytest
-from bundle_strategies import JSON_VALUES, json_paths, manifests
+from bundle_strategies import json_paths, manifests, mutate_manifest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_bundle_corruption import RULES
@@ -156,14 +156,4 @@ def test_manifest_mutations_agree(case, data):
     path, _ = data.draw(st.sampled_from(paths))
     if not path:
         return
-    mutated = copy.deepcopy(manifest)
-    parent = mutated
-    for key in path[:-1]:
-        parent = parent[key]
-    if data.draw(st.booleans()):
-        parent[path[-1]] = data.draw(JSON_VALUES | st.integers(0, 300))
-    elif isinstance(parent, dict):
-        del parent[path[-1]]
-    else:
-        parent.pop(path[-1])
-    assert_agree(write_unchecked(mutated, blobs))
+    assert_agree(write_unchecked(mutate_manifest(manifest, path, data), blobs))

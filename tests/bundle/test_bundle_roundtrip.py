@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 
-from bundle_strategies import JSON_VALUES, json_paths, manifests
+from bundle_strategies import json_paths, manifests, mutate_manifest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -72,19 +71,7 @@ def test_manifest_mutations_agree_between_writer_and_reader(case, data):
     manifest = json.loads(json.dumps(manifest))
     paths = list(json_paths(manifest))
     path, _ = data.draw(st.sampled_from(paths))
-    mutated = copy.deepcopy(manifest)
-    if not path:
-        mutated = data.draw(JSON_VALUES)
-    else:
-        parent = mutated
-        for key in path[:-1]:
-            parent = parent[key]
-        if data.draw(st.booleans()):
-            parent[path[-1]] = data.draw(JSON_VALUES | st.integers(0, 300))
-        elif isinstance(parent, dict):
-            del parent[path[-1]]
-        else:
-            parent.pop(path[-1])
+    mutated = mutate_manifest(manifest, path, data)
     try:
         read_bundle(write_unchecked(mutated, blobs))
         reader_error = None
