@@ -78,8 +78,8 @@ leapp::CUstream current_stream(const c10::Device& device) {
 struct SignatureCache {
   std::mutex mutex;
   std::unordered_map<std::string, std::shared_ptr<const leapp::Signature>> by_text;
-  // (data pointer, bytes, device) of a bundle tensor -> the bundle read from it
-  std::map<std::tuple<const void*, int64_t, std::string>, std::shared_ptr<const leapp::Bundle>> by_tensor;
+  // (data pointer, bytes, device type, device index) of a bundle tensor -> the bundle read from it
+  std::map<std::tuple<const void*, int64_t, int, int>, std::shared_ptr<const leapp::Bundle>> by_tensor;
 };
 
 SignatureCache& cache() {
@@ -88,23 +88,38 @@ SignatureCache& cache() {
 }
 
 std::shared_ptr<const leapp::Signature> signature_of(c10::string_view text) {
+  // The op is called with the same signature text every time: each thread
+  // remembers the last one and skips the copy, the hash and the lock.
+  struct Last {
+    std::string text;
+    std::shared_ptr<const leapp::Signature> sig;
+  };
+  thread_local Last last;
+  if (last.sig && c10::string_view(last.text) == text) return last.sig;
   std::string key(text.data(), text.size());
   SignatureCache& c = cache();
+  std::shared_ptr<const leapp::Signature> sig;
   {
     std::lock_guard<std::mutex> lock(c.mutex);
     auto it = c.by_text.find(key);
-    if (it != c.by_text.end()) return it->second;
+    if (it != c.by_text.end()) sig = it->second;
   }
-  auto sig = std::make_shared<const leapp::Signature>(leapp::parse_signature(key));
-  std::lock_guard<std::mutex> lock(c.mutex);
-  return c.by_text.emplace(key, sig).first->second;
+  if (!sig) {
+    auto parsed = std::make_shared<const leapp::Signature>(leapp::parse_signature(key));
+    std::lock_guard<std::mutex> lock(c.mutex);
+    sig = c.by_text.emplace(key, parsed).first->second;
+  }
+  last.text = std::move(key);
+  last.sig = sig;
+  return sig;
 }
 
 std::shared_ptr<const leapp::Bundle> bundle_of(const at::Tensor& bundle, const leapp::Signature& sig,
                                                leapp::CUstream stream) {
   TORCH_CHECK_VALUE(bundle.scalar_type() == at::kByte, "leapp::warp_segment '", sig.segment,
                     "': the bundle must be a uint8 tensor, got ", bundle.scalar_type());
-  auto key = std::make_tuple(static_cast<const void*>(bundle.data_ptr()), bundle.numel(), bundle.device().str());
+  auto key = std::make_tuple(static_cast<const void*>(bundle.data_ptr()), bundle.numel(),
+                             int(bundle.device().type()), int(bundle.device().index()));
   SignatureCache& c = cache();
   {
     std::lock_guard<std::mutex> lock(c.mutex);
@@ -127,24 +142,26 @@ std::shared_ptr<const leapp::Bundle> bundle_of(const at::Tensor& bundle, const l
 std::vector<at::Tensor> warp_segment_cuda_impl(const std::vector<at::Tensor>& inputs, const at::Tensor& bundle,
                                                c10::string_view signature) {
   std::shared_ptr<const leapp::Signature> sig = signature_of(signature);
-  const std::string where = "leapp::warp_segment '" + sig->segment + "'";
+  // TORCH_CHECK* evaluate their message only on failure: where() costs nothing on the hot path.
+  auto where = [&] { return "leapp::warp_segment '" + sig->segment + "'"; };
   c10::Device device = inputs.empty() ? bundle.device() : inputs[0].device();
-  TORCH_CHECK_VALUE(device.is_cuda() || (kCpuAsCuda && device.is_cpu()), where, ": expects CUDA inputs, got ", device);
+  TORCH_CHECK_VALUE(device.is_cuda() || (kCpuAsCuda && device.is_cpu()), where(), ": expects CUDA inputs, got ", device);
   leapp::CUstream stream = current_stream(device);
   std::shared_ptr<const leapp::Bundle> b = bundle_of(bundle, *sig, stream);
   const leapp::Manifest& m = b->manifest();
 
-  TORCH_CHECK_VALUE(inputs.size() == m.inputs.size(), where, ": expected ", m.inputs.size(), " inputs, got ",
+  TORCH_CHECK_VALUE(inputs.size() == m.inputs.size(), where(), ": expected ", m.inputs.size(), " inputs, got ",
                     inputs.size());
   std::vector<at::Tensor> dense;
   std::vector<leapp::DeviceSpan> in;
   dense.reserve(inputs.size());
+  in.reserve(inputs.size());
   for (size_t j = 0; j < inputs.size(); ++j) {
     const leapp::TensorSpec& spec = m.inputs[j];
     const at::Tensor& t = inputs[j];
-    TORCH_CHECK_VALUE(t.device() == device, where, ": input ", j, " '", spec.name, "' is on ", t.device(),
+    TORCH_CHECK_VALUE(t.device() == device, where(), ": input ", j, " '", spec.name, "' is on ", t.device(),
                       ", input 0 on ", device, " (all inputs must be on one CUDA device)");
-    TORCH_CHECK_VALUE(t.scalar_type() == scalar_type(spec.dtype) && t.sizes().vec() == spec.shape, where,
+    TORCH_CHECK_VALUE(t.scalar_type() == scalar_type(spec.dtype) && t.sizes().equals(spec.shape), where(),
                       ": input ", j, " '", spec.name, "' expects ", describe(spec.dtype, spec.shape), ", got ",
                       t.scalar_type(), t.sizes());
     dense.push_back(t.contiguous());
@@ -152,6 +169,8 @@ std::vector<at::Tensor> warp_segment_cuda_impl(const std::vector<at::Tensor>& in
   }
   std::vector<at::Tensor> outputs;
   std::vector<leapp::DeviceSpan> out;
+  outputs.reserve(m.outputs.size());
+  out.reserve(m.outputs.size());
   for (const leapp::TensorSpec& spec : m.outputs) {
     outputs.push_back(at::empty(spec.shape, at::TensorOptions().dtype(scalar_type(spec.dtype)).device(device)));
     out.push_back({leapp::CUdeviceptr(reinterpret_cast<uintptr_t>(outputs.back().data_ptr())), spec.bytes});

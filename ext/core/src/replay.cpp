@@ -270,26 +270,27 @@ bool stream_is_capturing(CUstream stream) {
 
 namespace {
 
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string t = "(";
+  for (size_t i = 0; i < shape.size(); ++i) t += (i ? ", " : "") + std::to_string(shape[i]);
+  return t + (shape.size() == 1 ? ",)" : ")");
+}
+
+/// Checks count, null pointers and byte sizes. Strings are built only on failure:
+/// this runs on every call.
 void check_spans(const Bundle& bundle, const char* side, const std::vector<TensorSpec>& specs,
                  const std::vector<DeviceSpan>& spans) {
-  const std::string where = "leapp segment '" + bundle.segment() + "': ";
+  auto where = [&] { return "leapp segment '" + bundle.segment() + "': "; };
   if (spans.size() != specs.size())
-    throw std::invalid_argument(where + "expected " + std::to_string(specs.size()) + " " + side + ", got " +
+    throw std::invalid_argument(where() + "expected " + std::to_string(specs.size()) + " " + side + ", got " +
                                 std::to_string(spans.size()));
   for (size_t j = 0; j < specs.size(); ++j) {
     const TensorSpec& s = specs[j];
+    if (spans[j].ptr != 0 && spans[j].bytes == s.bytes) continue;
     std::string what = std::string(side) + "[" + std::to_string(j) + "] '" + s.name + "'";
-    if (spans[j].ptr == 0) throw std::invalid_argument(where + what + " is a null device pointer");
-    if (spans[j].bytes != s.bytes)
-      throw std::invalid_argument(where + what + " has " + std::to_string(spans[j].bytes) + " bytes, expected " +
-                                  std::to_string(s.bytes) + " (" + s.dtype + " of shape " +
-                                  [&] {
-                                    std::string t = "(";
-                                    for (size_t i = 0; i < s.shape.size(); ++i)
-                                      t += (i ? ", " : "") + std::to_string(s.shape[i]);
-                                    return t + (s.shape.size() == 1 ? ",)" : ")");
-                                  }() +
-                                  ")");
+    if (spans[j].ptr == 0) throw std::invalid_argument(where() + what + " is a null device pointer");
+    throw std::invalid_argument(where() + what + " has " + std::to_string(spans[j].bytes) + " bytes, expected " +
+                                std::to_string(s.bytes) + " (" + s.dtype + " of shape " + shape_text(s.shape) + ")");
   }
 }
 
@@ -321,7 +322,8 @@ void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs, co
   check_spans(bundle, "inputs", m.inputs, inputs);
   check_spans(bundle, "outputs", m.outputs, outputs);
   const CudaDriver& d = driver();
-  const std::string where = "leapp segment '" + m.segment + "'";
+  // Error texts only: built when something fails, never on the hot path.
+  auto where = [&] { return "leapp segment '" + m.segment + "'"; };
 
   // The context: the stream's own, else the current one (when on `device`), else the primary.
   CUcontext saved = nullptr;
@@ -330,7 +332,7 @@ void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs, co
   if (!is_special_stream(stream)) {
     CUresult r = d.cuStreamGetCtx(stream, &ctx);
     if (r != CUDA_SUCCESS)
-      throw CudaError(r, where + ": cuStreamGetCtx failed for stream " +
+      throw CudaError(r, where() + ": cuStreamGetCtx failed for stream " +
                              std::to_string(reinterpret_cast<uintptr_t>(stream)) + " (not a CUDA stream?): " +
                              cu_error_text(r));
   } else if (saved != nullptr) {
@@ -341,28 +343,50 @@ void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs, co
   ContextGuard guard(d, ctx);
   const int ctx_device = current_device(d);
   if (device >= 0 && ctx_device != device)
-    throw std::invalid_argument(where + ": the stream belongs to CUDA device " + std::to_string(ctx_device) +
+    throw std::invalid_argument(where() + ": the stream belongs to CUDA device " + std::to_string(ctx_device) +
                                 ", but device " + std::to_string(device) + " was requested");
-  const DeviceAttrs& dev = device_attrs(d, ctx_device);
 
   // Caches: the prepared segment and this stream's scratch (both built once).
+  // The thread remembers its last hit, so a loop replaying one segment on one
+  // stream skips the lock and the lookup. Entries are never erased and
+  // std::map nodes never move, so the remembered pointers stay valid; the
+  // digest is compared too, because a freed Bundle's address may be reused.
+  StreamKey skey{stream, stream == cu_stream_per_thread() ? this_thread_serial() : 0};
+  struct LastHit {
+    CUcontext ctx = nullptr;
+    const Bundle* bundle = nullptr;
+    std::string digest;
+    StreamKey stream{nullptr, 0};
+    PreparedSegment* seg = nullptr;
+    const std::vector<CUdeviceptr>* scratch = nullptr;
+  };
+  thread_local LastHit last;
   PreparedSegment* seg = nullptr;
   const std::vector<CUdeviceptr>* scratch = nullptr;
-  {
+  if (last.seg != nullptr && last.ctx == ctx && last.bundle == &bundle && !(last.stream < skey) &&
+      !(skey < last.stream) && last.digest == bundle.digest()) {
+    seg = last.seg;
+    scratch = last.scratch;
+  } else {
     std::lock_guard<std::mutex> lock(cache_mutex());
     auto key = std::make_pair(ctx, bundle.digest());
     auto it = segments().find(key);
-    StreamKey skey{stream, stream == cu_stream_per_thread() ? this_thread_serial() : 0};
     bool need_setup = it == segments().end() || it->second->scratch.find(skey) == it->second->scratch.end();
     if (need_setup) {
       RelaxedCaptureMode relaxed(d);  // one-time setup is legal even while a stream is captured
-      if (it == segments().end()) it = segments().emplace(key, prepare(d, bundle, dev)).first;
+      if (it == segments().end()) it = segments().emplace(key, prepare(d, bundle, device_attrs(d, ctx_device))).first;
       auto sit = it->second->scratch.find(skey);
       if (sit == it->second->scratch.end())
-        sit = it->second->scratch.emplace(skey, allocate_role(d, m, BufferRole::kScratch, where + ": scratch")).first;
+        sit = it->second->scratch.emplace(skey, allocate_role(d, m, BufferRole::kScratch, where() + ": scratch")).first;
     }
     seg = it->second.get();
     scratch = &seg->scratch.find(skey)->second;
+    last.ctx = ctx;
+    last.bundle = &bundle;
+    last.digest = bundle.digest();
+    last.stream = skey;
+    last.seg = seg;
+    last.scratch = scratch;
   }
 
   // Buffer addresses for this call.
@@ -386,7 +410,7 @@ void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs, co
       r = d.cuMemsetD8Async(addr[i], 0, size_t(b.bytes), stream);
     else if (b.init == BufferInit::kInput)
       r = d.cuMemcpyDtoDAsync(addr[i], inputs[b.init_index].ptr, size_t(b.bytes), stream);
-    if (r != CUDA_SUCCESS) enqueued(r, where + ": initialising buffers[" + std::to_string(i) + "] (init)");
+    if (r != CUDA_SUCCESS) enqueued(r, where() + ": initialising buffers[" + std::to_string(i) + "] (init)");
   }
   thread_local std::vector<uint8_t> params;
   thread_local std::vector<void*> param_ptrs;
@@ -415,7 +439,7 @@ void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs, co
           r = d.cuMemcpyDtoDAsync(addr[op.dst] + op.dst_offset, addr[op.src] + op.src_offset, size_t(op.bytes), stream);
         break;
     }
-    if (r != CUDA_SUCCESS) enqueued(r, where + ": " + op_text(m, i));
+    if (r != CUDA_SUCCESS) enqueued(r, where() + ": " + op_text(m, i));
   }
 }
 
