@@ -164,21 +164,19 @@ def _target_device(device: torch.device, where: str) -> torch.device:
 
 
 class Pt2Runner(NodeRunner):
-    """``torch.export.load(path).module()`` called on the node's recorded device."""
+    """The exported program's graph called directly (``Pt2Program``) on the node's recorded device."""
 
     backend = "pt2"
 
     def __init__(self, path, inputs, outputs, device):
         super().__init__(path, inputs, outputs, device)
-        self.module = load_pt2(self.path).module()
+        from leapp.runtime.pt2_program import Pt2Program
+
+        self.program = Pt2Program(load_pt2(self.path))
 
     def __call__(self, inputs):
         device = _target_device(self.device, str(self.path))
-        args = [t.to(device) for t in inputs]
-        outs = self.module(*args)
-        if isinstance(outs, torch.Tensor):
-            outs = [outs]
-        return self._check_outputs(list(outs))
+        return self._check_outputs(self.program(*[t.to(device) for t in inputs]))
 
 
 class TorchScriptRunner(NodeRunner):

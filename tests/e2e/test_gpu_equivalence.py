@@ -24,6 +24,7 @@ import e2e_scenarios as E
 import leapp
 from leapp import _native
 from leapp.runtime.pipeline import load_pt2
+from leapp.runtime.pt2_program import Pt2Program
 
 pytestmark = [
     pytest.mark.cuda,
@@ -95,13 +96,26 @@ GRAPH_SCENARIO = E.Scenario("vec3", 1000, RICH, backend="pt2", seed=7)
 
 
 @pytest.fixture(scope="module")
-def pt2_program(tmp_path_factory):
-    """(eager step, the loaded PT2 module, its output names in order) for GRAPH_SCENARIO."""
+def pt2_export(tmp_path_factory):
+    """(eager step, the PT2 file, its output names in order) for GRAPH_SCENARIO."""
     folder = tmp_path_factory.mktemp("graph")
     step, report = E.trace_and_compile(GRAPH_SCENARIO, folder, DEVICE, validate=True)
     assert report.ok, str(report)
     names = [o.name for o in leapp.load(folder / "e2e").nodes["e2e"].outputs]
-    return step, load_pt2(folder / "e2e" / "e2e.pt2").module(), names
+    return step, folder / "e2e" / "e2e.pt2", names
+
+
+@pytest.fixture(params=["module", "direct"])
+def pt2_program(pt2_export, request):
+    """(eager step, a callable of the loaded PT2 program, output names): torch's ``.module()`` wrapper,
+    or leapp's direct graph call (``Pt2Program``, what leapp.load runs)."""
+    step, path, names = pt2_export
+    program = load_pt2(path)
+    if request.param == "module":
+        return step, program.module(), names
+    direct = Pt2Program(program)
+    assert direct.direct, direct.reason
+    return step, direct, names
 
 
 def test_pt2_op_replays_inside_a_cuda_graph(pt2_program):
