@@ -79,8 +79,9 @@ def node(name: str, export_with: str = "onnx", **backend_params: Any) -> "_NodeS
     return _NodeScope(name, export_with, **backend_params)
 
 
-def load(path: str) -> Any:
-    """Load an exported pipeline folder (``leapp.runtime.pipeline.load``)."""
+def load(path: str, *, cuda_graphs: bool = False) -> Any:
+    """Load an exported pipeline folder (``leapp.runtime.pipeline.load``); ``cuda_graphs=True``
+    replays CUDA PT2 nodes from captured CUDA graphs (outputs overwritten by the next call)."""
     from leapp.runtime.pipeline import load as _load  # noqa: PLC0415 - runtime is optional at trace time
 
-    return _load(path)
+    return _load(path, cuda_graphs=cuda_graphs)

@@ -102,10 +102,10 @@ def _as_tensor(value: Any, where: str) -> torch.Tensor:
 
 def check_inputs(specs: Sequence[IOSpec], values: Mapping[str, Any], where: str) -> list[torch.Tensor]:
     """The values of ``specs`` in order, after checking names, dtypes and shapes (clear errors)."""
-    expected = [s.name for s in specs]
-    unknown = sorted(set(values) - set(expected))
-    missing = [n for n in expected if n not in values]
-    if unknown or missing:
+    if len(values) != len(specs) or any(s.name not in values for s in specs):
+        expected = [s.name for s in specs]
+        unknown = sorted(set(values) - set(expected))
+        missing = [n for n in expected if n not in values]
         parts = []
         if missing:
             parts.append(f"missing {missing}")
@@ -114,8 +114,10 @@ def check_inputs(specs: Sequence[IOSpec], values: Mapping[str, Any], where: str)
         raise PipelineError(f"{where}: inputs {', '.join(parts)}; expected {expected}")
     out = []
     for spec in specs:
-        tensor = _as_tensor(values[spec.name], f"{where}: input '{spec.name}'")
-        if tensor.dtype != spec.dtype or tuple(tensor.shape) != spec.shape:
+        tensor = values[spec.name]
+        if not isinstance(tensor, torch.Tensor):
+            tensor = _as_tensor(tensor, f"{where}: input '{spec.name}'")
+        if tensor.dtype != spec.dtype or tensor.shape != spec.shape:
             raise PipelineError(
                 f"{where}: input '{spec.name}' expects {spec.describe()}, "
                 f"got {dtype_name(tensor.dtype)}{list(tensor.shape)}"
@@ -164,19 +166,38 @@ def _target_device(device: torch.device, where: str) -> torch.device:
 
 
 class Pt2Runner(NodeRunner):
-    """The exported program's graph called directly (``Pt2Program``) on the node's recorded device."""
+    """The exported program's graph called directly (``Pt2Program``) on the node's recorded device;
+    with ``cuda_graphs``, a CUDA node is replayed from captured graphs (``CudaGraphCall``)."""
 
     backend = "pt2"
 
-    def __init__(self, path, inputs, outputs, device):
+    def __init__(self, path, inputs, outputs, device, cuda_graphs: bool = False):
         super().__init__(path, inputs, outputs, device)
         from leapp.runtime.pt2_program import Pt2Program
 
         self.program = Pt2Program(load_pt2(self.path))
+        self.call = self.program
+        self.no_graphs_reason: str | None = None  # why this node is not replayed from CUDA graphs
+        if cuda_graphs and self.device.type == "cuda":
+            from leapp.runtime.cuda_graphs import CudaGraphCall, capture_blockers
+
+            blockers = capture_blockers(self.program.program.graph)
+            if blockers:
+                self.no_graphs_reason = f"not capturable: {', '.join(blockers[:3])}"
+            else:
+                self.call = CudaGraphCall(self.program, name=f"PT2 node {self.path.name}")
+        elif cuda_graphs:
+            self.no_graphs_reason = f"runs on {self.device}"
+        else:
+            self.no_graphs_reason = "not requested"
+        self._device_checked = False
 
     def __call__(self, inputs):
-        device = _target_device(self.device, str(self.path))
-        return self._check_outputs(self.program(*[t.to(device) for t in inputs]))
+        if not self._device_checked:
+            _target_device(self.device, str(self.path))
+            self._device_checked = True
+        device = self.device
+        return self._check_outputs(self.call(*[t if t.device == device else t.to(device) for t in inputs]))
 
 
 class TorchScriptRunner(NodeRunner):
@@ -279,8 +300,10 @@ def make_runner(
     outputs: Sequence[IOSpec],
     device: str = "cpu",
     has_segments: bool = False,
+    cuda_graphs: bool = False,
 ) -> NodeRunner:
-    """The runner of one artifact; ``has_segments`` makes a missing native op library an error."""
+    """The runner of one artifact; ``has_segments`` makes a missing native op library an error;
+    ``cuda_graphs`` replays CUDA PT2 nodes from captured graphs (see leapp.runtime.cuda_graphs)."""
     if backend == "onnx":
         return OnnxRunner(path, inputs, outputs, device, needs_library=has_segments)
     if backend == "pt2":
@@ -288,7 +311,7 @@ def make_runner(
             from leapp.runtime import libraries
 
             libraries.require_library("pt2")
-        return Pt2Runner(path, inputs, outputs, device)
+        return Pt2Runner(path, inputs, outputs, device, cuda_graphs=cuda_graphs)
     if backend == "torchscript":
         return TorchScriptRunner(path, inputs, outputs, device)
     raise PipelineError(f"unknown backend {backend!r} (leapp runs 'onnx', 'pt2' and 'torchscript')")
@@ -393,8 +416,13 @@ def verify_file(folder: Path, rel: str, expected: str, where: str) -> Path:
     return path
 
 
-def load(path: str | Path) -> Pipeline:
+def load(path: str | Path, *, cuda_graphs: bool = False) -> Pipeline:
     """Loads an exported pipeline folder; checks digests and opens every node with its runtime.
+
+    ``cuda_graphs=True`` replays each CUDA PT2 node from a CUDA graph once it has been called
+    twice with the same input tensors: one graph launch instead of the dispatcher and a launch
+    per kernel. Its outputs are then the graph's own tensors, overwritten by the next call of
+    that node (docs/runtime.md, "CUDA graphs").
 
     Raises:
         PipelineError: a digest mismatch (naming the file and both digests), a
@@ -414,7 +442,8 @@ def load(path: str | Path) -> Pipeline:
         outputs = [IOSpec.from_yaml(e, where) for e in entry.get("outputs") or []]
         segments = list(entry.get("segments") or [])
         runner = make_runner(
-            entry["backend"], artifact, inputs, outputs, entry.get("device", "cpu"), has_segments=bool(segments)
+            entry["backend"], artifact, inputs, outputs, entry.get("device", "cpu"), has_segments=bool(segments),
+            cuda_graphs=cuda_graphs,
         )
         nodes[node_name] = PipelineNode(node_name, entry["backend"], artifact, inputs, outputs, segments, runner)
     pipeline_inputs, outputs = _wire(name, nodes, desc)

@@ -24,6 +24,7 @@ import e2e_scenarios as E
 import leapp
 from leapp import _native
 from leapp.runtime.pipeline import load_pt2
+from leapp.runtime.cuda_graphs import CudaGraphCall
 from leapp.runtime.pt2_program import Pt2Program
 
 pytestmark = [
@@ -88,6 +89,14 @@ def test_exported_equals_eager(tmp_path_factory, s):
         assert sorted(got) == sorted(s.output_names)
         for name in s.output_names:
             E.assert_same(got[name], want[name], f"{s.describe()}: output '{name}' on new input {k}")
+    graphed = leapp.load(folder / "e2e", cuda_graphs=True)
+    x = E.make_input(s, s.seed * 10 + 200, DEVICE).clone()
+    for k in (200, 201, 202):  # one tensor, new values: a direct call, a capture, a replay
+        x.copy_(E.make_input(s, s.seed * 10 + k, DEVICE))
+        want = step(x)
+        got = graphed(x=x)
+        for name in s.output_names:
+            E.assert_same(got[name], want[name], f"{s.describe()}: cuda_graphs output '{name}' on input {k}")
 
 
 # --- the PT2 op inside CUDA graphs and on the caller's stream --------------------------------------
@@ -105,16 +114,19 @@ def pt2_export(tmp_path_factory):
     return step, folder / "e2e" / "e2e.pt2", names
 
 
-@pytest.fixture(params=["module", "direct"])
+@pytest.fixture(params=["module", "direct", "cuda-graphs"])
 def pt2_program(pt2_export, request):
     """(eager step, a callable of the loaded PT2 program, output names): torch's ``.module()`` wrapper,
-    or leapp's direct graph call (``Pt2Program``, what leapp.load runs)."""
+    leapp's direct graph call (``Pt2Program``, what leapp.load runs), or that call replayed from
+    captured CUDA graphs (``leapp.load(..., cuda_graphs=True)``)."""
     step, path, names = pt2_export
     program = load_pt2(path)
     if request.param == "module":
         return step, program.module(), names
     direct = Pt2Program(program)
     assert direct.direct, direct.reason
+    if request.param == "cuda-graphs":
+        return step, CudaGraphCall(direct, "e2e"), names
     return step, direct, names
 
 

@@ -164,7 +164,7 @@ _LOAD_SEGMENT_PIPELINE = textwrap.dedent(
     import sys, torch
     import leapp
     pipe = leapp.load(sys.argv[1])  # registers leapp::warp_segment before torch.export.load
-    module = pipe.nodes["obs"].runner.module
+    module = pipe.nodes["obs"].runner.program.program  # the ExportedProgram it calls directly
     ops = [n for n in module.graph.nodes if n.op == "call_function" and n.target is torch.ops.leapp.warp_segment.default]
     print(len(ops), list(pipe.inputs), list(pipe.outputs))
     """

@@ -144,3 +144,6 @@ def test_leapp_load_runs_pt2_nodes_directly(tmp_path):
         name = next(k for k in got if k.endswith(key))
         torch.testing.assert_close(got[name], from_module, rtol=0, atol=0)
         torch.testing.assert_close(got[name], want, rtol=1e-6, atol=1e-6)
+    on_cpu = leapp.load(tmp_path / "direct", cuda_graphs=True).nodes["policy"].runner
+    assert on_cpu.call is on_cpu.program and on_cpu.no_graphs_reason == "runs on cpu"
+    assert runner.no_graphs_reason == "not requested"

@@ -1,0 +1,141 @@
+"""leapp/runtime/cuda_graphs.py: replaying a node's call as a CUDA graph (opt-in, ``leapp.load(..., cuda_graphs=True)``).
+
+A plain call pays torch's dispatcher and one driver launch per kernel on the
+host, every time. When a control loop calls a node again and again with the
+same input tensors (same addresses: a preallocated observation buffer, or the
+previous graphed node's outputs), the whole call can be captured once with
+``torch.cuda.graph`` and replayed with one graph launch, which is what
+``torch.compile(mode="reduce-overhead")`` and ONNX Runtime's
+``enable_cuda_graph`` do too, with the same contract:
+
+* The graph reads its inputs from the addresses it was captured with. A call
+  is replayed only when every input has the captured address, dtype, shape
+  and strides; new addresses run the call directly, and addresses seen twice
+  get a graph of their own (at most ``max_graphs``, least recently used
+  dropped), so a loop that never repeats never captures.
+* Outputs are the graph's static tensors: **the next replay of the same graph
+  overwrites them**. Clone what must outlive the next call.
+* Graphs are kept per calling stream: each is captured on a capture stream
+  of its own for that stream, so the segment scratch it bakes in is never
+  shared with a graph replaying on another stream.
+
+Calls made while the current stream is itself being captured, and calls with
+inputs off CUDA, run directly. A call that cannot be captured turns graphs
+off for this callable, with a warning naming it and the reason.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+
+import torch
+
+__all__ = ["CudaGraphCall", "capture_blockers"]
+
+Key = tuple
+
+# Ops that wait for the device without a data-dependent result (those are found by their
+# symbolic sizes): a capture fails on them, and a failed capture leaves torch's CUDA RNG state
+# unusable, so a graph holding one is never captured.
+_SYNCHRONISING = ("_local_scalar_dense", "item", "_assert_async", "is_nonzero", "equal")
+
+
+def capture_blockers(graph: torch.fx.Graph) -> list[str]:
+    """The calls of ``graph`` that would make a CUDA graph capture fail (empty: capturable):
+    values read back to the host and results whose sizes depend on the data."""
+    found = []
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        name = str(node.target)  # "aten.nonzero.default"
+        op = name.split(".", 1)[1] if name.startswith("aten.") else ""
+        if any(op.startswith(s) for s in _SYNCHRONISING) or _data_dependent(node.meta.get("val")):
+            found.append(f"{name} ({node.name})")
+    return found
+
+
+def _data_dependent(value) -> bool:
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return True
+    if isinstance(value, torch.Tensor):
+        return any(isinstance(d, torch.SymInt) for d in value.shape)
+    if isinstance(value, (list, tuple)):
+        return any(_data_dependent(v) for v in value)
+    return False
+
+
+# Called on every call, so bound to torch's C functions directly (torch.cuda's Python helpers
+# cost microseconds here): is the current stream capturing, and the current stream's handle.
+_capturing = torch._C._cuda_isCurrentStreamCapturing
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (lambda i: torch.cuda.current_stream(i).cuda_stream)
+
+
+class CudaGraphCall:
+    """``fn(*tensors) -> list of tensors``, replayed from captured CUDA graphs where the inputs allow."""
+
+    def __init__(self, fn: Callable[..., Sequence[torch.Tensor]], name: str, max_graphs: int = 4):
+        if max_graphs < 1:
+            raise ValueError(f"{name}: max_graphs must be at least 1, got {max_graphs}")
+        self.fn = fn
+        self.name = name
+        self.max_graphs = max_graphs
+        self.enabled = True
+        self.captures = 0  # graphs captured so far (tests and benchmarks read it)
+        self._graphs: OrderedDict[Key, tuple[torch.cuda.CUDAGraph, list[torch.Tensor]]] = OrderedDict()
+        self._seen: OrderedDict[Key, None] = OrderedDict()  # keys called once, directly
+        self._capture_streams: dict[int, torch.cuda.Stream] = {}  # calling stream -> its capture stream
+
+    def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
+        # The hot path: a few attribute reads per input and one dict lookup (this host-side
+        # overhead is what the graph saves, so none of it goes through torch.cuda's Python helpers).
+        first = inputs[0] if inputs else None
+        if not self.enabled or first is None or not first.is_cuda or _capturing():
+            return list(self.fn(*inputs))
+        key = (_raw_stream(first.get_device()), *[(t.data_ptr(), t.dtype, t.shape, t.stride()) for t in inputs])
+        hit = self._graphs.get(key)
+        if hit is not None:
+            self._graphs.move_to_end(key)
+            hit[0].replay()
+            return list(hit[1])
+        return self._miss(key, inputs)
+
+    def _miss(self, key: Key, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        if any(t.device != inputs[0].device for t in inputs):
+            return list(self.fn(*inputs))  # the call itself reports the mixed devices
+        if key not in self._seen:
+            self._seen[key] = None
+            while len(self._seen) > 4 * self.max_graphs:
+                self._seen.popitem(last=False)
+            return list(self.fn(*inputs))  # first sight: also warms up one-time setup (modules, scratch)
+        del self._seen[key]
+        try:
+            graph, outputs = self._capture(inputs, key[0])
+        except Exception as e:  # the direct call stays correct
+            self.enabled = False
+            self._graphs.clear()
+            warnings.warn(f"{self.name}: CUDA graph capture failed, calling directly from now on: "
+                          f"{type(e).__name__}: {e}", RuntimeWarning, stacklevel=3)
+            return list(self.fn(*inputs))
+        self._graphs[key] = (graph, outputs)
+        while len(self._graphs) > self.max_graphs:
+            self._graphs.popitem(last=False)
+        graph.replay()  # capture records only: this call's results come from the first replay
+        return list(outputs)
+
+    def _capture(self, inputs: Sequence[torch.Tensor], stream: int) -> tuple[torch.cuda.CUDAGraph, list[torch.Tensor]]:
+        device = inputs[0].device
+        current = torch.cuda.current_stream(device)
+        capture = self._capture_streams.get(stream)
+        if capture is None:
+            capture = self._capture_streams[stream] = torch.cuda.Stream(device)
+        capture.wait_stream(current)
+        with torch.cuda.stream(capture):  # warm-up on the capture stream (its scratch), as torch.cuda.graph asks
+            self.fn(*inputs)
+        current.wait_stream(capture)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=capture):
+            outputs = list(self.fn(*inputs))
+        self.captures += 1
+        return graph, outputs
