@@ -7,8 +7,14 @@ and measures per call, after a warm-up, with CUDA events and a host clock:
   eager           the node's Python function run eagerly: wp.from_torch, torch.empty,
                   a scratch wp.empty and two wp.launch on torch's stream
   eager-launches  the two wp.launch alone, on prebuilt arrays (eager's launch cost)
-  pt2             torch.export.load(...).module() of the exported node
-  pt2-graph       that module captured once with torch.cuda.graph, then replayed
+  pt2             the exported node's program as leapp.load runs it: its graph called
+                  directly (leapp.runtime.pt2_program.Pt2Program)
+  pt2-module      the same program through torch's wrapper: torch.export.load(...).module()
+  pt2-pipeline    the whole user call: leapp.load(folder).run_node(...) with input checks
+  pt2-op          the bare torch.ops.leapp.warp_segment call the graph makes (dispatcher + replay)
+  pt2-cuda-graphs the direct call as leapp.load(..., cuda_graphs=True) runs it: captured on its
+                  second call with the same input tensor, replayed as one CUDA graph after
+  pt2-graph       the direct call captured once with torch.cuda.graph, then replayed
   native          the bundle through leapp._native.run_segment (core runtime, outputs prebuilt)
   onnx-cpu-ep     the ONNX artifact in ONNX Runtime's CPU EP: the op stages inputs and
                   outputs through pinned host memory (host tensors in and out)
@@ -159,7 +165,8 @@ class AllocationProbe:
 
 
 def cold_first_call(folder: Path, n: int, device: str, runs: int) -> dict:
-    """Fresh processes: CUDA context first (not timed), then load_pt2 + .module() and the first call, wall clock.
+    """Fresh processes: CUDA context first (not timed), then loading the program as leapp.load does
+    (``Pt2Program(load_pt2(path))``) and the first call, wall clock.
 
     ``load_again_ms`` loads the same file once more in that process: the difference to ``load_ms`` is
     torch's one-time import of its export machinery.
@@ -167,14 +174,15 @@ def cold_first_call(folder: Path, n: int, device: str, runs: int) -> dict:
     code = (
         "import json, sys, time, torch\n"
         "from leapp.runtime.pipeline import load_pt2\n"
+        "from leapp.runtime.pt2_program import Pt2Program\n"
         "path, n, device = sys.argv[1], int(sys.argv[2]), sys.argv[3]\n"
         "x = torch.randn(n, device=device)\n"
         "if device.startswith('cuda'): torch.cuda.synchronize()\n"
-        "t0 = time.perf_counter(); module = load_pt2(path).module(); t1 = time.perf_counter()\n"
+        "t0 = time.perf_counter(); module = Pt2Program(load_pt2(path)); t1 = time.perf_counter()\n"
         "first = None\n"
         "if device.startswith('cuda'):\n"
         "    module(x); torch.cuda.synchronize(); first = time.perf_counter() - t1\n"
-        "t2 = time.perf_counter(); load_pt2(path).module(); again = time.perf_counter() - t2\n"
+        "t2 = time.perf_counter(); Pt2Program(load_pt2(path)); again = time.perf_counter() - t2\n"
         "print(json.dumps({'load_s': t1 - t0, 'first_call_s': first, 'load_again_s': again,\n"
         "                  'warp_imported': 'warp' in sys.modules}))\n"
     )
@@ -208,6 +216,8 @@ def methods(folder: Path, n: int, device: str) -> dict:
     from leapp import _native
     from leapp.runtime import libraries
     from leapp.runtime.pipeline import load_pt2
+    from leapp.runtime.cuda_graphs import CudaGraphCall
+    from leapp.runtime.pt2_program import Pt2Program
 
     x = torch.randn(n, device=device)
     node = NODES["pt2"]
@@ -225,6 +235,9 @@ def methods(folder: Path, n: int, device: str) -> dict:
 
     program = load_pt2(folder / "seg_pt2.pt2")
     module = program.module()
+    direct = Pt2Program(program)
+    assert direct.direct, direct.reason
+    pipeline = leapp.load(folder)
     bundle_tensor = next(v for k, v in program.state_dict.items() if k.endswith("_bundle"))
     bundle = _native.Bundle(bundle_tensor.numpy().tobytes())
     native_in, native_out = native_buffers(bundle, x)
@@ -242,10 +255,17 @@ def methods(folder: Path, n: int, device: str) -> dict:
     out = {
         "eager": lambda: node(x),
         "eager-launches": launches,
-        "pt2": lambda: module(x),
+        "pt2": lambda: direct(x),
+        "pt2-module": lambda: module(x),
+        "pt2-pipeline": lambda: pipeline.run_node("seg_pt2", x=x),
     }
     if device.startswith("cuda"):
-        out["pt2-graph"] = _graphed(module, x)
+        (call,) = [c for c in program.graph.nodes if c.op == "call_function" and "warp_segment" in str(c.target)]
+        op_bundle, signature = bundle_tensor, call.args[2]  # what the graph passes
+        out["pt2-op"] = lambda: torch.ops.leapp.warp_segment.default([x], op_bundle, signature)
+        graphed = CudaGraphCall(direct, "seg_pt2")
+        out["pt2-cuda-graphs"] = lambda: graphed(x)
+        out["pt2-graph"] = _graphed(direct, x)
         index = torch.device(device).index or 0
         in_ptrs, out_ptrs = [t.data_ptr() for t in native_in], [t.data_ptr() for t in native_out]
         stream = torch.cuda.current_stream().cuda_stream
@@ -284,13 +304,20 @@ def _graphed(module, x):
 
 
 def check_results(folder: Path, n: int, device: str) -> float:
-    """Largest |pt2 - eager| at size n: the benchmark times the right computation."""
+    """Largest |pt2 - eager| at size n over the PT2 callables (direct, .module(), and replayed from a
+    CUDA graph: direct, capture, replay): the benchmark times the right computation."""
+    from leapp.runtime.cuda_graphs import CudaGraphCall
     from leapp.runtime.pipeline import load_pt2
+    from leapp.runtime.pt2_program import Pt2Program
 
     x = torch.randn(n, device=device)
-    got = load_pt2(folder / "seg_pt2.pt2").module()(x)
-    got = got[0] if isinstance(got, (list, tuple)) else got
-    return (got - (x * SCALE + x)).abs().max().item()
+    program = load_pt2(folder / "seg_pt2.pt2")
+    errors = []
+    graphed = CudaGraphCall(Pt2Program(program), "seg_pt2")
+    for result in (Pt2Program(program)(x), program.module()(x), *[graphed(x) for _ in range(3)]):
+        got = result[0] if isinstance(result, (list, tuple)) else result
+        errors.append((got - (x * SCALE + x)).abs().max().item())
+    return max(errors)
 
 
 # --- the run --------------------------------------------------------------------------------------
@@ -380,8 +407,12 @@ def methods_dry(folder: Path, n: int) -> list[str]:
     done.append("floor")
     from leapp import _native
 
+    from leapp.runtime.pt2_program import Pt2Program
+
     program = load_pt2(folder / "seg_pt2.pt2")
     program.module()
+    direct = Pt2Program(program)
+    assert direct.direct, f"leapp.load would not call this program directly: {direct.reason}"
     done.append("pt2 (loaded)")
     bundle = _native.Bundle(next(v for k, v in program.state_dict.items() if k.endswith("_bundle")).numpy().tobytes())
     inputs, outputs = native_buffers(bundle, x)

@@ -50,7 +50,7 @@ def test_dry_run_exports_and_opens_the_artifacts(tmp_path):
         assert f"| {n} | (dry run: eager, floor" in stdout
     cold = results["cold_start"]
     assert cold["load_ms"] > 0 and cold["first_call_ms"] is None
-    assert [t["measured"] for t in results["targets"]] == [None, None, None]
+    assert [t["measured"] for t in results["targets"]] == [None] * 5
     assert "| PT2 call ≤ 1.2× floor at N=262144 | not measured | - |" in stdout
 
 
@@ -67,7 +67,8 @@ def test_targets_and_table_from_measurements():
         "environment": {"gpu": "NVIDIA H200"},
         "sizes": {
             "1": {"export_s": 3.0, "max_abs_error_pt2": 0.0,
-                  "methods": {"eager": _method(40.0), "pt2": _method(25.0), "floor": _method(8.0)}},
+                  "methods": {"eager": _method(40.0), "pt2": _method(25.0), "pt2-cuda-graphs": _method(10.0),
+                              "floor": _method(8.0)}},
             "262144": {"export_s": 0.5, "max_abs_error_pt2": 0.0,
                        "methods": {"pt2": _method(33.0), "floor": _method(30.0)}},
         },
@@ -75,7 +76,8 @@ def test_targets_and_table_from_measurements():
                        "load_plus_first_call_ms": 961.0, "warp_imported": False},
     }
     rows = replay_report.targets(results)
-    assert [(round(r["measured"], 3), r["met"]) for r in rows] == [(1.1, True), (0.625, False), (61.0, False)]
+    assert [(r["measured"] and round(r["measured"], 3), r["met"]) for r in rows] == [
+        (1.1, True), (0.625, False), (None, None), (0.25, True), (61.0, False)]
     results["targets"] = rows
     table = replay_report.markdown(results)
     assert "| 1 | pt2 | 25.0 | 37.5 | 26.0 | 3.12 | 2.00 | 0.00 | 0 |" in table
@@ -97,7 +99,8 @@ def test_quick_gpu_run(tmp_path):
     stdout, results = run_benchmark(tmp_path, "--quick", "--sizes", "1", "--calls", "50", "--warmup", "5",
                                     env={"LEAPP_CUDA_ARCHS": f"{major}{minor}"})
     methods = results["sizes"]["1"]["methods"]
-    assert list(methods) == ["eager", "eager-launches", "pt2", "pt2-graph", "native", "onnx-cpu-ep", "floor"]
+    assert list(methods) == ["eager", "eager-launches", "pt2", "pt2-module", "pt2-pipeline", "pt2-op",
+                             "pt2-cuda-graphs", "pt2-graph", "native", "onnx-cpu-ep", "floor"]
     assert all(m["calls"] == 50 and 0 < m["median_us"] <= m["p90_us"] for m in methods.values()), methods
     assert results["sizes"]["1"]["max_abs_error_pt2"] <= 1e-6
     assert results["cold_start"]["first_call_ms"] > 0
