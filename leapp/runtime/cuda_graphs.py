@@ -9,10 +9,11 @@ previous graphed node's outputs), the whole call can be captured once with
 ``enable_cuda_graph`` do too, with the same contract:
 
 * The graph reads its inputs from the addresses it was captured with. A call
-  is replayed only when every input has the captured address, dtype, shape
-  and strides; new addresses run the call directly, and addresses seen twice
-  get a graph of their own (at most ``max_graphs``, least recently used
-  dropped), so a loop that never repeats never captures.
+  is replayed only when every input has the captured address, dtype and
+  shape, and is contiguous; new addresses run the call directly, and
+  addresses seen twice get a graph of their own (at most ``max_graphs``,
+  least recently used dropped), so a loop that never repeats never captures.
+  Calls with non-contiguous inputs always run directly.
 * Outputs are the graph's static tensors: **the next replay of the same graph
   overwrites them**. Clone what must outlive the next call.
 * Graphs are kept per calling stream: each is captured on a capture stream
@@ -72,6 +73,15 @@ _capturing = torch._C._cuda_isCurrentStreamCapturing
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (lambda i: torch.cuda.current_stream(i).cuda_stream)
 
 
+def _replay_of(graph: torch.cuda.CUDAGraph) -> Callable[[torch.cuda.CUDAGraph], None]:
+    """The C++ replay of torch's graph class where there is one (skipping the Python wrapper's
+    memory-pool liveness check: this module holds the graph and its pool), else ``type(graph).replay``."""
+    for cls in type(graph).__mro__[1:]:
+        if cls.__module__ == "torch._C" and "replay" in vars(cls):
+            return vars(cls)["replay"]
+    return type(graph).replay
+
+
 class CudaGraphCall:
     """``fn(*tensors) -> list of tensors``, replayed from captured CUDA graphs where the inputs allow."""
 
@@ -83,27 +93,34 @@ class CudaGraphCall:
         self.max_graphs = max_graphs
         self.enabled = True
         self.captures = 0  # graphs captured so far (tests and benchmarks read it)
-        self._graphs: OrderedDict[Key, tuple[torch.cuda.CUDAGraph, list[torch.Tensor]]] = OrderedDict()
+        # key -> (replay function, graph, its static outputs)
+        self._graphs: OrderedDict[Key, tuple[Callable, torch.cuda.CUDAGraph, list[torch.Tensor]]] = OrderedDict()
         self._seen: OrderedDict[Key, None] = OrderedDict()  # keys called once, directly
         self._capture_streams: dict[int, torch.cuda.Stream] = {}  # calling stream -> its capture stream
 
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
-        # The hot path: a few attribute reads per input and one dict lookup (this host-side
-        # overhead is what the graph saves, so none of it goes through torch.cuda's Python helpers).
-        first = inputs[0] if inputs else None
-        if not self.enabled or first is None or not first.is_cuda or _capturing():
+        # The hot path: a few attribute reads per input and one dict lookup. This host-side
+        # overhead is what the graph saves, so none of it goes through torch.cuda's Python helpers.
+        if not self.enabled or not inputs or not inputs[0].is_cuda:
             return list(self.fn(*inputs))
-        key = (_raw_stream(first.get_device()), *[(t.data_ptr(), t.dtype, t.shape, t.stride()) for t in inputs])
+        key = (_raw_stream(inputs[0].get_device()),
+               *[(t.data_ptr(), t.dtype, t.shape, t.is_contiguous()) for t in inputs])
         hit = self._graphs.get(key)
-        if hit is not None:
+        if hit is None:
+            return self._miss(key, inputs)
+        # (A hit while the stream is being captured, e.g. inside an outer torch.cuda.graph on the
+        # very stream this graph was made for, launches the graph into that capture: a child graph.)
+        if len(self._graphs) > 1:
             self._graphs.move_to_end(key)
-            hit[0].replay()
-            return list(hit[1])
-        return self._miss(key, inputs)
+        hit[0](hit[1])
+        return list(hit[2])
 
     def _miss(self, key: Key, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        if any(t.device != inputs[0].device for t in inputs):
-            return list(self.fn(*inputs))  # the call itself reports the mixed devices
+        device = inputs[0].device
+        if _capturing() or any(t.device != device or not t.is_contiguous() for t in inputs):
+            # inside an outer capture, or layouts a graph would bake in: the call runs directly
+            # (and reports mixed devices itself)
+            return list(self.fn(*inputs))
         if key not in self._seen:
             self._seen[key] = None
             while len(self._seen) > 4 * self.max_graphs:
@@ -118,7 +135,7 @@ class CudaGraphCall:
             warnings.warn(f"{self.name}: CUDA graph capture failed, calling directly from now on: "
                           f"{type(e).__name__}: {e}", RuntimeWarning, stacklevel=3)
             return list(self.fn(*inputs))
-        self._graphs[key] = (graph, outputs)
+        self._graphs[key] = (_replay_of(graph), graph, outputs)
         while len(self._graphs) > self.max_graphs:
             self._graphs.popitem(last=False)
         graph.replay()  # capture records only: this call's results come from the first replay

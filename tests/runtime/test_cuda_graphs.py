@@ -93,6 +93,18 @@ def test_new_addresses_run_directly_and_lru_keeps_max_graphs():
 
 
 @cuda
+def test_non_contiguous_inputs_run_directly():
+    dev = _device()
+    graphed = CudaGraphCall(affine, "affine")
+    base = torch.randn(16, 16, device=dev)
+    x, y = base.t(), torch.randn(16, 16, device=dev)
+    for _ in range(3):
+        for g, w in zip(graphed(x, y), affine(x, y)):
+            torch.testing.assert_close(g, w, rtol=0, atol=0)
+    assert graphed.captures == 0
+
+
+@cuda
 def test_each_stream_gets_its_own_graph():
     dev = _device()
     graphed = CudaGraphCall(affine, "affine")
