@@ -50,6 +50,16 @@ class Checker {
     return typed(member(obj, path, key), join(path, key), Type::kArray, "an array").array;
   }
 
+  /// fn(element, path, index) for each element of the top-level array `key`, each checked to be an object.
+  template <class Fn>
+  void each_object(const JsonValue& root, const char* key, Fn&& fn) const {
+    const auto& items = array(root, "", key);
+    for (size_t i = 0; i < items.size(); ++i) {
+      const std::string path = at(key, i);
+      fn(typed(items[i], path, Type::kObject, "an object"), path, i);
+    }
+  }
+
   std::string string(const JsonValue& obj, const std::string& path, const char* key) const {
     return typed(member(obj, path, key), join(path, key), Type::kString, "a string").string;
   }
@@ -100,10 +110,7 @@ const char* role_name(BufferRole r) {
 
 void read_modules(const Checker& c, const JsonValue& root, const std::vector<std::string_view>& blobs,
                   Manifest& m) {
-  const auto& modules = c.array(root, "", "modules");
-  for (size_t i = 0; i < modules.size(); ++i) {
-    const std::string path = Checker::at("modules", i);
-    const JsonValue& mod = c.typed(modules[i], path, Type::kObject, "an object");
+  c.each_object(root, "modules", [&](const JsonValue& mod, const std::string& path, size_t) {
     ModuleSpec spec;
     spec.name = c.string(mod, path, "name");
     const auto& binaries = c.array(mod, path, "binaries");
@@ -134,14 +141,11 @@ void read_modules(const Checker& c, const JsonValue& root, const std::vector<std
       spec.binaries.push_back(bs);
     }
     m.modules.push_back(std::move(spec));
-  }
+  });
 }
 
 void read_kernels(const Checker& c, const JsonValue& root, Manifest& m) {
-  const auto& kernels = c.array(root, "", "kernels");
-  for (size_t i = 0; i < kernels.size(); ++i) {
-    const std::string path = Checker::at("kernels", i);
-    const JsonValue& k = c.typed(kernels[i], path, Type::kObject, "an object");
+  c.each_object(root, "kernels", [&](const JsonValue& k, const std::string& path, size_t) {
     KernelSpec spec;
     spec.module = c.index(k, path, "module", m.modules.size(), "modules");
     spec.entry = c.string(k, path, "entry");
@@ -151,15 +155,12 @@ void read_kernels(const Checker& c, const JsonValue& root, Manifest& m) {
     spec.block_dim = uint32_t(c.integer(k, path, "block_dim", 1, 1024));
     spec.smem_bytes = uint32_t(c.integer(k, path, "smem_bytes", 0, kMaxU32));
     m.kernels.push_back(std::move(spec));
-  }
+  });
 }
 
 void read_buffers(const Checker& c, const JsonValue& root, const std::vector<std::string_view>& blobs,
                   Manifest& m) {
-  const auto& buffers = c.array(root, "", "buffers");
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    const std::string path = Checker::at("buffers", i);
-    const JsonValue& b = c.typed(buffers[i], path, Type::kObject, "an object");
+  c.each_object(root, "buffers", [&](const JsonValue& b, const std::string& path, size_t i) {
     BufferSpec spec;
     int64_t id = c.integer(b, path, "id", 0, kMaxI64);
     if (uint64_t(id) != i) c.fail(Checker::join(path, "id"), std::to_string(id) + " is not its index " + std::to_string(i));
@@ -215,7 +216,7 @@ void read_buffers(const Checker& c, const JsonValue& root, const std::vector<std
       c.fail(ipath, std::string("is not allowed: ") + rule);
     }
     m.buffers.push_back(spec);
-  }
+  });
 }
 
 void read_range(const Checker& c, const std::string& path, uint64_t offset, uint64_t bytes, uint64_t size,
@@ -294,10 +295,7 @@ void check_writable(const Checker& c, const std::string& path, const Manifest& m
 }
 
 void read_ops(const Checker& c, const JsonValue& root, const std::vector<std::string_view>& blobs, Manifest& m) {
-  const auto& ops = c.array(root, "", "ops");
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const std::string path = Checker::at("ops", i);
-    const JsonValue& op = c.typed(ops[i], path, Type::kObject, "an object");
+  c.each_object(root, "ops", [&](const JsonValue& op, const std::string& path, size_t) {
     OpSpec spec;
     const std::string kind = c.string(op, path, "op");
     if (kind == "launch") {
@@ -332,7 +330,7 @@ void read_ops(const Checker& c, const JsonValue& root, const std::vector<std::st
       c.fail(Checker::join(path, "op"), "\"" + kind + "\" is not launch, memset or copy");
     }
     m.ops.push_back(std::move(spec));
-  }
+  });
 }
 
 std::vector<int64_t> read_dims(const Checker& c, const JsonValue& obj, const std::string& path, const char* key) {
