@@ -27,6 +27,7 @@ off for this callable, with a warning naming it and the reason.
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -97,6 +98,7 @@ class CudaGraphCall:
         self._graphs: OrderedDict[Key, tuple[Callable, torch.cuda.CUDAGraph, list[torch.Tensor]]] = OrderedDict()
         self._seen: OrderedDict[Key, None] = OrderedDict()  # keys called once, directly
         self._capture_streams: dict[int, torch.cuda.Stream] = {}  # calling stream -> its capture stream
+        self._lock = threading.Lock()
 
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         # The hot path: a few attribute reads per input and one dict lookup. This host-side
@@ -111,7 +113,10 @@ class CudaGraphCall:
         # (A hit while the stream is being captured, e.g. inside an outer torch.cuda.graph on the
         # very stream this graph was made for, launches the graph into that capture: a child graph.)
         if len(self._graphs) > 1:
-            self._graphs.move_to_end(key)
+            try:
+                self._graphs.move_to_end(key)
+            except KeyError:  # another thread dropped it meanwhile; `hit` keeps the graph alive
+                pass
         hit[0](hit[1])
         return list(hit[2])
 
@@ -121,6 +126,14 @@ class CudaGraphCall:
             # inside an outer capture, or layouts a graph would bake in: the call runs directly
             # (and reports mixed devices itself)
             return list(self.fn(*inputs))
+        with self._lock:  # misses are rare: threads sharing this node take turns here
+            return self._miss_locked(key, inputs)
+
+    def _miss_locked(self, key: Key, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        if key in self._graphs:  # captured by another thread meanwhile
+            entry = self._graphs[key]
+            entry[0](entry[1])
+            return list(entry[2])
         if key not in self._seen:
             self._seen[key] = None
             while len(self._seen) > 4 * self.max_graphs:
@@ -133,7 +146,7 @@ class CudaGraphCall:
             self.enabled = False
             self._graphs.clear()
             warnings.warn(f"{self.name}: CUDA graph capture failed, calling directly from now on: "
-                          f"{type(e).__name__}: {e}", RuntimeWarning, stacklevel=3)
+                          f"{type(e).__name__}: {e}", RuntimeWarning, stacklevel=4)
             return list(self.fn(*inputs))
         self._graphs[key] = (_replay_of(graph), graph, outputs)
         while len(self._graphs) > self.max_graphs:
@@ -152,7 +165,9 @@ class CudaGraphCall:
             self.fn(*inputs)
         current.wait_stream(capture)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=capture):
+        # thread_local: only this thread's unsafe calls would break the capture, not other threads'
+        # work (the warm-up above made every one-time allocation of the op already)
+        with torch.cuda.graph(graph, stream=capture, capture_error_mode="thread_local"):
             outputs = list(self.fn(*inputs))
         self.captures += 1
         return graph, outputs

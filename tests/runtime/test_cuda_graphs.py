@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 import torch
@@ -122,6 +123,38 @@ def test_each_stream_gets_its_own_graph():
     for outs in results.values():
         for g, w in zip(outs, affine(x, y)):
             torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+@cuda
+def test_threads_each_on_their_own_stream():
+    dev = _device()
+    graphed = CudaGraphCall(affine, "affine")
+    errors = []
+
+    # drawn here: while any thread captures, torch's CUDA RNG refuses other threads (a torch limitation)
+    data = [(torch.randn(512, device=dev), torch.randn(512, device=dev)) for _ in range(4)]
+
+    def worker(x, y):
+        try:
+            stream = torch.cuda.Stream(dev)
+            stream.wait_stream(torch.cuda.default_stream(dev))
+            with torch.cuda.stream(stream):  # the current stream is per thread
+                for _ in range(20):
+                    x.add_(1)
+                    got, want = graphed(x, y), affine(x, y)
+                    stream.synchronize()
+                    for g, w in zip(got, want):
+                        torch.testing.assert_close(g, w, rtol=0, atol=0)
+        except Exception as e:  # reported below, from the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=xy) for xy in data]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert graphed.captures == 4  # one graph per thread's stream
 
 
 @cuda
