@@ -83,6 +83,12 @@ def _replay_of(graph: torch.cuda.CUDAGraph) -> Callable[[torch.cuda.CUDAGraph], 
     return type(graph).replay
 
 
+def _replay(entry: tuple) -> list[torch.Tensor]:
+    """Replays a cached (replay function, graph, outputs) entry; its static outputs, in a new list."""
+    entry[0](entry[1])
+    return list(entry[2])
+
+
 class CudaGraphCall:
     """``fn(*tensors) -> list of tensors``, replayed from captured CUDA graphs where the inputs allow."""
 
@@ -117,7 +123,7 @@ class CudaGraphCall:
                 self._graphs.move_to_end(key)
             except KeyError:  # another thread dropped it meanwhile; `hit` keeps the graph alive
                 pass
-        hit[0](hit[1])
+        hit[0](hit[1])  # _replay(hit), inlined: one Python call less per replay
         return list(hit[2])
 
     def _miss(self, key: Key, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -131,9 +137,7 @@ class CudaGraphCall:
 
     def _miss_locked(self, key: Key, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         if key in self._graphs:  # captured by another thread meanwhile
-            entry = self._graphs[key]
-            entry[0](entry[1])
-            return list(entry[2])
+            return _replay(self._graphs[key])
         if key not in self._seen:
             self._seen[key] = None
             while len(self._seen) > 4 * self.max_graphs:
@@ -148,11 +152,10 @@ class CudaGraphCall:
             warnings.warn(f"{self.name}: CUDA graph capture failed, calling directly from now on: "
                           f"{type(e).__name__}: {e}", RuntimeWarning, stacklevel=4)
             return list(self.fn(*inputs))
-        self._graphs[key] = (_replay_of(graph), graph, outputs)
+        entry = self._graphs[key] = (_replay_of(graph), graph, outputs)
         while len(self._graphs) > self.max_graphs:
             self._graphs.popitem(last=False)
-        graph.replay()  # capture records only: this call's results come from the first replay
-        return list(outputs)
+        return _replay(entry)  # capture records only: this call's results come from the first replay
 
     def _capture(self, inputs: Sequence[torch.Tensor], stream: int) -> tuple[torch.cuda.CUDAGraph, list[torch.Tensor]]:
         device = inputs[0].device

@@ -147,9 +147,19 @@ class NodeRunner:
         self.inputs = list(inputs)
         self.outputs = list(outputs)
         self.device = torch.device(device)
+        self._device_checked = False
 
     def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         raise NotImplementedError
+
+    def _on_device(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """``inputs`` on the node's recorded device (checked to exist on the first call only)."""
+        device = self.device
+        if not self._device_checked:
+            if device.type == "cuda" and not torch.cuda.is_available():
+                raise PipelineError(f"{self.path}: the node was exported on {device} but torch sees no CUDA device here")
+            self._device_checked = True
+        return [t if t.device == device else t.to(device) for t in inputs]
 
     def _check_outputs(self, outs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         if len(outs) != len(self.outputs):
@@ -157,12 +167,6 @@ class NodeRunner:
                 f"{self.path.name}: produced {len(outs)} output(s), pipeline.yaml lists {len(self.outputs)}"
             )
         return list(outs)
-
-
-def _target_device(device: torch.device, where: str) -> torch.device:
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise PipelineError(f"{where}: the node was exported on {device} but torch sees no CUDA device here")
-    return device
 
 
 class Pt2Runner(NodeRunner):
@@ -190,14 +194,9 @@ class Pt2Runner(NodeRunner):
             self.no_graphs_reason = f"runs on {self.device}"
         else:
             self.no_graphs_reason = "not requested"
-        self._device_checked = False
 
     def __call__(self, inputs):
-        if not self._device_checked:
-            _target_device(self.device, str(self.path))
-            self._device_checked = True
-        device = self.device
-        return self._check_outputs(self.call(*[t if t.device == device else t.to(device) for t in inputs]))
+        return self._check_outputs(self.call(*self._on_device(inputs)))
 
 
 class TorchScriptRunner(NodeRunner):
@@ -210,8 +209,7 @@ class TorchScriptRunner(NodeRunner):
         self.module = torch.jit.load(str(self.path), map_location=self.device)
 
     def __call__(self, inputs):
-        device = _target_device(self.device, str(self.path))
-        outs = self.module(*[t.to(device) for t in inputs])
+        outs = self.module(*self._on_device(inputs))
         if isinstance(outs, torch.Tensor):
             outs = [outs]
         return self._check_outputs(list(outs))

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import leapp
 from leapp import annotate
-from leapp.runtime.pipeline import load_pt2
+from leapp.runtime.pipeline import PipelineError, load_pt2
 from leapp.runtime.pt2_program import Pt2Program
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
@@ -147,3 +147,29 @@ def test_leapp_load_runs_pt2_nodes_directly(tmp_path):
     on_cpu = leapp.load(tmp_path / "direct", cuda_graphs=True).nodes["policy"].runner
     assert on_cpu.call is on_cpu.program and on_cpu.no_graphs_reason == "runs on cpu"
     assert runner.no_graphs_reason == "not requested"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error torch gives without a CUDA device")
+def test_a_cuda_node_without_cuda_names_the_artifact(tmp_path):
+    import yaml
+
+    model = Policy([3, 2], "relu", 1).eval()
+
+    def step(obs):
+        with leapp.node("policy", export_with="pt2"):
+            obs = annotate.input_tensors("policy", {"obs": obs})
+            action, _ = model(obs, obs.sum(-1))
+            annotate.output_tensors("policy", {"action": action})
+        return action
+
+    with leapp.trace("moved", save_path=str(tmp_path)) as session:
+        for _ in range(3):
+            step(torch.randn(2, 3))
+    assert session.compile().ok
+    spec = tmp_path / "moved" / "pipeline.yaml"
+    desc = yaml.safe_load(spec.read_text())
+    desc["nodes"][0]["device"] = "cuda:0"  # as if exported on a GPU machine
+    spec.write_text(yaml.safe_dump(desc))
+    pipeline = leapp.load(tmp_path / "moved")
+    with pytest.raises(PipelineError, match=r"policy\.pt2: the node was exported on cuda:0 but torch sees no CUDA"):
+        pipeline(obs=torch.randn(2, 3))
