@@ -94,6 +94,9 @@ class NodeRun:
                 spec.dtype = t.dtype
             elif isinstance(value, torch.Tensor):
                 spec = spec_for_tensor(name, value)
+                if value.requires_grad:
+                    # The export has no autograd; wp.from_torch would allocate and zero a gradient in the segment.
+                    value = value.detach()
                 if not (value.is_contiguous() and value.storage_offset() == 0
                         and value.numel() * value.element_size() == value.untyped_storage().nbytes()):
                     value = value.clone(memory_format=torch.contiguous_format)
