@@ -1,8 +1,8 @@
 """A CPU-runnable copy of the README pipeline's shape, for the reproducible-export tests.
 
-obs (PT2, a Warp segment), policy (ONNX, an MLP whose output requires grad, as
-``examples/go2_pipeline.py``'s does) and action (ONNX, a Warp segment on that
-output). ``export(save_path)`` traces it and compiles without validation (CPU
+obs (PT2, a Warp segment), policy (an MLP whose output requires grad, as
+``examples/go2_pipeline.py``'s does; PT2 here, since every ONNX export costs
+seconds) and action (ONNX, a Warp segment on that output). ``export(save_path)`` traces it and compiles without validation (CPU
 segments replay on CUDA only). Run in a fresh process by importing this module
 (never as ``__main__``: the Warp module's name is part of the bundle).
 """
@@ -63,7 +63,7 @@ class Robot:
         return self.act(raw)
 
 
-@leapp.node("policy", export_with="onnx")
+@leapp.node("policy", export_with="pt2")
 def policy(robot: Robot, obs: torch.Tensor) -> torch.Tensor:
     return robot.net(obs)
 

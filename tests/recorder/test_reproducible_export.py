@@ -24,7 +24,7 @@ import torch
 import yaml
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
-FILES = ["action.onnx", "obs.pt2", "pipeline.yaml", "policy.onnx"]
+FILES = ["action.onnx", "obs.pt2", "pipeline.yaml", "policy.pt2"]
 _FRESH_PROCESS = textwrap.dedent(
     """
     import sys
@@ -72,7 +72,7 @@ def test_pipeline_yaml_digests_are_identical_and_true(exports):
     for folder in exports:
         desc = yaml.safe_load((folder / "pipeline.yaml").read_text())
         nodes = {n["name"]: n["sha256"] for n in desc["nodes"]}
-        assert nodes == {n: _sha(folder / a) for n, a in (("obs", "obs.pt2"), ("policy", "policy.onnx"),
+        assert nodes == {n: _sha(folder / a) for n, a in (("obs", "obs.pt2"), ("policy", "policy.pt2"),
                                                           ("action", "action.onnx"))}
         digests.append((nodes, [s["digest"] for n in desc["nodes"] for s in n["segments"]]))
     assert digests[0] == digests[1] == digests[2]
