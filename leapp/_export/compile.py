@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from leapp._export.backends import BACKENDS, SEGMENT_BACKENDS
 from leapp._export.exportable import BundleProvider, build_exportable
+from leapp._export.paths import contained_path
 from leapp._export.pipeline_yaml import NodeArtifact, describe_pipeline, write_pipeline_yaml
 from leapp._export.report import CompileReport, NodeReport
 from leapp._export.validate import SKIPPED, NodeValidation, raise_for_failures, validate_node
@@ -18,9 +20,6 @@ from leapp._recorder.model import NodeRecord, SessionRecord
 from leapp.errors import ExportError
 
 __all__ = ["SEGMENT_BACKENDS", "BACKENDS", "check_backends", "compile_session"]
-
-SEGMENT_BACKENDS = ("onnx", "pt2")  # where a Warp segment can live (as leapp.warp::WarpSegment / leapp::warp_segment)
-BACKENDS = ("onnx", "pt2", "torchscript")  # torchscript: torch.jit.trace -> <node>.pt, nodes without segments
 
 
 def check_backends(record: SessionRecord) -> None:
@@ -88,7 +87,9 @@ def compile_session(
     if not record.nodes:
         raise ExportError(f"session '{record.name}': no leapp.node was recorded, nothing to export")
     check_backends(record)
-    folder = Path(record.save_path) / record.name
+    folder = contained_path(record.save_path, record.name, "", f"session '{record.name}'")
+    for node in record.nodes.values():  # names of hand-made records, before anything is written
+        contained_path(folder, node.name, "", f"node '{node.name}' ({node.source})")
     folder.mkdir(parents=True, exist_ok=True)
     artifacts = [export_node(node, folder, bundles) for node in record.nodes.values()]
     write_pipeline_yaml(describe_pipeline(record, artifacts, folder), folder)

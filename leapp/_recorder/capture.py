@@ -76,6 +76,18 @@ class AllocationWitness:
             self._resume_gc = False
             gc.enable()
 
+    def allocates(self, ptr: int) -> bool:
+        """While the block is open: does Warp memory allocated since entry start at ``ptr``?
+
+        Only arrays that own their memory count (``wp.empty``, ``wp.zeros``, the
+        gradient ``wp.from_torch`` allocates), not views of torch storages.
+        """
+        return any(
+            id(arr) not in self._young_at_entry and arr.deleter is not None and arr.ptr == ptr
+            and getattr(arr, "_storage_base_ptr", None) is None
+            for arr in _young_warp_arrays().values()
+        )
+
     def created_in_block(self, arr) -> bool:
         self.close()
         if id(arr) in self._young_at_entry or self._collected_meanwhile:

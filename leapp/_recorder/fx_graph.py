@@ -14,6 +14,10 @@ module parameters and captured constants).
 NOTE: a storage made by an uninitialized factory (``torch.empty``...) and not
 written by any recorded op since holds undefined bytes; a segment that writes
 it needs no copy of them (``is_uninitialized``), see docs/recorder.md section 4.
+NOTE: inside an open segment, views of tensors the recorder does not know are
+left unrecorded (they may be memory the segment allocates, undefined until
+it runs) and other ops reading such memory are refused: no constant is ever a
+snapshot of undefined bytes (docs/recorder.md section 3).
 """
 
 from __future__ import annotations
@@ -346,8 +350,11 @@ class GraphRecorder:
 
     def record_op(self, func, args, kwargs) -> Any:
         """Run one aten op and add it to the graph (called by the dispatch mode)."""
-        if self.block is not None and not func.is_view:
-            self.block.check_torch_op(str(func), args, kwargs)
+        if self.block is not None:
+            if not func.is_view:
+                self.block.check_torch_op(str(func), args, kwargs)
+            if self._unknown_in_block(func, args, kwargs):
+                return func(*args, **kwargs)
         fx_args = fx_kwargs = None
         if self.build:
             fx_args = tree_map_only(torch.Tensor, self.value_of, args)
@@ -366,6 +373,36 @@ class GraphRecorder:
                 if isinstance(o, torch.Tensor):
                     self._bind(o, self.graph.call_function(operator.getitem, (node, i)) if self.build else None)
         return out
+
+    def _unknown_in_block(self, func, args, kwargs) -> bool:
+        """Inside an open segment: True for a view of tensors the recorder does not know (left unrecorded).
+
+        Such a view (``torch.as_tensor`` in ``wp.to_torch``, the gradient that
+        ``wp.from_torch`` allocates for a tensor that requires grad) may be of
+        memory the segment itself allocates, whose bytes are undefined until the
+        captured work runs: it gets its FX value on first use after the block,
+        by storage (a segment output, or a snapshot of what is there then).
+        Any other op reading memory the segment allocated is refused, since the
+        recorder would have to snapshot undefined bytes as a constant.
+        """
+        tensors = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)]
+        unknown = [t for t in tensors if self._lookup(t) is None and not self.is_traced(t)]
+        if not unknown:
+            return False
+        if func.is_view and len(unknown) == len(tensors):
+            return True
+        if self.build:
+            for t in unknown:
+                if self.block.allocates(storage_ptr(t)):
+                    block = self.block
+                    raise TraceError(
+                        f"{func} at {user_location()} in Warp segment {block.segment_id} (opened at {block.source}) "
+                        f"of node '{self.node_name}' reads a {tuple(t.shape)} {t.dtype} tensor over Warp memory "
+                        "allocated inside the segment (wp.empty/wp.zeros/wp.clone there, or the gradient "
+                        "wp.from_torch allocates for a tensor that requires grad). Its bytes are undefined until the "
+                        "captured segment runs, so leapp cannot bake them as a constant; use it after the block."
+                    )
+        return False
 
     def _track_initialization(self, func, args, kwargs) -> None:
         """A mutating op may write any tensor it is given: their storages are no longer uninitialized."""

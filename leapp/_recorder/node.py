@@ -16,11 +16,13 @@ from typing import Any, Callable
 import torch
 import warp as wp
 
+from leapp._export.backends import backend_problem
 from leapp.errors import TraceError
 
 from .dtypes import array_base, check_boundary_dtype, is_warp_array, spec_for_array, spec_for_tensor
 from .fx_graph import GraphRecorder, NodeDispatchMode
 from .model import NodeRecord, Sample, SegmentRecord, TensorSpec
+from .names import NAME_RULE, name_problem, shown
 from .session import MAX_SAMPLES, NodeState, Session, current_session
 from .source import user_location
 
@@ -92,6 +94,9 @@ class NodeRun:
                 spec.dtype = t.dtype
             elif isinstance(value, torch.Tensor):
                 spec = spec_for_tensor(name, value)
+                if value.requires_grad:
+                    # The export has no autograd; wp.from_torch would allocate and zero a gradient in the segment.
+                    value = value.detach()
                 if not (value.is_contiguous() and value.storage_offset() == 0
                         and value.numel() * value.element_size() == value.untyped_storage().nbytes()):
                     value = value.clone(memory_format=torch.contiguous_format)
@@ -227,6 +232,7 @@ class NodeScope:
     __slots__ = ("name", "export_with", "backend_params", "_runs")
 
     def __init__(self, name: str, export_with: str = "onnx", **backend_params: Any) -> None:
+        _check_declaration(name, export_with, backend_params)
         self.name = name
         self.export_with = export_with
         self.backend_params = backend_params
@@ -283,6 +289,33 @@ class NodeScope:
             return result
 
         return traced
+
+
+_CHECKED: set[tuple[str, str]] = set()  # declarations without backend_params already found valid
+
+
+def _check_declaration(name: Any, export_with: Any, backend_params: dict) -> None:
+    """Refuse a bad name, backend or backend parameter where the node is declared (also outside a session).
+
+    A ``with leapp.node(...)`` in a loop declares the node on every iteration,
+    so a valid (name, backend) pair without parameters is remembered.
+    """
+    key = (name, export_with) if type(name) is str and type(export_with) is str else None
+    if key is not None and not backend_params and key in _CHECKED:
+        return
+    problem = name_problem(name)
+    if problem is not None:
+        raise TraceError(
+            f"leapp.node({shown(name)}) at {user_location()}: invalid node name ({problem}). A node's name is the file "
+            f"name of its artifact (<name>.onnx, .pt2 or .pt), so it must be {NAME_RULE}."
+        )
+    problem = backend_problem(export_with, backend_params)
+    if problem is not None:
+        raise TraceError(f"leapp.node({name!r}) at {user_location()}: {problem}.")
+    if key is not None and not backend_params:
+        if len(_CHECKED) >= 4096:
+            _CHECKED.clear()
+        _CHECKED.add(key)
 
 
 def _end(run: NodeRun, failed: bool) -> None:

@@ -274,6 +274,10 @@ class _Block:
 
     # ---- checks while open ----
 
+    def allocates(self, ptr: int) -> bool:
+        """True in the capture pass if Warp memory starting at ``ptr`` was allocated inside this open block."""
+        return self._census is not None and self._census.allocates(ptr)
+
     def check_torch_op(self, name: str, args: tuple, kwargs: dict) -> None:
         traced = traced_tensors(self.run.recorder, args, kwargs)
         if traced:

@@ -22,6 +22,7 @@ from leapp.errors import NOT_EXECUTED_TWICE, TraceError
 
 from .fx_graph import OwnerMap, storage_ptr
 from .model import NodeRecord, SessionRecord
+from .names import NAME_RULE, name_problem, shown
 from .source import user_location
 
 if TYPE_CHECKING:
@@ -73,6 +74,12 @@ class Session:
     """
 
     def __init__(self, name: str, save_path: str = ".") -> None:
+        problem = name_problem(name)
+        if problem is not None:
+            raise TraceError(
+                f"leapp.trace({shown(name)}) at {user_location()}: invalid session name ({problem}). A session's name is "
+                f"the folder it exports into (<save_path>/<name>/), so it must be {NAME_RULE}."
+            )
         self.name = name
         self.save_path = str(save_path)
         self.owners = OwnerMap()
@@ -123,6 +130,12 @@ class Session:
     def node_state(self, name: str, export_with: str, backend_params: dict, source: str) -> NodeState:
         state = self._nodes.get(name)
         if state is None:
+            other = next((s for n, s in self._nodes.items() if n.lower() == name.lower()), None)
+            if other is not None:
+                raise TraceError(
+                    f"leapp.node('{name}') at {source}: node '{other.name}' at {other.source} differs only in case; "
+                    "their artifacts would be one file on a case-insensitive file system. Rename one of them."
+                )
             state = self._nodes[name] = NodeState(name, export_with, dict(backend_params), source)
         elif state.source != source:
             raise TraceError(

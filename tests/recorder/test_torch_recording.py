@@ -74,7 +74,7 @@ def test_constants_are_snapshots_not_references():
 
 @pytest.mark.parametrize("kind", ["tensor", "tuple", "dict"])
 def test_decorator_inputs_and_outputs(kind):
-    @leapp.node("policy", export_with="onnx", opset=18)
+    @leapp.node("policy", export_with="onnx", opset_version=18)
     def policy(obs, extra, gain=2.0):
         a = MLP(obs) * gain
         if kind == "tensor":
@@ -89,7 +89,7 @@ def test_decorator_inputs_and_outputs(kind):
     assert [s.name for s in node.inputs] == ["obs", "extra"]
     expected = {"tensor": ["output"], "tuple": ["output_0", "output_1"], "dict": ["actions", "extra"]}[kind]
     assert [s.name for s in node.outputs] == expected
-    assert node.backend_params == {"opset": 18}
+    assert node.backend_params == {"opset_version": 18}
     assert node.source.endswith("test_torch_recording.py:" + str(policy.__wrapped__.__code__.co_firstlineno))
     assert_graphs_replay_samples(record)
 
