@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 import leapp
-from leapp._export.validate_worker import MARK, STOPPED
+from leapp._export.validate_worker import MARK, STOPPED, on_cpu
 from leapp.runtime.pipeline import dtype_name
 
 __all__ = ["VALIDATION_TIMEOUT_S", "run_in_fresh_process"]
@@ -106,7 +106,9 @@ class _Run:
                     return
 
     def steps(self) -> list[str]:
-        return self.progress.read_text(encoding="utf-8", errors="replace").splitlines() if self.progress.exists() else []
+        if not self.progress.exists():
+            return []
+        return self.progress.read_text(encoding="utf-8", errors="replace").splitlines()
 
     def ending(self) -> str:
         if self.timed_out and not self.steps():
@@ -137,7 +139,8 @@ class _Run:
         return "\n".join(reversed(kept)) if kept else "    (nothing)"
 
 
-_WORKER = "the fresh validation process (python -m leapp._export.validate_worker, which loads the export as leapp.load does)"
+_WORKER = ("the fresh validation process (python -m leapp._export.validate_worker, "
+           "which loads the export as leapp.load does)")
 
 
 def _step_text(step: str, artifact: Path) -> str:
@@ -173,7 +176,7 @@ def run_in_fresh_process(jobs: list, folder: Path | None, timeout: float = VALID
         nodes = [{
             "name": job.record.name,
             "entry": None if folder is not None else _entry(job),
-            "samples": [[t.detach().to("cpu") for t in sample.inputs] for sample in job.record.samples],
+            "samples": [[on_cpu(t) for t in sample.inputs] for sample in job.record.samples],
         } for job in jobs]
         torch.save({"leapp": str(Path(leapp.__file__).resolve().parent),
                     "folder": str(Path(folder).resolve()) if folder is not None else "/",

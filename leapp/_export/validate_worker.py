@@ -36,13 +36,21 @@ import torch
 import leapp
 from leapp.runtime.pipeline import IOSpec, check_inputs, make_runner, read_description, verify_file
 
-__all__ = ["MARK", "STOPPED", "WRONG_LEAPP", "main"]
+__all__ = ["MARK", "STOPPED", "WRONG_LEAPP", "main", "on_cpu"]
 
 STOPPED = 3  # a node raised; the nodes after it were not run
 WRONG_LEAPP = 4  # this interpreter imports another leapp than the exporting process
 
 
 MARK = "[leapp-validate]"  # prefixes the step lines also written to stderr, where they delimit each node's output
+
+
+def on_cpu(t: torch.Tensor) -> torch.Tensor:
+    """``t`` on the CPU owning just its bytes (``torch.save`` writes a view's whole storage)."""
+    t = t.detach().to("cpu")
+    if t.is_contiguous() and t.storage_offset() == 0 and t.untyped_storage().nbytes() == t.nbytes:
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
 
 
 class _Progress:
@@ -89,7 +97,7 @@ def _run_node(k: int, node: dict, folder: Path, description: dict | None, progre
             outs = runner(args)
             if device.startswith("cuda"):
                 torch.cuda.synchronize(device)  # a fault of this sample surfaces here, not in the next node
-            results.append([t.detach().to("cpu") for t in outs])
+            results.append([on_cpu(t) for t in outs])
         except Exception as e:  # noqa: BLE001 - reported to the parent with the sample's index
             return {"error": f"{type(e).__name__}: {e}", "sample": i}
     return {"outputs": results}
