@@ -184,7 +184,7 @@ def test_a_texture_argument_is_refused_without_a_heap_scan():
 
     launch = types.SimpleNamespace(kernel=sample, args=[object(), None], caller="f.py:3")
     live = LiveObjects()
-    with pytest.raises(TraceError, match=r"at f\.py:3 passes a process-local handle .*argument 'tex' is a Warp texture"):
+    with pytest.raises(TraceError, match=r"at f\.py:3 passes a process-local handle .*'tex' is a Warp texture"):
         check_launch_handles([launch], lambda l: f"launch at {l.caller}", live)
     assert live._ids is None, "no heap scan was needed"
 
@@ -227,8 +227,8 @@ def test_fresh_process_validation_catches_a_baked_mesh_id(tmp_path, monkeypatch)
     assert report["n"].status in ("error", "failed"), str(info.value)
     assert str(info.value).startswith("Model validation failed for 1 node(s): ['n']")
     node = record.nodes["n"]
-    runner = make_runner("pt2", tmp_path / "baked" / "n.pt2", [IOSpec(s.name, s.dtype, tuple(s.shape)) for s in node.inputs],
-                         [IOSpec(s.name, s.dtype, tuple(s.shape)) for s in node.outputs], device, has_segments=True)
+    specs = [[IOSpec(s.name, s.dtype, tuple(s.shape)) for s in side] for side in (node.inputs, node.outputs)]
+    runner = make_runner("pt2", tmp_path / "baked" / "n.pt2", *specs, device, has_segments=True)
     (got,) = runner(list(node.samples[0].inputs))
     torch.testing.assert_close(got, node.samples[0].outputs[0])  # in-process, the baked pointer still works
     torch.cuda.synchronize()
