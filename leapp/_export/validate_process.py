@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 import leapp
-from leapp._export.validate_worker import MARK, STOPPED, on_cpu
+from leapp._export.validate_worker import MARK, on_cpu
 from leapp.runtime.pipeline import dtype_name
 
 __all__ = ["VALIDATION_TIMEOUT_S", "run_in_fresh_process"]
@@ -199,11 +199,13 @@ def run_in_fresh_process(jobs: list, folder: Path | None, timeout: float = VALID
                     outcomes[k] = reason
                 break
             stuck = pending[0]  # the worker runs nodes in order: the first without a result is where it ended
-            if run.returncode == STOPPED and not run.timed_out and stuck > first:
-                first = stuck  # the node before it stopped the worker on purpose (its error is recorded)
-            else:
-                mine = [s for s in steps if s.split()[1:2] == [str(stuck)]]
-                step = _step_text(mine[-1], Path(jobs[stuck].artifact)) if mine else "before loading it"
-                outcomes[stuck] = f"{_WORKER} {run.ending()} {step}; its last output:\n{run.output(stuck)}"
-                first = stuck + 1
+            mine = [s for s in steps if s.split()[1:2] == [str(stuck)]]
+            if not mine and stuck > first:
+                # it ended between two nodes: stopped on purpose after a node's error (STOPPED, that error is
+                # recorded) or died while exiting; the next node was not started and gets a fresh worker
+                first = stuck
+                continue
+            step = _step_text(mine[-1], Path(jobs[stuck].artifact)) if mine else "before loading it"
+            outcomes[stuck] = f"{_WORKER} {run.ending()} {step}; its last output:\n{run.output(stuck)}"
+            first = stuck + 1
     return outcomes

@@ -22,12 +22,13 @@ Files in <job dir>:
   ``{"error": text, "sample": i or None}``.
 
 Exit status 0 when every node from ``<first>`` on ran; ``STOPPED`` right after
-a node raised: a CUDA fault leaves the context unusable, so the parent goes on
-with a fresh worker.
+a node raised (without interpreter teardown): a CUDA fault leaves the context
+unusable, so the parent goes on with a fresh worker.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -136,4 +137,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    if status == STOPPED:
+        os._exit(status)  # no interpreter teardown: after a CUDA fault it can crash or hang
+    sys.exit(status)
