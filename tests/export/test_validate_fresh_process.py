@@ -18,10 +18,13 @@ import textwrap
 import pytest
 import torch
 import torch.fx
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import compile_records as cr
 from leapp._export.compile import compile_session
 from leapp._export.validate import validate_node
+from leapp._export.validate_worker import on_cpu
 from leapp.errors import ValidationError
 from leapp.runtime import ops
 from leapp.runtime.pipeline import IOSpec, make_runner
@@ -154,3 +157,16 @@ def test_the_worker_imports_neither_warp_nor_the_recorder(tmp_path):
     assert proc.stdout.strip().splitlines()[-1] == "[]"
     result = torch.load(job / "result-1.pt", weights_only=True)
     assert len(result["outputs"]) == 1 and result["outputs"][0][0].shape == (2, 3)
+
+
+@settings(max_examples=40)
+@given(st.integers(1, 6), st.integers(1, 6), st.integers(0, 5), st.booleans(),
+       st.sampled_from([torch.float32, torch.int64, torch.uint8]))
+def test_values_cross_to_the_worker_as_compact_cpu_tensors(rows, cols, start, transpose, dtype):
+    """``on_cpu`` keeps a value and drops the rest of its storage (``torch.save`` would write all of it)."""
+    base = torch.arange(rows * cols * 2 + start, dtype=torch.float64).to(dtype)
+    t = base[start:start + rows * cols].reshape(rows, cols)
+    t = t.t() if transpose else t
+    got = on_cpu(t)
+    assert torch.equal(got, t) and got.dtype == t.dtype and got.device.type == "cpu"
+    assert got.is_contiguous() and got.untyped_storage().nbytes() == t.numel() * t.element_size()

@@ -13,6 +13,8 @@ import types
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch
 import warp as wp
 from recorder_helpers import assert_graphs_replay_samples, trace
@@ -233,3 +235,16 @@ def test_fresh_process_validation_catches_a_baked_mesh_id(tmp_path, monkeypatch)
     torch.testing.assert_close(got, node.samples[0].outputs[0])  # in-process, the baked pointer still works
     torch.cuda.synchronize()
     assert torch.ones(4, device=device).sum().item() == 4.0
+
+
+@settings(max_examples=10)  # each example scans the heap (about 0.15 s)
+@given(st.integers(1, 64), st.data())
+def test_every_address_inside_a_live_array_is_found(n, data):
+    arr = wp.zeros(n, dtype=float, device="cpu")
+    tensor = torch.zeros(n, dtype=torch.int64)
+    live = LiveObjects()
+    k = data.draw(st.integers(0, 4 * n - 1))
+    assert live.describe(arr.ptr + k) == f"an address inside a live wp.array float32 ({n},) on cpu (offset {k})"
+    j = data.draw(st.integers(0, 8 * n - 1))
+    assert live.describe(tensor.data_ptr() + j) == f"an address inside a live torch storage ({8 * n} bytes) on cpu " \
+                                                   f"(offset {j})"
