@@ -3,7 +3,7 @@
 Steps: check every node's backend first (nothing is written when one is
 unsupported), build each node's exportable module (segments -> bundles ->
 ``leapp::warp_segment``), export it, write ``pipeline.yaml``, then validate
-every artifact with the runtime ``leapp.load`` uses.
+every artifact in a fresh process that loads it as ``leapp.load`` does.
 """
 
 from __future__ import annotations
@@ -15,7 +15,14 @@ from leapp._export.exportable import BundleProvider, build_exportable
 from leapp._export.paths import contained_path
 from leapp._export.pipeline_yaml import NodeArtifact, describe_pipeline, write_pipeline_yaml
 from leapp._export.report import CompileReport, NodeReport
-from leapp._export.validate import SKIPPED, NodeValidation, raise_for_failures, validate_node
+from leapp._export.validate import (
+    SKIPPED,
+    VALIDATION_TIMEOUT_S,
+    NodeArtifactJob,
+    NodeValidation,
+    raise_for_failures,
+    validate_nodes,
+)
 from leapp._recorder.model import NodeRecord, SessionRecord
 from leapp.errors import ExportError
 
@@ -64,15 +71,18 @@ def compile_session(
     atol: float = 1e-5,
     *,
     bundles: BundleProvider | None = None,
+    validation_timeout: float = VALIDATION_TIMEOUT_S,
 ) -> CompileReport:
     """Exports every node of ``record`` and writes ``<save_path>/<name>/pipeline.yaml``.
 
     Args:
         record: the traced session.
-        validate: run each artifact through the real runtime on the recorded
-            samples and compare with the eager outputs.
+        validate: load the export in a fresh process as ``leapp.load`` does, run
+            each node on the recorded samples and compare with the eager outputs.
         rtol, atol: tolerances of that comparison (``torch.isclose``).
         bundles: segment -> bundle bytes; defaults to compiling the Warp capture.
+        validation_timeout: seconds the validation process may spend loading one
+            node or running one sample before it is stopped (that node fails).
 
     Returns:
         The per-node report (``str()`` prints a table).
@@ -94,13 +104,12 @@ def compile_session(
     artifacts = [export_node(node, folder, bundles) for node in record.nodes.values()]
     write_pipeline_yaml(describe_pipeline(record, artifacts, folder), folder)
     report = CompileReport(record.name, folder)
-    results = []
-    for art in artifacts:
-        if validate:
-            result = validate_node(art.record, art.backend, art.path, rtol, atol)
-        else:
-            result = NodeValidation(art.record.name, SKIPPED, samples=len(art.record.samples))
-        results.append(result)
+    if validate:
+        jobs = [NodeArtifactJob(art.record, art.backend, art.path) for art in artifacts]
+        results = validate_nodes(jobs, rtol, atol, folder=folder, timeout=validation_timeout)
+    else:
+        results = [NodeValidation(art.record.name, SKIPPED, samples=len(art.record.samples)) for art in artifacts]
+    for art, result in zip(artifacts, results):
         report.nodes.append(
             NodeReport(
                 node=art.record.name,

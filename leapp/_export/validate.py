@@ -1,9 +1,12 @@
 """leapp/_export/validate.py: exported artifacts, run by the real runtime, against the eager samples.
 
-Each node's artifact is opened with the runner ``leapp.load`` uses
-(``leapp.runtime.pipeline.make_runner``) and fed every recorded sample's
-inputs; outputs must match the eager outputs within ``rtol``/``atol``
-(``torch.isclose`` semantics, NaN equal to NaN).
+Each node's artifact is opened the way ``leapp.load`` opens it, in a fresh
+Python process (``validate_process``, ``validate_worker``), and fed every
+recorded sample's inputs; outputs must match the eager outputs within
+``rtol``/``atol`` (``torch.isclose`` semantics, NaN equal to NaN). The fresh
+process is the point: an artifact that works only next to the exporting
+process's state (an op registered there, a Warp object's address baked in)
+fails here as it would for a user.
 
 NOTE: a node with Warp segments can only be checked where the native runtime
 can replay them: a CUDA device, segments captured on CUDA, and the op
@@ -19,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from leapp._export.validate_process import VALIDATION_TIMEOUT_S, run_in_fresh_process
 from leapp._recorder.model import NodeRecord
 from leapp.errors import VALIDATION_FAILED, LeappError, ValidationError
 
@@ -26,7 +30,10 @@ __all__ = [
     "OutputCheck",
     "NodeValidation",
     "compare",
+    "NodeArtifactJob",
+    "VALIDATION_TIMEOUT_S",
     "validate_node",
+    "validate_nodes",
     "raise_for_failures",
     "validation_blocker",
 ]
@@ -142,35 +149,60 @@ def _driver_error() -> str:
     return "torch.cuda.is_available() is False"
 
 
-def validate_node(record: NodeRecord, backend: str, artifact: Path, rtol: float, atol: float) -> NodeValidation:
-    """Runs ``artifact`` on every sample of ``record`` and compares with the eager outputs."""
-    from leapp.runtime.pipeline import IOSpec, make_runner
+@dataclass
+class NodeArtifactJob:
+    """One node to validate: its record (samples, specs), backend and artifact file."""
 
-    result = NodeValidation(record.name, PASSED, source=record.source, samples=len(record.samples))
-    blocker = validation_blocker(record, backend)
-    if blocker:
-        result.status, result.reason = ERROR, blocker
-        return result
-    device = str(record.samples[0].inputs[0].device) if record.samples[0].inputs else "cpu"
-    try:
-        runner = make_runner(
-            backend,
-            artifact,
-            [IOSpec(s.name, s.dtype, tuple(s.shape)) for s in record.inputs],
-            [IOSpec(s.name, s.dtype, tuple(s.shape)) for s in record.outputs],
-            device,
-            has_segments=bool(record.segments),
-        )
-    except Exception as e:  # any load failure means the artifact is not usable
-        result.status, result.reason = ERROR, f"could not load {artifact.name}: {type(e).__name__}: {e}"
-        return result
+    record: NodeRecord
+    backend: str
+    artifact: Path
+
+
+def validate_node(record: NodeRecord, backend: str, artifact: Path, rtol: float, atol: float,
+                  *, timeout: float = VALIDATION_TIMEOUT_S) -> NodeValidation:
+    """Runs ``artifact`` on every sample of ``record`` in a fresh process and compares with the eager outputs.
+
+    The artifact needs no pipeline.yaml: its entry is made from the record.
+    """
+    return validate_nodes([NodeArtifactJob(record, backend, Path(artifact))], rtol, atol, timeout=timeout)[0]
+
+
+def validate_nodes(jobs: list[NodeArtifactJob], rtol: float, atol: float, *, folder: Path | None = None,
+                   timeout: float = VALIDATION_TIMEOUT_S) -> list[NodeValidation]:
+    """Validates every node in one fresh worker process (more only after a node crashed it).
+
+    Args:
+        jobs: the nodes, in pipeline order.
+        folder: the export folder; its pipeline.yaml gives each node's entry (as ``leapp.load`` reads
+            it, digests checked). None: entries are made from the records (artifacts not in a pipeline).
+        timeout: seconds the worker may spend on one step (loading a node, running a sample) before it
+            is stopped and that node fails.
+    """
+    results = [NodeValidation(j.record.name, PASSED, source=j.record.source, samples=len(j.record.samples))
+               for j in jobs]
+    runnable = []
+    for job, result in zip(jobs, results):
+        blocker = validation_blocker(job.record, job.backend)
+        if blocker:
+            result.status, result.reason = ERROR, blocker
+        else:
+            runnable.append(job)
+    if not runnable:
+        return results
+    by_job = {id(job): result for job, result in zip(jobs, results)}
+    for job, outcome in zip(runnable, run_in_fresh_process(runnable, folder, timeout)):
+        result = by_job[id(job)]
+        if isinstance(outcome, str):
+            result.status, result.reason = ERROR, outcome
+        else:
+            _compare_samples(job.record, outcome, result, rtol, atol)
+    return results
+
+
+def _compare_samples(record: NodeRecord, outputs: list[list[torch.Tensor]], result: NodeValidation,
+                     rtol: float, atol: float) -> None:
     checks = {s.name: OutputCheck(s.name) for s in record.outputs}
-    for i, sample in enumerate(record.samples):
-        try:
-            outs = runner(list(sample.inputs))
-        except Exception as e:
-            result.status, result.reason = ERROR, f"running {artifact.name} on sample {i} failed: {type(e).__name__}: {e}"
-            return result
+    for sample, outs in zip(record.samples, outputs):
         for spec, got, want in zip(record.outputs, outs, sample.outputs):
             _merge(checks[spec.name], compare(spec.name, got, want, rtol, atol))
     result.outputs = list(checks.values())
@@ -182,7 +214,6 @@ def validate_node(record: NodeRecord, backend: str, artifact: Path, rtol: float,
             f"rtol={rtol:g}, atol={atol:g})" + (f": {c.note}" if c.note else "")
             for c in bad
         )
-    return result
 
 
 def _merge(total: OutputCheck, one: OutputCheck) -> None:

@@ -34,6 +34,7 @@ import warp as wp
 from leapp._apic import wrp
 from .dtypes import array_base, is_warp_array, spec_for_array, warp_dtype_name
 from .fx_graph import UNINITIALIZED_FACTORIES, PendingOutput, storage_ptr
+from .handles import LiveObjects, check_constant_handles, check_launch_handles
 from .model import KernelRef, SegmentIO, SegmentRecord, TensorSpec, warp_segment_call
 
 if TYPE_CHECKING:
@@ -144,6 +145,8 @@ class CaptureAnalysis:
                 kinds[region_id] = "created"
             else:
                 kinds[region_id] = "external"
+        live = LiveObjects()
+        check_launch_handles(block.launches, self._where, live)
         wrp_bytes, modules = self._save(regions)
         ops = wrp.read_ops(wrp_bytes)
         written = {op.dst_region for op in ops if op.dst_region is not None and op.dst_region > 0}
@@ -156,6 +159,7 @@ class CaptureAnalysis:
                 ptr, capacity, _ = regions[region_id]
                 if kind in ("traced", "chained", "external"):
                     before[region_id] = _read_region(ptr, capacity, self.device)
+            self._check_constants(kinds, regions, before, live)
             self._launch()
             for region_id, snapshot in before.items():
                 ptr, capacity, _ = regions[region_id]
@@ -228,6 +232,24 @@ class CaptureAnalysis:
         return segment
 
     # ---- steps ----
+
+    def _where(self, launch) -> str:
+        block = self.block
+        return (f"wp.launch('{launch.kernel.key}') at {launch.caller} in segment {block.segment_id} "
+                f"(opened at {block.source}) of node '{self.run.name}'")
+
+    def _check_constants(self, kinds, regions, before, live: LiveObjects) -> None:
+        """Refuse constant 64-bit integer arrays that hold live Mesh/BVH/HashGrid/Volume ids."""
+        for launch in self.block.launches:
+            labels = [a.label for a in launch.kernel.adj.args]
+            for i, arg in enumerate(launch.args):
+                if not is_warp_array(arg) or arg.dtype not in (wp.int64, wp.uint64):
+                    continue
+                base_ptr = array_base(arg)[1]
+                for region_id, (ptr, _capacity, _base) in regions.items():
+                    if ptr == base_ptr and kinds[region_id] == "external":
+                        name = f"'{labels[i] if i < len(labels) else i}' ({_describe(_base, _capacity)})"
+                        check_constant_handles(name, before[region_id], self._where(launch), live)
 
     def _save(self, regions) -> tuple[bytes, dict[str, bytes]]:
         folder = tempfile.mkdtemp(prefix="leapp-segment-")

@@ -1,0 +1,172 @@
+"""Validation loads the export in a fresh process, as a user does, and survives that process dying.
+
+An artifact that works only next to the exporting process's state must fail
+validation: here a PT2/TorchScript node calls an op registered only in this
+(the test's) process, which ``torch.export.load`` / ``torch.jit.load`` of a
+fresh interpreter cannot resolve. The crash and hang cases load an op library
+(``LEAPP_WARP_PT2_CUSTOM_OP_LIBRARY``, which ``leapp.load`` honours) that aborts
+or blocks while it is loaded.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.fx
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import compile_records as cr
+from leapp._export.compile import compile_session
+from leapp._export.validate import validate_node
+from leapp._export.validate_worker import on_cpu
+from leapp.errors import ValidationError
+from leapp.runtime import ops
+from leapp.runtime.pipeline import IOSpec, make_runner
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
+
+
+@torch.library.custom_op("leapp_isolation_test::twice", mutates_args=())
+def twice(x: torch.Tensor) -> torch.Tensor:
+    """An op that exists only in processes that imported this test module."""
+    return x * 2
+
+
+@twice.register_fake
+def _twice_fake(x):
+    return torch.empty_like(x)
+
+
+class _UsesLocalOp(torch.nn.Module):
+    def forward(self, x):
+        return (torch.ops.leapp_isolation_test.twice(x) + 1.0,)
+
+
+def local_op_node(backend: str):
+    """A pure-torch node whose graph calls ``leapp_isolation_test::twice``; samples computed eagerly."""
+    node = cr.mlp_node("local", backend, batch=2, n_in=3, n_out=3)
+    node.graph = torch.fx.symbolic_trace(_UsesLocalOp())
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(1))
+    node.samples = [cr.Sample(inputs=[x], outputs=[x * 2 + 1.0])]
+    return node
+
+
+@pytest.mark.parametrize("backend", ["pt2", "torchscript"])
+def test_an_op_registered_only_in_the_exporting_process_fails_validation(tmp_path, backend):
+    node = local_op_node(backend)
+    record = cr.session(tmp_path, node, cr.mlp_node("policy", "onnx"))
+    with pytest.raises(ValidationError) as info:
+        compile_session(record)
+    text = str(info.value)
+    assert text.startswith("Model validation failed for 1 node(s): ['local']"), text
+    assert "in a fresh process" in text and "compile_records.py" in text  # the node's source
+    assert "leapp_isolation_test" in text, text  # the worker's own account of what it could not resolve
+    report = info.value.report
+    assert report["local"].status == "error" and report["policy"].status == "passed"
+    # The same artifact passes when run in this process, where the op is registered: in-process
+    # validation (what leapp did before) would have let it through.
+    artifact = tmp_path / "demo" / report["local"].artifact
+    specs = [IOSpec(s.name, s.dtype, tuple(s.shape)) for s in node.inputs]
+    outs = [IOSpec(s.name, s.dtype, tuple(s.shape)) for s in node.outputs]
+    got = make_runner(backend, artifact, specs, outs, "cpu")(list(node.samples[0].inputs))
+    torch.testing.assert_close(got[0], node.samples[0].outputs[0])
+
+
+def test_validate_node_of_an_artifact_outside_a_pipeline_runs_fresh(tmp_path):
+    node = local_op_node("pt2")
+    compile_session(cr.session(tmp_path, node), validate=False)
+    result = validate_node(node, "pt2", tmp_path / "demo" / "local.pt2", rtol=1e-5, atol=1e-6)
+    assert result.status == "error" and "could not load local.pt2 in a fresh process" in result.reason
+    good = cr.mlp_node("policy", "pt2")
+    compile_session(cr.session(tmp_path, good), validate=False)
+    assert validate_node(good, "pt2", tmp_path / "demo" / "policy.pt2", rtol=1e-5, atol=1e-6).status == "passed"
+
+
+def _op_library(tmp_path, body: str):
+    """A library that misbehaves when loaded; this process registers the real op first, so only the
+    validation process, which starts fresh, loads it."""
+    ops.ensure_registered()
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the test library")
+    src = tmp_path / "lib.c"
+    src.write_text(textwrap.dedent(body))
+    lib = tmp_path / "libbroken.so"
+    subprocess.run([cc, "-shared", "-fPIC", str(src), "-o", str(lib)], check=True)
+    return lib
+
+
+def test_a_worker_that_dies_fails_its_node_and_the_next_node_still_runs(tmp_path, monkeypatch):
+    lib = _op_library(tmp_path, """
+        #include <stdio.h>
+        #include <stdlib.h>
+        __attribute__((constructor)) static void die(void) { fputs("broken op library\\n", stderr); abort(); }
+    """)
+    monkeypatch.setenv("LEAPP_WARP_PT2_CUSTOM_OP_LIBRARY", str(lib))  # read by leapp.load's PT2 path
+    record = cr.session(tmp_path, cr.mlp_node("first", "pt2"), cr.mlp_node("second", "onnx"),
+                        cr.mlp_node("third", "pt2", input_name="obs3"))
+    with pytest.raises(ValidationError) as info:
+        compile_session(record)
+    text = str(info.value)
+    assert text.startswith("Model validation failed for 2 node(s): ['first', 'third']"), text
+    assert "was killed by signal SIGABRT while loading first.pt2" in text, text
+    assert "broken op library" in text  # the worker's last output
+    report = info.value.report
+    assert report["second"].status == "passed", "a fresh worker goes on after the one that died"
+    assert report["third"].status == "error" and "while loading third.pt2" in report["third"].validation.reason
+
+
+def test_a_worker_that_hangs_is_stopped_and_its_node_named(tmp_path, monkeypatch):
+    lib = _op_library(tmp_path, """
+        #include <unistd.h>
+        __attribute__((constructor)) static void hang(void) { for (;;) pause(); }
+    """)
+    monkeypatch.setenv("LEAPP_WARP_PT2_CUSTOM_OP_LIBRARY", str(lib))
+    record = cr.session(tmp_path, cr.mlp_node("stuck", "pt2"))
+    with pytest.raises(ValidationError) as info:
+        compile_session(record, validation_timeout=2.0)
+    text = str(info.value)
+    assert "['stuck']" in text and "made no progress for 2 s and was stopped while loading stuck.pt2" in text, text
+
+
+def test_the_worker_imports_neither_warp_nor_the_recorder(tmp_path):
+    compile_session(cr.session(tmp_path, cr.mlp_node("policy", "onnx"), cr.mlp_node("act", "pt2")), validate=False)
+    job = tmp_path / "job"
+    job.mkdir()
+    code = textwrap.dedent(f"""
+        import sys
+        from pathlib import Path
+        import torch
+        import leapp
+        from leapp._export.validate_worker import main
+        torch.save({{"leapp": str(Path(leapp.__file__).resolve().parent), "folder": {str(tmp_path / "demo")!r},
+                     "nodes": [{{"name": "policy", "entry": None, "samples": [[torch.zeros(2, 5)]]}},
+                               {{"name": "act", "entry": None, "samples": [[torch.zeros(2, 5)]]}}]}},
+                   {str(job / "job.pt")!r})
+        assert main([{str(job)!r}]) == 0
+        print(sorted(m for m in sys.modules if m.split(".")[0] == "warp" or m.startswith("leapp._recorder")))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+    result = torch.load(job / "result-1.pt", weights_only=True)
+    assert len(result["outputs"]) == 1 and result["outputs"][0][0].shape == (2, 3)
+
+
+@settings(max_examples=40)
+@given(st.integers(1, 6), st.integers(1, 6), st.integers(0, 5), st.booleans(),
+       st.sampled_from([torch.float32, torch.int64, torch.uint8]))
+def test_values_cross_to_the_worker_as_compact_cpu_tensors(rows, cols, start, transpose, dtype):
+    """``on_cpu`` keeps a value and drops the rest of its storage (``torch.save`` would write all of it)."""
+    base = torch.arange(rows * cols * 2 + start, dtype=torch.float64).to(dtype)
+    t = base[start:start + rows * cols].reshape(rows, cols)
+    t = t.t() if transpose else t
+    got = on_cpu(t)
+    assert torch.equal(got, t) and got.dtype == t.dtype and got.device.type == "cpu"
+    assert got.is_contiguous() and got.untyped_storage().nbytes() == t.numel() * t.element_size()
