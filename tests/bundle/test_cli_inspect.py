@@ -171,19 +171,34 @@ def _sha(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_inspect_export_folder(tmp_path, capsys):
+def _export_folder(tmp_path) -> dict:
+    """obs.onnx (one WarpSegment) and a complete pipeline.yaml for it, as leapp writes them."""
     onnx.save(onnx_model(), str(tmp_path / "obs.onnx"))
+    def spec():
+        return {"name": "x", "dtype": "float32", "shape": [4]}
+
     pipeline = {
         "format": "leapp.pipeline", "version": 1, "name": "go2",
         "producer": {"leapp": "0.1.0", "warp": "1.19.0"},
         "nodes": [{"name": "obs", "backend": "onnx", "artifact": "obs.onnx", "sha256": _sha(tmp_path / "obs.onnx"),
-                   "files": [], "inputs": [{"name": "x", "dtype": "float32", "shape": [4]}],
-                   "outputs": [{"name": "z", "dtype": "float32", "shape": [4]}],
-                   "segments": [{"id": "obs/warp_segment_0", "digest": DIGEST, "kernels": ["example_scale"]}]}],
-        "edges": [], "inputs": [{"name": "x", "dtype": "float32", "shape": [4]}],
+                   "files": [], "source": "go2.py:10", "device": "cuda:0",
+                   "inputs": [spec()], "outputs": [{"name": "z", "dtype": "float32", "shape": [4]}],
+                   "segments": [{"id": "obs/warp_segment_0", "source": "go2.py:12", "device": "cuda:0",
+                                 "digest": DIGEST, "kernels": ["example_scale"], "producer": {"warp": "1.19.0"}}]}],
+        "edges": [], "inputs": [spec() | {"consumers": [{"node": "obs", "input": "x"}]}],
         "outputs": [{"name": "z", "node": "obs", "output": "z", "dtype": "float32", "shape": [4]}],
+        "constants": [],
     }
-    (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(pipeline))
+    _write_pipeline(tmp_path, pipeline)
+    return pipeline
+
+
+def _write_pipeline(folder, pipeline) -> None:
+    (folder / "pipeline.yaml").write_text(yaml.safe_dump(pipeline, sort_keys=False))
+
+
+def test_inspect_export_folder(tmp_path, capsys):
+    pipeline = _export_folder(tmp_path)
     code, out = run("inspect", str(tmp_path), capsys=capsys)
     assert code == 0, out
     lines = [line.strip() for line in out.splitlines()]
@@ -196,7 +211,7 @@ def test_inspect_export_folder(tmp_path, capsys):
     pipeline["nodes"][0]["sha256"] = "0" * 64
     pipeline["nodes"][0]["segments"][0]["digest"] = "f" * 64
     pipeline["nodes"][0]["files"] = [{"path": "obs.data", "sha256": "0" * 64}]
-    (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(pipeline))
+    _write_pipeline(tmp_path, pipeline)
     code, out = run("inspect", str(tmp_path), capsys=capsys)
     assert code == 1
     assert f"error: node obs: obs.onnx sha256 differs from pipeline.yaml's {'0' * 64}" in out
