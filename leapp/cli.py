@@ -381,6 +381,9 @@ def _inspect_dir(path: Path, report: _Report, indent: int) -> None:
     except PipelineError as e:
         report.problem(str(e), indent)
         return
+    except OSError as e:  # unreadable (permissions), or gone since the check above
+        report.problem(f"{pipeline_file}: cannot read: {e}", indent)
+        return
     report.line(f"pipeline {pipeline['name']} ({pipeline['format']} v{pipeline['version']}) in {path}", indent)
     if pipeline["producer"]:
         report.line("producer: " + ", ".join(f"{k} {v}" for k, v in pipeline["producer"].items()), indent + 1)
