@@ -4,17 +4,19 @@ NOTE: ``inspect`` reads artifacts without running them, so it works where
 there is no GPU, no Warp and no torch: bundles through ``leapp.bundle``, ONNX
 through the ``onnx`` package, PT2 archives (zip files) by reading their
 entries (the graph JSON for ``leapp::warp_segment`` calls and every stored
-tensor that holds a bundle). Each problem it finds is printed as an
-``error:`` line and makes the exit status 1.
+tensor that holds a bundle), export folders through ``leapp.pipeline_format``
+(the reader ``leapp.load`` uses; no path it names is opened before it passes
+the containment rule). Each problem it finds is printed as an ``error:`` line
+and makes the exit status 1.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import zipfile
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,13 +25,13 @@ from typing import Any, TextIO
 from leapp.bundle import Bundle, BundleError, parse_signature, read_bundle, signature_json
 from leapp.bundle.describe import describe_bundle, format_bytes
 from leapp.bundle.format import HEADER, MAGIC
+from leapp.pipeline_format import PIPELINE_FILE, PipelineError, contained_path, read_pipeline, sha256_file
 
 __all__ = ["main", "inspect_path", "doctor"]
 
 ONNX_DOMAIN = "leapp.warp"
 ONNX_OP = "WarpSegment"
 PT2_OP_TARGET = "torch.ops.leapp.warp_segment"
-PIPELINE_FILE = "pipeline.yaml"
 
 
 class _Report:
@@ -133,7 +135,12 @@ def _inspect_onnx(path: Path, report: _Report, indent: int) -> None:
     try:
         model = onnx.load(str(path))  # external data is read from files next to the model
     except Exception as e:  # noqa: BLE001 - protobuf and external-data errors have no common base
-        report.problem(f"{path}: cannot load as ONNX: {type(e).__name__}: {e}", indent)
+        report.problem(f"{path}: corrupt or truncated: cannot load as ONNX: {type(e).__name__}: {e}", indent)
+        return
+    try:  # protobuf parses some truncations (an empty file is an empty model): the checker does not
+        onnx.checker.check_model(str(path))
+    except Exception as e:  # noqa: BLE001 - ValidationError, or the external data's own errors
+        report.problem(f"{path}: corrupt or truncated: the ONNX checker refuses it: {type(e).__name__}: {e}", indent)
         return
     graphs = list(_walk_graphs(model.graph))
     nodes = [n for g in graphs for n in g.node]
@@ -258,77 +265,102 @@ def _pt2_entry_names(archive: zipfile.ZipFile) -> dict[str, str]:
     return names
 
 
+_EOCD = b"PK\x05\x06"  # end of central directory record
+_EOCD_SIZE = 22
+# what reading a damaged entry raises: bad headers or CRC, bad deflate data, short reads, unknown methods
+_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, ValueError)
+
+
+def _zip_damage(path: Path, archive: zipfile.ZipFile) -> str | None:
+    """Why ``archive``'s directory does not describe all of ``path`` (truncated or damaged), else None.
+
+    zipfile finds a directory by searching backwards, so a truncated PT2 archive can open as the
+    archive stored inside it (its sample-inputs ``.pt``) and list none of the outer entries.
+    torch writes archives from byte 0 with the end record last.
+    """
+    size = path.stat().st_size
+    tail = _EOCD_SIZE + len(archive.comment)
+    with path.open("rb") as f:
+        f.seek(max(size - tail, 0))
+        record = f.read(4)
+    if size < tail or record != _EOCD:
+        return "its end-of-central-directory record is not at the end of the file"
+    entries = archive.infolist()
+    if entries and min(info.header_offset for info in entries) != 0:
+        return "its first entry does not start at byte 0"
+    return None
+
+
 def _inspect_zip(path: Path, report: _Report, indent: int, kind: str) -> None:
     try:
         archive = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError) as e:
-        report.problem(f"{path}: not a readable {kind} archive: {e}", indent)
+        damage = _zip_damage(path, archive)
+    except _ZIP_ERRORS as e:
+        report.problem(f"{path}: corrupt or truncated: not a readable {kind} archive ({e})", indent)
         return
     with archive:
-        entries = archive.infolist()
-        report.line(f"{path.name}: {kind} archive, {format_bytes(path.stat().st_size)}, {len(entries)} entries", indent)
-        calls = _pt2_calls(archive)
-        entry_names = _pt2_entry_names(archive)
-        report.line(f"leapp::warp_segment calls: {len(calls)}", indent + 1)
-        for call in calls:
-            report.line(
-                f"call {call['name']}: inputs {call['inputs']}, bundle '{call['bundle']}', outputs {call['outputs']}",
-                indent + 2,
-            )
-        bundles: dict[str, Bundle] = {}
-        found = 0
-        for info in entries:
-            data = archive.read(info)
-            for offset in _magic_offsets(data):
-                if offset + HEADER.size > len(data):
-                    continue
-                size = HEADER.unpack_from(data, offset)[3]
-                label = info.filename + (f" @{offset}" if offset else "")
-                if info.filename in entry_names:
-                    label += f" (tensor {entry_names[info.filename]})"
-                try:
-                    bundle = read_bundle(data[offset:offset + size])
-                except BundleError as e:
-                    if offset == 0:  # an entry that starts like a bundle but is not one: corrupt
-                        report.problem(f"{path.name}: {label}: {e}", indent + 1)
-                    continue  # the magic bytes inside unrelated data
-                found += 1
-                report.line(f"bundle in {label}:", indent + 1)
-                report.lines(describe_bundle(bundle, size), indent + 2)
-                report.digests.add(bundle.digest)
-                bundles[bundle.digest] = bundle
-        if not found:
-            report.line("no segment bundles", indent + 1)
-        for call in calls:
-            where = f"{path.name}: call {call['name']}"
+        if damage:
+            report.problem(f"{path}: corrupt or truncated {kind} archive: {damage}", indent)
+            return
+        try:
+            _describe_archive(path, archive, report, indent, kind)
+        except _ZIP_ERRORS as e:  # an entry that cannot be read back (CRC, header, deflate data)
+            report.problem(f"{path}: corrupt or truncated {kind} archive: {type(e).__name__}: {e}", indent + 1)
+
+
+def _describe_archive(path: Path, archive: zipfile.ZipFile, report: _Report, indent: int, kind: str) -> None:
+    entries = archive.infolist()
+    report.line(f"{path.name}: {kind} archive, {format_bytes(path.stat().st_size)}, {len(entries)} entries", indent)
+    calls = _pt2_calls(archive)
+    entry_names = _pt2_entry_names(archive)
+    report.line(f"leapp::warp_segment calls: {len(calls)}", indent + 1)
+    for call in calls:
+        report.line(
+            f"call {call['name']}: inputs {call['inputs']}, bundle '{call['bundle']}', outputs {call['outputs']}",
+            indent + 2,
+        )
+    bundles: dict[str, Bundle] = {}
+    found = 0
+    for info in entries:
+        data = archive.read(info)
+        for offset in _magic_offsets(data):
+            if offset + HEADER.size > len(data):
+                continue
+            size = HEADER.unpack_from(data, offset)[3]
+            label = info.filename + (f" @{offset}" if offset else "")
+            if info.filename in entry_names:
+                label += f" (tensor {entry_names[info.filename]})"
             try:
-                digest = parse_signature(call["signature"] or "")["digest"]
-            except BundleError:
-                digest = None
-            bundle = bundles.get(digest) if digest else None
-            if digest and bundle is None:
-                report.problem(f"{where}: no bundle in the archive has the signature's digest {digest}", indent + 1)
-            report.line(f"call {call['name']}:", indent + 1)
-            _check_signature(report, where, call["signature"], bundle, indent + 2)
+                bundle = read_bundle(data[offset:offset + size])
+            except BundleError as e:
+                if offset == 0:  # an entry that starts like a bundle but is not one: corrupt
+                    report.problem(f"{path.name}: {label}: {e}", indent + 1)
+                continue  # the magic bytes inside unrelated data
+            found += 1
+            report.line(f"bundle in {label}:", indent + 1)
+            report.lines(describe_bundle(bundle, size), indent + 2)
+            report.digests.add(bundle.digest)
+            bundles[bundle.digest] = bundle
+    if not found:
+        report.line("no segment bundles", indent + 1)
+    for call in calls:
+        where = f"{path.name}: call {call['name']}"
+        try:
+            digest = parse_signature(call["signature"] or "")["digest"]
+        except BundleError:
+            digest = None
+        bundle = bundles.get(digest) if digest else None
+        if digest and bundle is None:
+            report.problem(f"{where}: no bundle in the archive has the signature's digest {digest}", indent + 1)
+        report.line(f"call {call['name']}:", indent + 1)
+        _check_signature(report, where, call["signature"], bundle, indent + 2)
 
 
 # --- export folders --------------------------------------------------------------------------------------
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _tensor_list(entries: Any) -> str:
-    if not isinstance(entries, list) or not entries:
-        return "none"
-    return "; ".join(
-        f"{e.get('name')}: {e.get('dtype')}{e.get('shape')}" if isinstance(e, dict) else str(e) for e in entries
-    )
+def _tensor_list(entries: list[dict]) -> str:
+    return "; ".join(f"{e['name']}: {e['dtype']}{e['shape']}" for e in entries) or "none"
 
 
 def _inspect_dir(path: Path, report: _Report, indent: int) -> None:
@@ -337,70 +369,68 @@ def _inspect_dir(path: Path, report: _Report, indent: int) -> None:
         artifacts = sorted(p for p in path.iterdir() if p.suffix in _INSPECTORS)
         report.line(f"{path}: no {PIPELINE_FILE}; inspecting {len(artifacts)} artifact files", indent)
         for artifact in artifacts:
+            try:
+                contained_path(path, artifact.name, str(artifact))  # a symlink out of the folder is not followed
+            except PipelineError as e:
+                report.problem(str(e), indent + 1)
+                continue
             _inspect_file(artifact, report, indent + 1)
         return
     try:
-        import yaml
-
-        pipeline = yaml.safe_load(pipeline_file.read_text(encoding="utf-8"))
-    except Exception as e:  # noqa: BLE001 - yaml.YAMLError, UnicodeDecodeError, OSError
+        _, pipeline = read_pipeline(path)
+    except PipelineError as e:
+        report.problem(str(e), indent)
+        return
+    except OSError as e:  # unreadable (permissions), or gone since the check above
         report.problem(f"{pipeline_file}: cannot read: {e}", indent)
         return
-    if not isinstance(pipeline, dict):
-        report.problem(f"{pipeline_file}: expected a mapping, got {type(pipeline).__name__}", indent)
-        return
-    report.line(
-        f"pipeline {pipeline.get('name')} ({pipeline.get('format')} v{pipeline.get('version')}) in {path}", indent
-    )
-    producer = pipeline.get("producer") or {}
-    if isinstance(producer, dict) and producer:
-        report.line("producer: " + ", ".join(f"{k} {v}" for k, v in producer.items()), indent + 1)
-    report.line(f"inputs: {_tensor_list(pipeline.get('inputs'))}", indent + 1)
-    report.line(f"outputs: {_tensor_list(pipeline.get('outputs'))}", indent + 1)
-    for edge in pipeline.get("edges") or []:
-        if isinstance(edge, dict):
-            feedback = " (feedback)" if edge.get("feedback") else ""
-            report.line(
-                f"edge {edge.get('from_node')}.{edge.get('from_output')} -> "
-                f"{edge.get('to_node')}.{edge.get('to_input')}{feedback}",
-                indent + 1,
-            )
-    nodes = pipeline.get("nodes") or []
-    report.line(f"nodes: {len(nodes)}", indent + 1)
-    for node in nodes:
-        if isinstance(node, dict):
-            _inspect_pipeline_node(path, node, report, indent + 2)
+    report.line(f"pipeline {pipeline['name']} ({pipeline['format']} v{pipeline['version']}) in {path}", indent)
+    if pipeline["producer"]:
+        report.line("producer: " + ", ".join(f"{k} {v}" for k, v in pipeline["producer"].items()), indent + 1)
+    report.line(f"inputs: {_tensor_list(pipeline['inputs'])}", indent + 1)
+    report.line(f"outputs: {_tensor_list(pipeline['outputs'])}", indent + 1)
+    for edge in pipeline["edges"]:
+        feedback = " (feedback)" if edge.get("feedback") else ""
+        report.line(
+            f"edge {edge['from_node']}.{edge['from_output']} -> {edge['to_node']}.{edge['to_input']}{feedback}", indent + 1
+        )
+    report.line(f"nodes: {len(pipeline['nodes'])}", indent + 1)
+    for index, node in enumerate(pipeline["nodes"]):
+        _inspect_pipeline_node(path, index, node, report, indent + 2)
 
 
-def _inspect_pipeline_node(folder: Path, node: dict, report: _Report, indent: int) -> None:
-    name = node.get("name")
-    report.line(f"node {name}: backend {node.get('backend')}, artifact {node.get('artifact')}", indent)
-    report.line(f"inputs: {_tensor_list(node.get('inputs'))}", indent + 1)
-    report.line(f"outputs: {_tensor_list(node.get('outputs'))}", indent + 1)
-    segments = node.get("segments") or []
-    for seg in segments:
-        if isinstance(seg, dict):
-            report.line(f"segment {seg.get('id')}: digest {seg.get('digest')}, kernels {seg.get('kernels')}", indent + 1)
-    files = [{"path": node.get("artifact"), "sha256": node.get("sha256")}] + list(node.get("files") or [])
-    for entry in files:
-        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
-            report.problem(f"node {name}: artifact entry without a path: {entry!r}", indent + 1)
+def _inspect_pipeline_node(folder: Path, index: int, node: dict, report: _Report, indent: int) -> None:
+    """One checked node entry: its files (contained, present, sha256) and its artifact's contents."""
+    name = node["name"]
+    report.line(f"node {name}: backend {node['backend']}, artifact {node['artifact']}", indent)
+    report.line(f"inputs: {_tensor_list(node['inputs'])}", indent + 1)
+    report.line(f"outputs: {_tensor_list(node['outputs'])}", indent + 1)
+    for seg in node["segments"]:
+        report.line(f"segment {seg['id']}: digest {seg['digest']}, kernels {seg['kernels']}", indent + 1)
+    entries = [(node["artifact"], node["sha256"], f"nodes[{index}].artifact")] + [
+        (entry["path"], entry["sha256"], f"nodes[{index}].files[{i}].path") for i, entry in enumerate(node["files"])
+    ]
+    artifact = None
+    for number, (rel, expected, field) in enumerate(entries):
+        try:  # before anything touches the file: an outside path is refused, never reported missing or different
+            file = contained_path(folder, rel, f"node {name}: {PIPELINE_FILE} {field}")
+        except PipelineError as e:
+            report.problem(str(e), indent + 1)
             continue
-        file = folder / entry["path"]
         if not file.is_file():
-            report.problem(f"node {name}: {entry['path']} is missing", indent + 1)
+            report.problem(f"node {name}: {rel} is missing", indent + 1)
             continue
-        expected = entry.get("sha256")
-        if expected and _sha256_file(file) != expected:
-            report.problem(f"node {name}: {entry['path']} sha256 differs from pipeline.yaml's {expected}", indent + 1)
-    artifact = folder / str(node.get("artifact"))
-    if artifact.is_file():
+        if sha256_file(file) != expected:
+            report.problem(f"node {name}: {rel} sha256 differs from pipeline.yaml's {expected}", indent + 1)
+        if number == 0:
+            artifact = file
+    if artifact is not None:
         before = report.problems
         digests = _inspect_file(artifact, report, indent + 1)
-        for seg in segments:
-            if isinstance(seg, dict) and seg.get("digest") and seg["digest"] not in digests and report.problems == before:
+        for seg in node["segments"]:
+            if seg["digest"] not in digests and report.problems == before:
                 report.problem(
-                    f"node {name}: segment {seg.get('id')} (digest {seg['digest']}) is not in {artifact.name}", indent + 1
+                    f"node {name}: segment {seg['id']} (digest {seg['digest']}) is not in {artifact.name}", indent + 1
                 )
 
 

@@ -1,6 +1,7 @@
 """leapp/_export/pipeline_yaml.py: the ``pipeline.yaml`` that describes an export folder.
 
-Layout (``leapp.runtime.pipeline`` reads it; keys are stable, new keys may be added):
+Layout (schema, limits and reader: ``leapp.pipeline_format``, docs/pipeline-format.md;
+keys are stable, new keys may be added and readers ignore keys they do not know):
 
     format: leapp.pipeline
     version: 1
@@ -35,9 +36,17 @@ import torch
 
 from leapp._recorder.model import NodeRecord, SessionRecord, TensorSpec
 from leapp.errors import ExportError
-from leapp.runtime.pipeline import PIPELINE_FILE, PIPELINE_FORMAT, PIPELINE_VERSION, dtype_name, sha256_file
+from leapp.pipeline_format import (
+    PIPELINE_FILE,
+    PIPELINE_FORMAT,
+    PIPELINE_VERSION,
+    PipelineError,
+    dtype_name,
+    parse_description,
+    sha256_file,
+)
 
-__all__ = ["NodeArtifact", "describe_pipeline", "write_pipeline_yaml", "producer_versions"]
+__all__ = ["NodeArtifact", "describe_pipeline", "dump_pipeline_yaml", "write_pipeline_yaml", "producer_versions"]
 
 
 @dataclass
@@ -207,11 +216,30 @@ def describe_pipeline(record: SessionRecord, artifacts: list[NodeArtifact], fold
     }
 
 
-def write_pipeline_yaml(description: dict, folder: Path) -> Path:
-    """Writes ``folder/pipeline.yaml`` (``yaml.safe_dump``, keys in insertion order)."""
+def dump_pipeline_yaml(description: dict) -> str:
+    """The text of pipeline.yaml (``yaml.safe_dump``, keys in insertion order), after reading it back
+    through ``leapp.pipeline_format`` (schema, cross-references, limits) and comparing: leapp never
+    writes a file that ``leapp.load`` would refuse or read differently."""
     import yaml
 
+    class Dumper(yaml.SafeDumper):
+        def ignore_aliases(self, data):  # an object met twice is written twice: readers refuse aliases
+            return True
+
+    text = yaml.dump(description, Dumper=Dumper, sort_keys=False, default_flow_style=None, width=120)
+    try:
+        read_back = parse_description(text.encode("utf-8"), PIPELINE_FILE)
+    except PipelineError as e:
+        raise ExportError(f"session '{description.get('name')}': leapp would write an invalid {e}") from e
+    if read_back != description:
+        raise ExportError(f"session '{description.get('name')}': {PIPELINE_FILE} does not read back as written")
+    return text
+
+
+def write_pipeline_yaml(description: dict, folder: Path) -> Path:
+    """Writes ``folder/pipeline.yaml`` (``dump_pipeline_yaml``)."""
     path = Path(folder) / PIPELINE_FILE
+    text = dump_pipeline_yaml(description)
     with open(path, "w", encoding="utf-8") as f:
-        yaml.safe_dump(description, f, sort_keys=False, default_flow_style=None, width=120)
+        f.write(text)
     return path

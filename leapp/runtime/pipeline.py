@@ -1,11 +1,13 @@
 """leapp/runtime/pipeline.py: loading and running an exported pipeline folder (``leapp.load``).
 
 ``pipeline.yaml`` lists the nodes in execution order, their artifacts (with
-sha256), I/O specs and the data-flow edges. ``load`` checks every artifact's
-digest, opens each node with its real runtime (ONNX Runtime with leapp's op
-library, ``torch.export.load``, or TorchScript) and wires the nodes by the
-edges. The same per-node runners serve ``leapp._export.validate``, so
-validation exercises exactly what users load.
+sha256), I/O specs and the data-flow edges; ``leapp.pipeline_format`` reads
+and checks it completely (schema, cross-references, limits). ``load`` then
+checks every artifact's path (it must stay in the folder) and digest, opens
+each node with its real runtime (ONNX Runtime with leapp's op library,
+``torch.export.load``, or TorchScript) and wires the nodes by the edges.
+The same per-node runners serve ``leapp._export.validate``, so validation
+exercises exactly what users load.
 
 NOTE: all values crossing node boundaries are torch tensors; ONNX nodes are
 fed through IO binding (no numpy round trip, every dtype including bfloat16).
@@ -13,7 +15,6 @@ fed through IO binding (no numpy round trip, every dtype including bfloat16).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,17 @@ from typing import Any
 
 import torch
 
-from leapp.errors import LeappError
+from leapp.errors import LeappError, RuntimeLibraryNotFound
+from leapp.pipeline_format import (
+    PIPELINE_FILE,
+    PIPELINE_FORMAT,
+    PIPELINE_VERSION,
+    PipelineError,
+    contained_path,
+    dtype_name,
+    read_pipeline,
+    sha256_file,
+)
 
 __all__ = [
     "PIPELINE_FILE",
@@ -36,29 +47,6 @@ __all__ = [
     "make_runner",
     "sha256_file",
 ]
-
-PIPELINE_FILE = "pipeline.yaml"
-PIPELINE_FORMAT = "leapp.pipeline"
-PIPELINE_VERSION = 1
-_CHUNK = 1 << 20
-
-
-class PipelineError(LeappError):
-    """An exported pipeline folder is inconsistent, or a run got wrong inputs."""
-
-
-def sha256_file(path: str | Path) -> str:
-    """Hex sha256 of a file, read in chunks (artifacts may be gigabytes)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    """'float32' for torch.float32 (the names pipeline.yaml and bundle signatures use)."""
-    return str(dtype).removeprefix("torch.")
 
 
 def _dtype(name: str, where: str) -> torch.dtype:
@@ -78,10 +66,8 @@ class IOSpec:
 
     @classmethod
     def from_yaml(cls, entry: Mapping, where: str) -> IOSpec:
-        try:
-            return cls(str(entry["name"]), _dtype(entry["dtype"], where), tuple(int(d) for d in entry["shape"]))
-        except (KeyError, TypeError, ValueError) as e:
-            raise PipelineError(f"{where}: malformed I/O entry {dict(entry)!r}: {e}") from e
+        """From an entry that ``leapp.pipeline_format`` has checked (name, dtype, shape)."""
+        return cls(str(entry["name"]), _dtype(entry["dtype"], where), tuple(int(d) for d in entry["shape"]))
 
     def describe(self) -> str:
         return f"{dtype_name(self.dtype)}{list(self.shape)}"
@@ -380,29 +366,13 @@ class Pipeline:
 
 
 def read_description(path: str | Path) -> tuple[Path, dict]:
-    """(folder, parsed pipeline.yaml) for a pipeline folder or its pipeline.yaml."""
-    import yaml
-
-    path = Path(path)
-    folder = path.parent if path.is_file() else path
-    file = folder / PIPELINE_FILE
-    if not file.is_file():
-        raise FileNotFoundError(f"leapp.load: no {PIPELINE_FILE} in {folder}")
-    with open(file, encoding="utf-8") as f:
-        desc = yaml.safe_load(f)
-    if not isinstance(desc, dict) or desc.get("format") != PIPELINE_FORMAT:
-        raise PipelineError(f"{file}: not a leapp pipeline description (format must be {PIPELINE_FORMAT!r})")
-    version = desc.get("version")
-    if version != PIPELINE_VERSION:
-        raise PipelineError(f"{file}: unsupported pipeline.yaml version {version!r} (this leapp reads {PIPELINE_VERSION})")
-    return folder, desc
+    """(folder, checked pipeline.yaml) for a pipeline folder or its pipeline.yaml (``leapp.pipeline_format``)."""
+    return read_pipeline(path)
 
 
-def verify_file(folder: Path, rel: str, expected: str, where: str) -> Path:
-    """``folder/rel`` after checking it exists and has sha256 ``expected``."""
-    path = (folder / rel).resolve()
-    if folder.resolve() not in path.parents:
-        raise PipelineError(f"{where}: artifact path {rel!r} leaves the pipeline folder {folder}")
+def verify_file(folder: Path, rel: str, expected: str, where: str, field: str = "artifact") -> Path:
+    """``folder/rel`` after checking it stays in the folder (before any open), exists and has sha256 ``expected``."""
+    path = contained_path(folder, rel, f"{field} ({where})")
     if not path.is_file():
         raise PipelineError(f"{where}: artifact {path} is missing")
     actual = sha256_file(path)
@@ -423,52 +393,55 @@ def load(path: str | Path, *, cuda_graphs: bool = False) -> Pipeline:
     that node (docs/runtime.md, "CUDA graphs").
 
     Raises:
-        PipelineError: a digest mismatch (naming the file and both digests), a
-            malformed pipeline.yaml or an artifact the runtime rejects.
+        FileNotFoundError: the folder has no pipeline.yaml.
+        PipelineError: a pipeline.yaml that breaks its schema or limits (naming the file and
+            field), a path leaving the folder, a digest mismatch (naming the file and both
+            digests), or an artifact its runtime cannot open (naming the node and the file).
         RuntimeLibraryNotFound: a node with Warp segments needs a missing op library.
     """
-    folder, desc = read_description(path)
-    name = str(desc.get("name", folder.name))
+    folder, desc = read_pipeline(path)
+    name = desc["name"]
+    yaml_file = folder / PIPELINE_FILE
     nodes: dict[str, PipelineNode] = {}
-    for entry in desc.get("nodes") or []:
-        node_name = str(entry["name"])
+    for index, entry in enumerate(desc["nodes"]):
+        node_name = entry["name"]
         where = f"pipeline '{name}' node '{node_name}'"
-        artifact = verify_file(folder, entry["artifact"], entry["sha256"], where)
-        for extra in entry.get("files") or []:
-            verify_file(folder, extra["path"], extra["sha256"], where)
-        inputs = [IOSpec.from_yaml(e, where) for e in entry.get("inputs") or []]
-        outputs = [IOSpec.from_yaml(e, where) for e in entry.get("outputs") or []]
-        segments = list(entry.get("segments") or [])
-        runner = make_runner(
-            entry["backend"], artifact, inputs, outputs, entry.get("device", "cpu"), has_segments=bool(segments),
-            cuda_graphs=cuda_graphs,
-        )
+        artifact = verify_file(folder, entry["artifact"], entry["sha256"], where, f"{yaml_file}: nodes[{index}].artifact")
+        for i, extra in enumerate(entry["files"]):
+            verify_file(folder, extra["path"], extra["sha256"], where, f"{yaml_file}: nodes[{index}].files[{i}].path")
+        inputs = [IOSpec.from_yaml(e, where) for e in entry["inputs"]]
+        outputs = [IOSpec.from_yaml(e, where) for e in entry["outputs"]]
+        segments = list(entry["segments"])
+        try:
+            runner = make_runner(
+                entry["backend"], artifact, inputs, outputs, entry["device"], has_segments=bool(segments),
+                cuda_graphs=cuda_graphs,
+            )
+        except RuntimeLibraryNotFound:
+            raise
+        except Exception as e:  # torch, zipfile, protobuf and ORT errors have no common base
+            raise PipelineError(
+                f"{where}: cannot open {artifact} ({entry['backend']}; is the file corrupt or truncated?): "
+                f"{type(e).__name__}: {e}"
+            ) from e
         nodes[node_name] = PipelineNode(node_name, entry["backend"], artifact, inputs, outputs, segments, runner)
     pipeline_inputs, outputs = _wire(name, nodes, desc)
     return Pipeline(name, folder, nodes, pipeline_inputs, outputs, desc)
 
 
 def _wire(name: str, nodes: dict[str, PipelineNode], desc: dict) -> tuple[dict[str, IOSpec], dict[str, tuple[str, str]]]:
-    """Fills each node's input sources from the edges; returns (pipeline inputs, final outputs)."""
-    order = list(nodes)
-    for edge in desc.get("edges") or []:
-        src, out, dst, inp = edge["from_node"], edge["from_output"], edge["to_node"], edge["to_input"]
-        if src not in nodes or dst not in nodes:
-            raise PipelineError(f"pipeline '{name}': edge {edge} names an unknown node")
-        if edge.get("feedback"):
-            continue  # state carried between runs by the caller: a pipeline input and output
-        if order.index(src) >= order.index(dst):
-            raise PipelineError(f"pipeline '{name}': edge {edge} goes backwards (nodes run in the listed order)")
-        nodes[dst].sources[inp] = (src, out)
+    """Fills each node's input sources from the edges; returns (pipeline inputs, final outputs).
+
+    ``desc`` has been checked: every name it uses exists and every node input is fed once.
+    """
+    for edge in desc["edges"]:
+        if not edge.get("feedback", False):  # feedback: state carried between runs by the caller
+            nodes[edge["to_node"]].sources[edge["to_input"]] = (edge["from_node"], edge["from_output"])
     pipeline_inputs: dict[str, IOSpec] = {}
-    for entry in desc.get("inputs") or []:
+    for entry in desc["inputs"]:
         spec = IOSpec.from_yaml(entry, f"pipeline '{name}' inputs")
         pipeline_inputs[spec.name] = spec
-        for consumer in entry.get("consumers") or []:
+        for consumer in entry["consumers"]:
             nodes[consumer["node"]].sources[consumer["input"]] = spec.name
-    for node in nodes.values():
-        unfed = [s.name for s in node.inputs if s.name not in node.sources]
-        if unfed:
-            raise PipelineError(f"pipeline '{name}': inputs {unfed} of node '{node.name}' are fed by nothing")
-    outputs = {str(e["name"]): (str(e["node"]), str(e["output"])) for e in desc.get("outputs") or []}
+    outputs = {e["name"]: (e["node"], e["output"]) for e in desc["outputs"]}
     return pipeline_inputs, outputs

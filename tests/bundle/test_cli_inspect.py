@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
+import zipfile
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -171,19 +174,34 @@ def _sha(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_inspect_export_folder(tmp_path, capsys):
+def _export_folder(tmp_path) -> dict:
+    """obs.onnx (one WarpSegment) and a complete pipeline.yaml for it, as leapp writes them."""
     onnx.save(onnx_model(), str(tmp_path / "obs.onnx"))
+    def spec():
+        return {"name": "x", "dtype": "float32", "shape": [4]}
+
     pipeline = {
         "format": "leapp.pipeline", "version": 1, "name": "go2",
         "producer": {"leapp": "0.1.0", "warp": "1.19.0"},
         "nodes": [{"name": "obs", "backend": "onnx", "artifact": "obs.onnx", "sha256": _sha(tmp_path / "obs.onnx"),
-                   "files": [], "inputs": [{"name": "x", "dtype": "float32", "shape": [4]}],
-                   "outputs": [{"name": "z", "dtype": "float32", "shape": [4]}],
-                   "segments": [{"id": "obs/warp_segment_0", "digest": DIGEST, "kernels": ["example_scale"]}]}],
-        "edges": [], "inputs": [{"name": "x", "dtype": "float32", "shape": [4]}],
+                   "files": [], "source": "go2.py:10", "device": "cuda:0",
+                   "inputs": [spec()], "outputs": [{"name": "z", "dtype": "float32", "shape": [4]}],
+                   "segments": [{"id": "obs/warp_segment_0", "source": "go2.py:12", "device": "cuda:0",
+                                 "digest": DIGEST, "kernels": ["example_scale"], "producer": {"warp": "1.19.0"}}]}],
+        "edges": [], "inputs": [spec() | {"consumers": [{"node": "obs", "input": "x"}]}],
         "outputs": [{"name": "z", "node": "obs", "output": "z", "dtype": "float32", "shape": [4]}],
+        "constants": [],
     }
-    (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(pipeline))
+    _write_pipeline(tmp_path, pipeline)
+    return pipeline
+
+
+def _write_pipeline(folder, pipeline) -> None:
+    (folder / "pipeline.yaml").write_text(yaml.safe_dump(pipeline, sort_keys=False))
+
+
+def test_inspect_export_folder(tmp_path, capsys):
+    pipeline = _export_folder(tmp_path)
     code, out = run("inspect", str(tmp_path), capsys=capsys)
     assert code == 0, out
     lines = [line.strip() for line in out.splitlines()]
@@ -196,7 +214,7 @@ def test_inspect_export_folder(tmp_path, capsys):
     pipeline["nodes"][0]["sha256"] = "0" * 64
     pipeline["nodes"][0]["segments"][0]["digest"] = "f" * 64
     pipeline["nodes"][0]["files"] = [{"path": "obs.data", "sha256": "0" * 64}]
-    (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(pipeline))
+    _write_pipeline(tmp_path, pipeline)
     code, out = run("inspect", str(tmp_path), capsys=capsys)
     assert code == 1
     assert f"error: node obs: obs.onnx sha256 differs from pipeline.yaml's {'0' * 64}" in out
@@ -236,3 +254,119 @@ def test_usage_error(capsys):
     with pytest.raises(SystemExit) as info:
         cli.main([])
     assert info.value.code == 2
+
+
+# --- hostile and damaged inputs --------------------------------------------------------------------------------
+
+
+def test_inspect_refuses_a_malformed_pipeline_yaml(tmp_path, capsys):
+    """A truncated file once described a pipeline of 0 nodes and exited 0."""
+    _export_folder(tmp_path)
+    text = (tmp_path / "pipeline.yaml").read_text()
+    (tmp_path / "pipeline.yaml").write_text("".join(text.splitlines(keepends=True)[:5]))
+    code, out = run("inspect", str(tmp_path), capsys=capsys)
+    assert code == 1 and out.startswith(f"error: {tmp_path / 'pipeline.yaml'}: "), out
+    (tmp_path / "pipeline.yaml").write_text(text.replace("  sha256:", "  sha257:", 1))
+    code, out = run("inspect", str(tmp_path), capsys=capsys)
+    assert (code, out) == (1, f"error: {tmp_path / 'pipeline.yaml'}: nodes[0].sha256: missing\n")
+
+
+def test_inspect_refuses_an_alias_bomb(tmp_path, capsys):
+    lines = ["format: leapp.pipeline", "version: 1", "a: &a [x, x, x, x, x, x, x, x, x]"]
+    for prev, name in zip("abcdefgh", "bcdefghi"):
+        lines.append(f"{name}: &{name} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    lines.append("nodes: [{name: *i}]")
+    (tmp_path / "pipeline.yaml").write_text("\n".join(lines) + "\n")
+    code, out = run("inspect", str(tmp_path), capsys=capsys)
+    assert code == 1 and "line 3, column 4: YAML anchor &a (leapp never writes anchors" in out and len(out) < 300, out
+
+
+def _outside_variants(tmp_path):
+    """(label, mutate) pairs pointing a node's artifact or files[0] outside the export folder."""
+    return [
+        ("artifact ../", lambda p, name: p["nodes"][0].update(artifact=f"../{name}")),
+        ("artifact absolute", lambda p, name: p["nodes"][0].update(artifact=str(tmp_path / name))),
+        ("files ../", lambda p, name: p["nodes"][0].update(files=[{"path": f"../{name}", "sha256": "0" * 64}])),
+        ("symlink", None),
+    ]
+
+
+def test_inspect_is_no_oracle_for_files_outside_the_folder(tmp_path, capsys, monkeypatch):
+    """An outside path is refused before any open: the same report whether the file exists, matches or not."""
+    folder = tmp_path / "export"
+    folder.mkdir()
+    _export_folder(folder)
+    (tmp_path / "secret.onnx").write_bytes((folder / "obs.onnx").read_bytes())
+    secret_sha = _sha(tmp_path / "secret.onnx")
+    opened = []
+    real = cli.sha256_file
+    monkeypatch.setattr(cli, "sha256_file", lambda p: opened.append(p) or real(p))
+    for label, mutate in _outside_variants(tmp_path):
+        reports = []
+        for name in ("secret.onnx", "absent.onnx"):  # exists (same sha256 as recorded) / does not exist
+            pipeline = _export_folder(folder)
+            pipeline["nodes"][0]["sha256"] = secret_sha
+            if mutate is None:
+                (folder / "link.onnx").unlink(missing_ok=True)
+                os.symlink(tmp_path / name, folder / "link.onnx")
+                pipeline["nodes"][0]["artifact"] = "link.onnx"
+            else:
+                mutate(pipeline, name)
+            _write_pipeline(folder, pipeline)
+            opened.clear()
+            code, out = run("inspect", str(folder), capsys=capsys)
+            assert code == 1, (label, out)
+            assert "leaves the pipeline folder" in out and "missing" not in out and "differs" not in out, (label, out)
+            assert not any(Path(p).name == name for p in opened), (label, opened)
+            reports.append(out.replace(name, "NAME"))
+        assert reports[0] == reports[1], label
+
+
+def test_inspect_without_pipeline_yaml_does_not_follow_symlinks_out(tmp_path, capsys):
+    folder = tmp_path / "export"
+    folder.mkdir()
+    onnx.save(onnx_model(), str(tmp_path / "secret.onnx"))
+    os.symlink(tmp_path / "secret.onnx", folder / "a.onnx")
+    code, out = run("inspect", str(folder), capsys=capsys)
+    assert code == 1 and "path 'a.onnx' leaves the pipeline folder" in out and "ONNX model" not in out, out
+
+
+def test_inspect_truncated_pt2_is_corrupt(tmp_path, capsys):
+    """Cut where the archive's sample-inputs .pt (a zip inside) ends, zipfile opened the inner archive
+    and inspect exited 0 with '0 calls'. Every truncation must now exit 1 saying the file is corrupt."""
+    data = _pt2(tmp_path).read_bytes()
+    path = tmp_path / "cut.pt2"
+    inner_opened = 0
+    for size in sorted(set(range(0, len(data), max(1, len(data) // 97))) | {len(data) - 1, len(data) - 22}):
+        path.write_bytes(data[:size])
+        try:
+            zipfile.ZipFile(path).close()
+            inner_opened += 1
+        except zipfile.BadZipFile:
+            pass
+        code, out = run("inspect", str(path), capsys=capsys)
+        assert code == 1 and f"error: {path}: corrupt or truncated" in out, (size, out)
+    assert inner_opened, "no cut opened as a zip: the nested-archive case was not exercised"
+
+
+def test_inspect_pt2_with_a_damaged_entry_is_corrupt(tmp_path, capsys):
+    """A flipped byte inside a stored entry fails its CRC: once an uncaught BadZipFile traceback."""
+    path = _pt2(tmp_path)
+    with zipfile.ZipFile(path) as archive:
+        info = next(i for i in archive.infolist() if i.filename.endswith("models/model.json"))
+    data = bytearray(path.read_bytes())
+    name_length, extra_length = int.from_bytes(data[info.header_offset + 26:][:2], "little"), \
+        int.from_bytes(data[info.header_offset + 28:][:2], "little")  # the local header's own lengths
+    start = info.header_offset + 30 + name_length + extra_length
+    data[start + 10] ^= 0x20
+    path.write_bytes(bytes(data))
+    code, out = run("inspect", str(path), capsys=capsys)
+    assert code == 1 and f"error: {path}: corrupt or truncated PT2 archive: BadZipFile: Bad CRC-32" in out, out
+
+
+def test_inspect_empty_onnx_is_corrupt(tmp_path, capsys):
+    """protobuf parses an empty file as an empty model, which inspect described with exit status 0."""
+    path = tmp_path / "obs.onnx"
+    path.write_bytes(b"")
+    code, out = run("inspect", str(path), capsys=capsys)
+    assert code == 1 and f"error: {path}: corrupt or truncated: the ONNX checker refuses it" in out, out

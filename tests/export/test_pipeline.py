@@ -214,3 +214,128 @@ def test_running_a_segment_without_a_driver_fails_clearly(tmp_path):
         rt.load(tmp_path / "a")(x=torch.zeros(4))
     with pytest.raises(PipelineError, match=r"(?s)node 'obs' \(obs.pt2\).*obs/warp_segment_0.*CUDA"):
         rt.load(tmp_path / "b")(x=torch.zeros(4))
+
+
+# --- hostile and damaged export folders ----------------------------------------------------------------------
+
+
+def _copy(chain, tmp_path):
+    import shutil
+
+    folder = tmp_path / "copy"
+    shutil.copytree(chain[0], folder)
+    return folder
+
+
+def test_truncated_pipeline_yaml_is_refused_at_every_line(chain, tmp_path):
+    """Once, the first 5 lines loaded as a pipeline of 0 nodes and a cut before 'outputs:' returned {}."""
+    folder = _copy(chain, tmp_path)
+    file = folder / "pipeline.yaml"
+    lines = file.read_text().splitlines(keepends=True)
+    for keep in range(len(lines)):
+        file.write_text("".join(lines[:keep]))
+        with pytest.raises(PipelineError, match=rf"^{file}: "):
+            rt.load(folder)
+    file.write_text("".join(lines[:5]))
+    with pytest.raises(PipelineError, match=rf"^{file}: (nodes|edges)"):
+        rt.load(folder)
+    file.write_text("".join(lines[:next(i for i, line in enumerate(lines) if line.startswith("outputs:"))]))
+    with pytest.raises(PipelineError, match=rf"^{file}: outputs: missing"):
+        rt.load(folder)
+
+
+def test_missing_field_names_the_file_and_field(chain, tmp_path):
+    """Once a bare KeyError: 'sha256'."""
+    folder = _copy(chain, tmp_path)
+    desc = yaml.safe_load((folder / "pipeline.yaml").read_text())
+    del desc["nodes"][1]["sha256"]
+    (folder / "pipeline.yaml").write_text(yaml.safe_dump(desc, sort_keys=False))
+    with pytest.raises(PipelineError, match=rf"^{folder / 'pipeline.yaml'}: nodes\[1\]\.sha256: missing$"):
+        rt.load(folder)
+
+
+def test_a_duplicate_key_cannot_hide_a_field(chain, tmp_path):
+    """PyYAML keeps the last of two equal keys; a second 'artifact' would silently win."""
+    folder = _copy(chain, tmp_path)
+    file = folder / "pipeline.yaml"
+    file.write_text(file.read_text().replace("  artifact: policy.onnx\n", "  artifact: policy.onnx\n  artifact: pre.pt2\n"))
+    with pytest.raises(PipelineError, match=r"line \d+, column 3: not valid YAML: the key 'artifact' first given .* given twice"):
+        rt.load(folder)
+
+
+def test_alias_bomb_is_refused(tmp_path):
+    """A 700-byte file that PyYAML's safe loader expands to 9**9 strings drove leapp.load to MemoryError."""
+    lines = ["format: leapp.pipeline", "version: 1", "name: bomb", "a: &a [x, x, x, x, x, x, x, x, x]"]
+    for prev, name in zip("abcdefgh", "bcdefghi"):
+        lines.append(f"{name}: &{name} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    lines.append("nodes: [{name: n, inputs: [{name: *i, dtype: float32, shape: [1]}]}]")
+    (tmp_path / "pipeline.yaml").write_text("\n".join(lines) + "\n")
+    with pytest.raises(PipelineError, match=r"pipeline.yaml: line 4, column 4: YAML anchor &a"):
+        rt.load(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (("nodes", 1, "inputs", 0, "shape", 1), -5, r"nodes\[1\]\.inputs\[0\]\.shape\[1\]: -5 is below 0"),
+        (("nodes", 0, "outputs", 0, "dtype"), "float31", r"nodes\[0\]\.outputs\[0\]\.dtype: 'float31' is not one of "),
+        (("nodes", 0, "device"), "gpu", r"nodes\[0\]\.device: 'gpu' is not 'cpu' or 'cuda:N'"),
+        (("edges", 0, "from_output"), "nope", r"edges\[0\]\.from_output: node 'pre' has no output 'nope'"),
+        (("inputs", 0, "consumers", 0, "node"), "post", r"inputs\[0\]\.consumers\[0\]\.input: node 'post' has no input 'obs'"),
+        (("nodes", 2, "name"), "pre", r"nodes\[2\]\.name: node 'pre' is also nodes\[0\]"),
+        (("version",), "1", r"unsupported pipeline.yaml version '1'"),
+    ],
+)
+def test_malformed_fields_are_refused_before_anything_opens(chain, tmp_path, path, value, message):
+    folder = _copy(chain, tmp_path)
+    desc = yaml.safe_load((folder / "pipeline.yaml").read_text())
+    target = desc
+    for part in path[:-1]:
+        target = target[part]
+    target[path[-1]] = value
+    (folder / "pipeline.yaml").write_text(yaml.safe_dump(desc, sort_keys=False))
+    with pytest.raises(PipelineError, match=rf"^{folder / 'pipeline.yaml'}: {message}"):
+        rt.load(folder)
+
+
+def test_top_level_must_be_a_mapping(tmp_path):
+    (tmp_path / "pipeline.yaml").write_text("- format: leapp.pipeline\n")
+    with pytest.raises(PipelineError, match=r"pipeline.yaml: expected a mapping at the top level, got a list"):
+        rt.load(tmp_path)
+
+
+def test_paths_leaving_the_folder_are_refused_before_hashing(chain, tmp_path, monkeypatch):
+    import os
+
+    folder = _copy(chain, tmp_path)
+    (tmp_path / "outside.onnx").write_bytes((folder / "policy.onnx").read_bytes())
+    os.symlink(tmp_path / "outside.onnx", folder / "link.onnx")
+    hashed = []
+    real = rt.sha256_file
+    monkeypatch.setattr(rt, "sha256_file", lambda p: hashed.append(p) or real(p))
+    desc = yaml.safe_load((folder / "pipeline.yaml").read_text())
+    for field, value in [("artifact", "link.onnx"), ("artifact", str(tmp_path / "outside.onnx")),
+                         ("files", [{"path": "../outside.onnx", "sha256": "0" * 64}])]:
+        changed = yaml.safe_load(yaml.safe_dump(desc))
+        changed["nodes"][1][field] = value
+        (folder / "pipeline.yaml").write_text(yaml.safe_dump(changed, sort_keys=False))
+        hashed.clear()
+        with pytest.raises(PipelineError, match=r"nodes\[1\]\.(artifact|files\[0\]\.path) \(pipeline 'chain' node "
+                                                r"'policy'\): path .* leaves the pipeline folder"):
+            rt.load(folder)
+        assert all(tmp_path / "outside.onnx" != p for p in hashed)
+
+
+@pytest.mark.parametrize(("node", "artifact"), [("pre", "pre.pt2"), ("policy", "policy.onnx"), ("post", "post.pt")])
+def test_truncated_artifact_with_a_rewritten_sha256_names_node_and_file(chain, tmp_path, node, artifact):
+    """Once a raw BadZipFile (PT2), a torch RuntimeError (TorchScript) or an ORT error without the node."""
+    folder = _copy(chain, tmp_path)
+    path = folder / artifact
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    text = (folder / "pipeline.yaml").read_text()
+    (folder / "pipeline.yaml").write_text(text.replace(rt.sha256_file(chain[0] / artifact), rt.sha256_file(path)))
+    with pytest.raises(PipelineError, match=rf"^pipeline 'chain' node '{node}': cannot open {path} \(.*is the file "
+                                            r"corrupt or truncated\?\): ") as info:
+        rt.load(folder)
+    assert info.value.__cause__ is not None

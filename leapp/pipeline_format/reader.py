@@ -1,0 +1,351 @@
+"""leapp/pipeline_format/reader.py: reading ``pipeline.yaml`` safely and checking it completely.
+
+``pipeline.yaml`` is untrusted input (an export folder may come from anywhere),
+so it is read in four steps, each refusing with a PipelineError that names the
+file and the field (``nodes[2].inputs[0].shape``) or the line:
+
+1. at most MAX_FILE_BYTES of UTF-8 text;
+2. a streaming pass over the YAML events that refuses aliases, anchors and
+   explicit tags (leapp never writes them; aliases are how a 700-byte file
+   expands to gigabytes) and documents nested deeper than MAX_DEPTH or with
+   more than MAX_VALUES values, before anything is composed;
+3. a SafeLoader that refuses duplicate and non-string keys (PyYAML would keep
+   the last of two equal keys silently) and resolves only JSON's scalar
+   types (no timestamps, no merge keys);
+4. the JSON Schema (``pipeline.schema.json``, ``jsonschema``), then what a
+   schema cannot say: unique names, and edges, pipeline inputs and outputs
+   that name existing nodes, inputs and outputs with the same dtype and shape,
+   every node input fed exactly once, edges in execution order unless marked
+   ``feedback``.
+
+The writer (``leapp._export.pipeline_yaml``) checks what it writes with the
+same functions, so a file leapp wrote always reads back equal.
+"""
+
+from __future__ import annotations
+
+import functools
+import reprlib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .format import (
+    MAX_DEPTH,
+    MAX_FILE_BYTES,
+    MAX_VALUES,
+    PIPELINE_FILE,
+    PIPELINE_FORMAT,
+    PIPELINE_VERSION,
+    PipelineError,
+    schema,
+)
+from .paths import contained_path
+
+__all__ = ["read_pipeline", "parse_description", "validate_description", "field_path"]
+
+_short = reprlib.Repr()
+_short.maxstring = 60
+_short.maxother = 60
+_short.maxlist = _short.maxdict = 4
+_short.maxlevel = 2
+
+
+def field_path(parts: Iterable[str | int]) -> str:
+    """``nodes[2].inputs[0].shape`` for ('nodes', 2, 'inputs', 0, 'shape')."""
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def read_pipeline(path: str | Path) -> tuple[Path, dict]:
+    """(folder, checked description) for a pipeline folder or its pipeline.yaml.
+
+    Raises:
+        FileNotFoundError: the folder has no pipeline.yaml.
+        PipelineError: pipeline.yaml leaves the folder (a symlink), is too large, is not
+            YAML leapp could have written, or breaks the schema or its cross-references.
+    """
+    path = Path(path)
+    folder = path.parent if path.is_file() else path
+    file = folder / PIPELINE_FILE
+    if not file.is_file():  # also refuses FIFOs and devices, which would block or never end
+        raise FileNotFoundError(f"no {PIPELINE_FILE} in {folder}")
+    contained_path(folder, PIPELINE_FILE, str(file))
+    with open(file, "rb") as f:
+        data = f.read(MAX_FILE_BYTES + 1)
+    return folder, parse_description(data, file)
+
+
+def parse_description(data: bytes | str, file: str | Path = PIPELINE_FILE) -> dict:
+    """The checked description held by ``data`` (the bytes of ``file``)."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    if len(data) > MAX_FILE_BYTES:
+        raise PipelineError(f"{file}: larger than {MAX_FILE_BYTES} bytes (leapp writes a few KiB per node)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PipelineError(f"{file}: not UTF-8 text (byte {e.start}: {e.reason})") from e
+    description = _load_yaml(text, file)
+    validate_description(description, file)
+    return description
+
+
+def validate_description(description: Any, file: str | Path = PIPELINE_FILE) -> None:
+    """Checks a parsed description against the schema and its cross-references; raises PipelineError."""
+    if not isinstance(description, dict):
+        raise PipelineError(f"{file}: expected a mapping at the top level, got {_describe(description)}")
+    if description.get("format") != PIPELINE_FORMAT:
+        raise PipelineError(f"{file}: not a leapp pipeline description (format must be {PIPELINE_FORMAT!r})")
+    version = description.get("version")
+    if type(version) is not int or version != PIPELINE_VERSION:
+        raise PipelineError(f"{file}: unsupported pipeline.yaml version {version!r} (this leapp reads {PIPELINE_VERSION})")
+    _check_schema(description, file)
+    _check_references(description, file)
+
+
+# --- YAML --------------------------------------------------------------------------------------------
+
+
+def _yaml():
+    import yaml
+
+    return yaml
+
+
+@functools.cache
+def _loader_class():
+    """A (C when available) SafeLoader that refuses duplicate and non-string keys and resolves JSON's scalars only."""
+    yaml = _yaml()
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    dropped = {"tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:merge", "tag:yaml.org,2002:value"}
+    resolvers = {
+        first: [(tag, regexp) for tag, regexp in entries if tag not in dropped]
+        for first, entries in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+
+    class StrictLoader(base):
+        yaml_implicit_resolvers = resolvers
+
+        def construct_mapping(self, node, deep=False):
+            seen = {}
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != "tag:yaml.org,2002:str":
+                    raise yaml.constructor.ConstructorError(
+                        None, None, "a mapping key that is not a string", key_node.start_mark
+                    )
+                if key_node.value in seen:
+                    raise yaml.constructor.ConstructorError(
+                        f"the key {key_node.value!r} first given", seen[key_node.value],
+                        f"key {key_node.value!r} given twice", key_node.start_mark,
+                    )
+                seen[key_node.value] = key_node.start_mark
+            return super().construct_mapping(node, deep)
+
+    return StrictLoader
+
+
+def _mark(mark) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "?"
+
+
+def _check_events(text: str, file) -> None:
+    """Refuses aliases, anchors, tags, extra documents, nesting > MAX_DEPTH and > MAX_VALUES values."""
+    yaml = _yaml()
+    depth = values = documents = 0
+    for event in yaml.parse(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+        where = f"{file}: {_mark(event.start_mark)}"
+        if isinstance(event, yaml.DocumentStartEvent):
+            documents += 1
+            if documents > 1:
+                raise PipelineError(f"{where}: a second YAML document (pipeline.yaml holds one)")
+        if not isinstance(event, yaml.NodeEvent):
+            if isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+            continue
+        if isinstance(event, yaml.AliasEvent):
+            raise PipelineError(f"{where}: YAML alias *{event.anchor} (leapp never writes aliases; they are refused)")
+        if event.anchor is not None:
+            raise PipelineError(f"{where}: YAML anchor &{event.anchor} (leapp never writes anchors; they are refused)")
+        if event.tag is not None:
+            raise PipelineError(f"{where}: YAML tag {event.tag} (leapp never writes tags; they are refused)")
+        values += 1
+        if values > MAX_VALUES:
+            raise PipelineError(f"{where}: more than {MAX_VALUES} values")
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise PipelineError(f"{where}: nested deeper than {MAX_DEPTH} levels")
+
+
+def _load_yaml(text: str, file) -> Any:
+    yaml = _yaml()
+    try:
+        _check_events(text, file)
+        document = yaml.load(text, Loader=_loader_class())
+    except yaml.MarkedYAMLError as e:
+        context = f"{e.context} ({_mark(e.context_mark)}): " if e.context and e.context_mark is not None else ""
+        raise PipelineError(f"{file}: {_mark(e.problem_mark)}: not valid YAML: {context}{e.problem}") from e
+    except yaml.YAMLError as e:
+        raise PipelineError(f"{file}: not valid YAML: {e}") from e
+    if document is None:
+        raise PipelineError(f"{file}: empty")
+    return document
+
+
+# --- the schema ----------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _validator():
+    from jsonschema import Draft202012Validator, validators
+
+    Draft202012Validator.check_schema(schema())
+    # "integer" is a YAML integer: 4.0 is a float and True a boolean, neither a dimension
+    types = Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool)
+    )
+    return validators.extend(Draft202012Validator, type_checker=types)(schema())
+
+
+_TYPE_WORDS = {
+    "object": "a mapping",
+    "array": "a list",
+    "string": "a string",
+    "integer": "an integer",
+    "boolean": "true or false",
+    "number": "a number",
+}
+
+
+def _describe(value: Any) -> str:
+    kind = {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+            float: "a float", type(None): "null"}.get(type(value), type(value).__name__)
+    return f"{kind} {_short.repr(value)}" if value is not None else kind
+
+
+def _error_text(error) -> tuple[str, str]:
+    """(field, what is wrong) for one jsonschema error, without printing whole subtrees."""
+    path = list(error.absolute_path)
+    kind, expected, value = error.validator, error.validator_value, error.instance
+    if kind == "required":
+        missing = next((key for key in expected if key not in value), expected[0])
+        return field_path(path + [missing]), "missing"
+    if kind == "type":
+        words = " or ".join(_TYPE_WORDS.get(t, t) for t in ([expected] if isinstance(expected, str) else expected))
+        return field_path(path), f"expected {words}, got {_describe(value)}"
+    if kind == "const":
+        return field_path(path), f"must be {expected!r}, got {_describe(value)}"
+    if kind == "enum":
+        return field_path(path), f"{_short.repr(value)} is not one of {', '.join(map(str, expected))}"
+    if kind == "pattern":
+        described = error.schema.get("description") or f"matching {expected}"
+        return field_path(path), f"{_short.repr(value)} is not {described}"
+    if kind == "minimum":
+        return field_path(path), f"{value} is below {expected}"
+    if kind == "maximum":
+        return field_path(path), f"{value} is above {expected}"
+    if kind in ("minLength", "minItems"):
+        return field_path(path), "must not be empty"
+    return field_path(path), error.message[:300]
+
+
+def _check_schema(description: dict, file) -> None:
+    from jsonschema.exceptions import best_match
+
+    errors = list(_validator().iter_errors(description))
+    if not errors:
+        return
+    field, text = _error_text(best_match(errors))
+    more = f" (and {len(errors) - 1} more problem{'s' * (len(errors) > 2)})" if len(errors) > 1 else ""
+    raise PipelineError(f"{file}: {field}: {text}{more}")
+
+
+# --- cross-references a schema cannot express -------------------------------------------------------------
+
+
+def _spec(entry: dict) -> str:
+    return f"{entry['dtype']}{entry['shape']}"
+
+
+def _unique(entries: list[dict], field: str, file, what: str) -> dict[str, int]:
+    """name -> index; refuses a name given twice."""
+    index: dict[str, int] = {}
+    for i, entry in enumerate(entries):
+        name = entry["name"]
+        if name in index:
+            raise PipelineError(f"{file}: {field}[{i}].name: {what} {name!r} is also {field}[{index[name]}]")
+        index[name] = i
+    return index
+
+
+def _check_references(desc: dict, file) -> None:
+    nodes = desc["nodes"]
+    node_index = _unique(nodes, "nodes", file, "node")
+    ports = {}
+    for n, node in enumerate(nodes):
+        ports[node["name"]] = {
+            side: {e["name"]: (i, e) for i, e in enumerate(node[side])} for side in ("inputs", "outputs")
+        }
+        for side in ("inputs", "outputs"):
+            _unique(node[side], f"nodes[{n}].{side}", file, side[:-1])
+    fed: dict[tuple[str, str], str] = {}
+
+    def port(field: str, entry: dict, node_key: str, name_key: str, side: str) -> dict:
+        node, name = entry[node_key], entry[name_key]
+        if node not in ports:
+            raise PipelineError(f"{file}: {field}.{node_key}: no node {node!r} (nodes: {list(ports)})")
+        if name not in ports[node][side]:
+            raise PipelineError(
+                f"{file}: {field}.{name_key}: node {node!r} has no {side[:-1]} {name!r} ({side}: {list(ports[node][side])})"
+            )
+        return ports[node][side][name][1]
+
+    def feed(field: str, node: str, name: str) -> None:
+        if (node, name) in fed:
+            raise PipelineError(f"{file}: {field}: input {name!r} of node {node!r} is already fed by {fed[node, name]}")
+        fed[node, name] = field
+
+    def same(field: str, a: dict, b: dict, text: str) -> None:
+        if a["dtype"] != b["dtype"] or a["shape"] != b["shape"]:
+            raise PipelineError(f"{file}: {field}: {text} {_spec(a)} to {_spec(b)}")
+
+    for e, edge in enumerate(desc["edges"]):
+        field = f"edges[{e}]"
+        src = port(field, edge, "from_node", "from_output", "outputs")
+        dst = port(field, edge, "to_node", "to_input", "inputs")
+        same(field, src, dst, "joins")
+        forward = node_index[edge["from_node"]] < node_index[edge["to_node"]]
+        if edge.get("feedback", False):
+            if forward:
+                raise PipelineError(
+                    f"{file}: {field}.feedback: an edge to a later node is not feedback (nodes run in the listed order)"
+                )
+        elif not forward:
+            raise PipelineError(
+                f"{file}: {field}: goes from {edge['from_node']!r} back to {edge['to_node']!r} without "
+                "'feedback: true' (nodes run in the listed order)"
+            )
+        else:
+            feed(field, edge["to_node"], edge["to_input"])
+    _unique(desc["inputs"], "inputs", file, "pipeline input")
+    for i, entry in enumerate(desc["inputs"]):
+        for c, consumer in enumerate(entry["consumers"]):
+            field = f"inputs[{i}].consumers[{c}]"
+            spec = port(field, consumer, "node", "input", "inputs")
+            same(field, entry, spec, "feeds")
+            feed(field, consumer["node"], consumer["input"])
+    for n, node in enumerate(nodes):
+        for i, spec in enumerate(node["inputs"]):
+            if (node["name"], spec["name"]) not in fed:
+                raise PipelineError(
+                    f"{file}: nodes[{n}].inputs[{i}]: input {spec['name']!r} of node {node['name']!r} is fed by "
+                    "no edge and no pipeline input"
+                )
+    _unique(desc["outputs"], "outputs", file, "pipeline output")
+    for o, entry in enumerate(desc["outputs"]):
+        field = f"outputs[{o}]"
+        spec = port(field, entry, "node", "output", "outputs")
+        same(field, spec, entry, "returns")
