@@ -41,7 +41,36 @@ def output_specs(signature: str) -> list[tuple[str, torch.dtype, list[int]]]:
 
 def _fake(inputs: list[torch.Tensor], bundle: torch.Tensor, signature: str) -> list[torch.Tensor]:
     device = inputs[0].device if inputs else bundle.device
+    if bundle.device.type == "meta" or any(t.device.type == "meta" for t in inputs):
+        _refuse_meta_with_data(inputs, bundle, signature)
     return [torch.empty(shape, dtype=dtype, device=device) for _, dtype, shape in output_specs(signature)]
+
+
+def _refuse_meta_with_data(inputs: list[torch.Tensor], bundle: torch.Tensor, signature: str) -> None:
+    """Raises when meta tensors come with real ones on a device.
+
+    This kernel also serves torch's Meta dispatch key, which wins over CPU and
+    CUDA whenever any argument is on ``meta``: a meta bundle next to real CUDA
+    inputs would otherwise "run" here and return uninitialised outputs. All
+    arguments on meta (shape propagation) and fake tensors (tracing) pass.
+    """
+    from torch._subclasses.fake_tensor import is_fake  # noqa: PLC0415 - only on meta calls
+
+    real = [(f"input {j}", t) for j, t in enumerate(inputs)] + [("the bundle tensor", bundle)]
+    on_device = [(what, t.device) for what, t in real if t.device.type != "meta" and not is_fake(t)]
+    if not on_device:
+        return
+    meta = [what for what, t in real if t.device.type == "meta"]
+    try:
+        segment = json.loads(signature).get("segment", "?")
+    except (ValueError, AttributeError):
+        segment = "?"
+    what, device = on_device[0]
+    raise ValueError(
+        f"{OP_NAME} '{segment}': {meta[0]} is on the meta device (it holds no bytes) while {what} is on {device}: "
+        "the segment cannot run on meta tensors. Pass the bundle and the inputs on one CUDA device "
+        "(all arguments on meta only computes output shapes)"
+    )
 
 
 def _define_from_python() -> None:

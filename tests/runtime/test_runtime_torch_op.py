@@ -63,11 +63,12 @@ def test_python_cuda_kernel_checks_device_before_anything():
         replay.warp_segment_cuda([torch.ones(4)], bundle_tensor(), SIG)
 
 
-def test_load_bundle_caches_by_digest_and_checks_pairing():
+def test_load_bundle_caches_by_tensor_and_checks_pairing():
     replay.clear_cache()
-    first = replay.load_bundle(bundle_tensor(), SIG)
-    assert replay.load_bundle(bundle_tensor(), SIG) is first
-    assert first.digest == json.loads(SIG)["digest"]
+    tensor = bundle_tensor()
+    first = replay.load_bundle(tensor, SIG)
+    assert replay.load_bundle(tensor, SIG) is first
+    assert replay.load_bundle(bundle_tensor(), SIG).digest == first.digest == json.loads(SIG)["digest"]
 
     other = example_bundle(4, segment="other/warp_segment_1")
     with pytest.raises(ValueError, match="belong to different segments"):
@@ -101,3 +102,91 @@ def test_python_defined_op_when_library_missing(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert SCHEMA in proc.stdout
     assert "ERR leapp::warp_segment 'example/warp_segment_0': exported Warp segments replay on CUDA devices only" in proc.stdout
+
+
+def test_fake_kernel_refuses_a_meta_bundle_with_real_inputs():
+    """The fake kernel also serves the Meta dispatch key, which wins when any argument is on meta."""
+    ops.ensure_registered()
+    meta = torch.empty(len(BUNDLE), dtype=torch.uint8, device="meta")
+    with pytest.raises(ValueError, match=r"leapp::warp_segment 'example/warp_segment_0': the bundle tensor is on the "
+                                         r"meta device \(it holds no bytes\) while input 0 is on cpu"):
+        torch.ops.leapp.warp_segment([torch.ones(4)], meta, SIG)
+    with pytest.raises(ValueError, match=r"input 0 is on the meta device \(it holds no bytes\) while the bundle "
+                                         r"tensor is on cpu"):
+        torch.ops.leapp.warp_segment([torch.empty(4, device="meta")], bundle_tensor(), SIG)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():  # tracing: fake tensors on a device are fine
+        (out,) = torch.ops.leapp.warp_segment([torch.empty(4)], torch.empty(len(BUNDLE), dtype=torch.uint8), SIG)
+    assert out.shape == (4,) and out.dtype == torch.float32
+
+
+def _signature_with(**output0) -> str:
+    sig = json.loads(SIG)
+    sig["outputs"][0].update(output0)
+    return json.dumps(sig)
+
+
+def test_python_load_bundle_checks_the_signature_on_every_call():
+    replay.clear_cache()
+    tensor = bundle_tensor()
+    replay.load_bundle(tensor, SIG)
+    for wrong in (_signature_with(dtype="int32"), _signature_with(shape=[2, 2])):
+        with pytest.raises(ValueError, match=r"signature outputs\[0\] 'y' differs from the bundle's 'y'"):
+            replay.load_bundle(tensor, wrong)
+    assert replay.load_bundle(tensor, SIG).digest == json.loads(SIG)["digest"]
+
+
+def test_python_load_bundle_sees_in_place_writes():
+    replay.clear_cache()
+    tensor = bundle_tensor()
+    replay.load_bundle(tensor, SIG)
+    tensor[200] ^= 1
+    with pytest.raises(ValueError, match="whole-file sha256 mismatch"):
+        replay.load_bundle(tensor, SIG)
+    tensor[200] ^= 1
+    assert replay.load_bundle(tensor, SIG).digest == json.loads(SIG)["digest"]
+
+
+def test_python_load_bundle_reads_each_tensor_once(monkeypatch):
+    from leapp import _native
+
+    replay.clear_cache()
+    reads = []
+    real = _native.Bundle
+    monkeypatch.setattr(_native, "Bundle", lambda data: reads.append(len(data)) or real(data))
+    tensor = bundle_tensor()
+    with torch.inference_mode():
+        inference = bundle_tensor()
+    for _ in range(5):
+        replay.load_bundle(tensor, SIG)
+        replay.load_bundle(inference, SIG)  # no version counter: read once per tensor all the same
+    assert reads == [len(BUNDLE)] * 2
+
+
+def test_python_load_bundle_new_tensor_with_an_old_id():
+    """A tensor object freed and another created at its address (same id()) is read anew."""
+    replay.clear_cache()
+    broken = bytearray(BUNDLE)
+    broken[200] ^= 1
+    tensor = bundle_tensor()
+    replay.load_bundle(tensor, SIG)
+    old_id = id(tensor)
+    del tensor
+    for _ in range(1000):
+        candidate = bundle_tensor(bytes(broken))
+        if id(candidate) == old_id:
+            break
+    else:
+        pytest.skip("CPython never reused the tensor's address")
+    with pytest.raises(ValueError, match="whole-file sha256 mismatch"):
+        replay.load_bundle(candidate, SIG)
+
+
+def test_python_load_bundle_refuses_tensors_without_bytes():
+    replay.clear_cache()
+    with pytest.raises(ValueError, match=r"'example/warp_segment_0': the bundle must be a 1-D dense uint8 tensor with "
+                                         r"data, got a 1-D torch.strided tensor on meta \(meta tensors hold no bytes\)"):
+        replay.load_bundle(torch.empty(len(BUNDLE), dtype=torch.uint8, device="meta"), SIG)
+    with pytest.raises(ValueError, match=r"got a 2-D torch.strided tensor on cpu"):
+        replay.load_bundle(bundle_tensor().reshape(1, -1), SIG)
