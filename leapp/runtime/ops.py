@@ -2,6 +2,10 @@
 
 Schema: ``leapp::warp_segment(Tensor[] inputs, Tensor bundle, str signature) -> Tensor[]``.
 
+``import leapp`` registers the op when torch is installed (as torchvision and
+torchaudio register theirs), so ``torch.export.load`` resolves it in a program
+that never calls ``leapp.load``.
+
 NOTE: the schema is defined in exactly one place per process. When the native
 library ``libleapp_warp_torch.so`` is present it defines the op (TORCH_LIBRARY)
 and its CUDA kernel, so a PT2 program also runs in C++ without Python. Only
@@ -85,7 +89,10 @@ def _define_from_python() -> None:
 def ensure_registered() -> bool:
     """Makes ``torch.ops.leapp.warp_segment`` available; returns True when the native library serves it.
 
-    Idempotent and thread-safe. Loading never changes anything but the ``leapp`` op namespace.
+    ``import leapp`` calls it when torch is installed. Idempotent and thread-safe; the
+    fake kernel is registered once per process (a Meta kernel already there, e.g. from
+    this module before an ``importlib.reload``, is kept). Loading never changes anything
+    but the ``leapp`` op namespace.
     """
     with _lock:
         if _state["registered"]:
@@ -96,7 +103,8 @@ def ensure_registered() -> bool:
             _state["native"] = True
         elif not hasattr(torch.ops.leapp, "warp_segment"):
             _define_from_python()
-        torch.library.register_fake(OP_NAME)(_fake)
+        if not torch._C._dispatch_has_kernel_for_dispatch_key(OP_NAME, "Meta"):
+            torch.library.register_fake(OP_NAME)(_fake)
         _state["registered"] = True
         return bool(_state["native"])
 

@@ -62,6 +62,20 @@ def test_bundle_read_once_per_tensor(op):
     assert _native.allocation_count() == loads
 
 
+def test_hot_path_reads_no_bytes(op):
+    """After the first call per tensor nothing is read: bytes changed behind torch's back go unseen (documented)."""
+    raw = [bytearray(example_bundle(24, segment=f"mock/torch_hot_{i}")) for i in range(3)]
+    tensors = [torch.frombuffer(r, dtype=torch.uint8) for r in raw]
+    sigs = [signature_of(bytes(r)) for r in raw]
+    for t, s in zip(tensors, sigs):
+        op([torch.ones(24)], t, s)
+    for r in raw:
+        r[300] ^= 1  # not a torch write: the version counter stays
+    for i in range(9):
+        (y,) = op([torch.ones(24)], tensors[i % 3], sigs[i % 3])
+        torch.testing.assert_close(y, torch.arange(1, 25, dtype=torch.float32), rtol=0, atol=0)
+
+
 def test_input_errors(op):
     data = example_bundle(8)
     sig = signature_of(data)

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -190,3 +191,79 @@ def test_python_load_bundle_refuses_tensors_without_bytes():
         replay.load_bundle(torch.empty(len(BUNDLE), dtype=torch.uint8, device="meta"), SIG)
     with pytest.raises(ValueError, match=r"got a 2-D torch.strided tensor on cpu"):
         replay.load_bundle(bundle_tensor().reshape(1, -1), SIG)
+
+
+class _SegmentNode(torch.nn.Module):
+    """A node as leapp exports it: the op with its bundle as a buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("bundle", bundle_tensor())
+
+    def forward(self, x):
+        return torch.ops.leapp.warp_segment([x], self.bundle, SIG)[0]
+
+
+_EXPORT_LOAD = (
+    "import sys\n"
+    "import torch\n"
+    "import leapp\n"
+    "program = torch.export.load(sys.argv[1])\n"
+    "print(sum(n.target is torch.ops.leapp.warp_segment.default for n in program.graph.nodes),\n"
+    "      'warp' in sys.modules, 'leapp._recorder' in sys.modules)\n"
+)
+
+
+def test_import_leapp_then_torch_export_load(tmp_path):
+    """`import leapp` registers the op (like torchvision), so torch.export.load resolves it without leapp.load."""
+    ops.ensure_registered()
+    path = tmp_path / "node.pt2"
+    torch.export.save(torch.export.export(_SegmentNode(), (torch.ones(4),)), str(path))
+    for code in (_EXPORT_LOAD, _EXPORT_LOAD.replace("import torch\nimport leapp\n", "import leapp\nimport torch\n")):
+        proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert proc.stdout.split() == ["1", "False", "False"], proc.stdout  # the op; no Warp, no recorder
+
+
+def test_import_leapp_without_torch():
+    """Without torch (no site-packages here), `import leapp` still works and imports nothing of torch."""
+    root = str(Path(__file__).resolve().parents[2])
+    code = f"import sys; sys.path.insert(0, {root!r}); import leapp; print('torch' in sys.modules, callable(leapp.trace))"
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["False", "True"]
+
+
+def test_import_leapp_with_a_broken_op_library_warns(tmp_path):
+    """A library that fails to load must not break `import leapp` (leapp-build-warp-runtime imports it)."""
+    broken = tmp_path / "libleapp_warp_torch.so"
+    broken.write_text("not a shared library")
+    code = (
+        "import warnings\n"
+        "warnings.simplefilter('always')\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    import leapp\n"
+        "print([str(w.message) for w in caught if w.category is RuntimeWarning])\n"
+        "from leapp.runtime import ops\n"
+        "try:\n"
+        "    ops.ensure_registered()\n"
+        "except OSError as e:\n"
+        "    print('RAISES', type(e).__name__)\n"
+    )
+    env = dict(os.environ, LEAPP_WARP_PT2_CUSTOM_OP_LIBRARY=str(broken))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "leapp: torch.ops.leapp.warp_segment is not registered (OSError: " in proc.stdout
+    assert proc.stdout.strip().endswith("RAISES OSError"), proc.stdout
+
+
+def test_registration_is_idempotent_across_a_reload():
+    import importlib
+
+    ops.ensure_registered()
+    kernel = torch._library.simple_registry.singleton.find(ops.OP_NAME).fake_impl.kernel
+    importlib.reload(ops).ensure_registered()
+    assert torch._library.simple_registry.singleton.find(ops.OP_NAME).fake_impl.kernel is kernel
+    outs = torch.ops.leapp.warp_segment([torch.empty(4, device="meta")],
+                                        torch.empty(len(BUNDLE), dtype=torch.uint8, device="meta"), SIG)
+    assert [(o.shape, o.device.type) for o in outs] == [(torch.Size([4]), "meta")]
