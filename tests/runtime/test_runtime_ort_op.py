@@ -200,3 +200,22 @@ def test_sessions_and_threads_at_once():
     for t in threads:
         t.join()
     assert len(errors) == 60 and all("libcuda.so.1" in e for e in errors)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("provider", ["CUDAExecutionProvider", "CPUExecutionProvider"])
+def test_declared_types_on_the_gpu(provider):
+    """Both EPs on a GPU: a contradicting declaration is refused, symbolic dims replay the segment's shape."""
+    if provider not in ort.get_available_providers():
+        pytest.skip(f"this onnxruntime has no {provider}")
+    providers = (provider, "CPUExecutionProvider")
+    n = 1000
+    data = example_bundle(n)
+    with pytest.raises(Exception, match=re.escape(f"{WHERE}: output 0 'y' (ONNX value 'y') is declared uint8[{n}] in "
+                                                  f"the graph, the segment writes float32[{n}]")):
+        ort_session(redeclared(warp_segment_model(data), "y", TensorProto.UINT8), providers=providers)
+    session = ort_session(redeclared(warp_segment_model(data), "y", dims=["n"]), providers=providers)
+    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    (y,) = session.run(None, {"x": x})
+    assert y.dtype == np.float32 and y.shape == (n,)
+    np.testing.assert_allclose(y, x * np.arange(1, n + 1, dtype=np.float32), rtol=1e-6)

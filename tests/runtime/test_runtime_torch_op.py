@@ -267,3 +267,32 @@ def test_registration_is_idempotent_across_a_reload():
     outs = torch.ops.leapp.warp_segment([torch.empty(4, device="meta")],
                                         torch.empty(len(BUNDLE), dtype=torch.uint8, device="meta"), SIG)
     assert [(o.shape, o.device.type) for o in outs] == [(torch.Size([4]), "meta")]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kernel", ["native", "python"])
+def test_cuda_bundle_writes_and_signatures_are_checked(kernel):
+    """On a GPU, with the bundle tensor on the GPU: in-place writes are seen and every signature is checked."""
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA device")
+    ops.ensure_registered()
+    if kernel == "native" and not ops.native_library_loaded():
+        pytest.skip("libleapp_warp_torch.so is not built")
+    call = torch.ops.leapp.warp_segment if kernel == "native" else replay.warp_segment_cuda
+    replay.clear_cache()
+    n = 512
+    data = example_bundle(n, segment=f"cuda/checks_{kernel}")
+    sig = signature_json(read_bundle(data))
+    bundle = bundle_tensor(data).cuda()
+    x = torch.randn(n, device="cuda")
+    want = x * torch.arange(1, n + 1, dtype=torch.float32, device="cuda")
+    torch.testing.assert_close(call([x], bundle, sig)[0], want)
+    wrong = json.loads(sig)
+    wrong["outputs"][0]["shape"] = [n // 2, 2]
+    with pytest.raises(ValueError, match=r"signature outputs\[0\] 'y' differs from the bundle's 'y'"):
+        call([x], bundle, json.dumps(wrong))
+    bundle[300] ^= 1  # a torch write on the GPU: the version counter moves
+    with pytest.raises(ValueError, match="whole-file sha256 mismatch"):
+        call([x], bundle, sig)
+    bundle[300] ^= 1
+    torch.testing.assert_close(call([x], bundle, sig)[0], want)
