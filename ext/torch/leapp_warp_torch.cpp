@@ -168,13 +168,14 @@ struct ReadBundle {
   std::shared_ptr<const leapp::Bundle> bundle;
 };
 
-/// The bundle `bundle` holds: from the process-wide cache, else read (device-to-host) and parsed.
+/// The bundle `bundle` holds: from the process-wide cache (another thread may have read it),
+/// else read (device-to-host) and parsed.
 ReadBundle read_bundle(const at::Tensor& bundle, const leapp::Signature& sig, leapp::CUstream stream) {
   SignatureCache& c = cache();
   {
     std::lock_guard<std::mutex> lock(c.mutex);
     for (const auto& [id, b] : c.by_tensor)
-      if (id.matches(bundle) && b->digest() == sig.digest) return {id, b};
+      if (id.matches(bundle)) return {id, b};  // the caller checks it against the signature
   }
   if (bundle.is_cuda())
     TORCH_CHECK(!leapp::stream_is_capturing(stream), "leapp::warp_segment '", sig.segment,
@@ -186,7 +187,8 @@ ReadBundle read_bundle(const at::Tensor& bundle, const leapp::Signature& sig, le
   r.bundle = leapp::intern_bundle(host.data_ptr(), size_t(host.numel()));
   std::lock_guard<std::mutex> lock(c.mutex);
   auto& v = c.by_tensor;
-  v.erase(std::remove_if(v.begin(), v.end(), [&](const auto& e) { return e.first.expired() || e.first.same_view(r.tensor); }),
+  v.erase(std::remove_if(v.begin(), v.end(),
+                         [&](const auto& e) { return e.first.expired() || e.first.same_view(r.tensor); }),
           v.end());
   v.emplace_back(r.tensor, r.bundle);
   return r;
