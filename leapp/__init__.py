@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 # NOTE: the recorder (torch, warp) is imported on first use, not here: loading
 # and running an export (`leapp.load`, `leapp inspect`) needs neither Warp nor
 # the recorder. `from leapp import annotate` imports the submodule as usual.
+# What import does do, when torch is installed, is register the
+# `leapp::warp_segment` op (`_register_torch_op` at the end), like torchvision.
 if TYPE_CHECKING:
     from leapp import annotate
     from leapp._recorder.node import NodeScope as _NodeScope
@@ -85,3 +87,33 @@ def load(path: str, *, cuda_graphs: bool = False) -> Any:
     from leapp.runtime.pipeline import load as _load  # noqa: PLC0415 - runtime is optional at trace time
 
     return _load(path, cuda_graphs=cuda_graphs)
+
+
+def _register_torch_op() -> None:
+    """Registers ``torch.ops.leapp.warp_segment`` when torch is installed, so that
+    ``import leapp; torch.export.load("node.pt2")`` resolves the op. Never raises: a
+    library that fails to load is reported as a warning here and raised by the
+    ``leapp.load`` / export that needs it (``leapp-build-warp-runtime`` must still import)."""
+    import importlib.util  # noqa: PLC0415
+
+    try:
+        if importlib.util.find_spec("torch") is None:
+            return  # torch-free uses: `leapp inspect`, leapp.bundle
+    except ValueError:  # sys.modules["torch"] is None: torch blocked on purpose
+        return
+    try:
+        from leapp.runtime import ops  # noqa: PLC0415 - imports torch, not Warp or the recorder
+
+        ops.ensure_registered()
+    except Exception as e:  # noqa: BLE001 - any failure must leave `import leapp` working
+        import warnings  # noqa: PLC0415
+
+        warnings.warn(
+            f"leapp: torch.ops.leapp.warp_segment is not registered ({type(e).__name__}: {e}); PT2 exports with "
+            "Warp segments will not load. `leapp-build-warp-runtime --status` shows the op libraries.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+_register_torch_op()

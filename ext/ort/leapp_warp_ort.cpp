@@ -9,9 +9,13 @@
 //   CPU EP:  host tensors, staged through pinned memory onto a CUDA device of
 //            leapp's choice (env LEAPP_CUDA_DEVICE, else 0) on a pooled stream;
 //   CUDA EP: device tensors, replayed on the EP's compute stream.
-// Bundles are parsed once per process (keyed by digest) and each kernel keeps
-// the bundle it resolved for its initializer's (pointer, size), so Compute
-// only validates shapes and enqueues work. Kernels may be called from several
+// Kernel creation checks the element types and shapes the graph declares for
+// the node's values against the signature (ORT allocates outputs by the
+// declared type, so a contradiction would be a buffer overflow); Compute checks
+// the actual tensors, and that each output ORT allocated holds exactly the
+// segment's bytes. Bundles are parsed once per process (keyed by digest) and
+// each kernel keeps the bundle it resolved for its initializer's (pointer,
+// size), so Compute only validates shapes and enqueues work. Kernels may be called from several
 // threads and sessions at once: the kernel's cache has a mutex, the runtime is
 // thread-safe. Every failure becomes an OrtStatus naming the node and segment.
 //
@@ -34,23 +38,35 @@ namespace {
 constexpr const char* kDomain = "leapp.warp";
 constexpr const char* kOpName = "WarpSegment";
 
+struct DtypeName {
+  const char* name;
+  ONNXTensorElementDataType type;
+};
+constexpr DtypeName kDtypes[] = {
+    {"float32", ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT}, {"float16", ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16},
+    {"bfloat16", ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16}, {"float64", ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE},
+    {"int8", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8}, {"int16", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16},
+    {"int32", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32}, {"int64", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64},
+    {"uint8", ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8}, {"bool", ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL},
+};
+
 ONNXTensorElementDataType onnx_type(const std::string& dtype) {
-  if (dtype == "float32") return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
-  if (dtype == "float16") return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
-  if (dtype == "bfloat16") return ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
-  if (dtype == "float64") return ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE;
-  if (dtype == "int8") return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8;
-  if (dtype == "int16") return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16;
-  if (dtype == "int32") return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
-  if (dtype == "int64") return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
-  if (dtype == "uint8") return ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
-  if (dtype == "bool") return ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL;
+  for (const DtypeName& d : kDtypes)
+    if (dtype == d.name) return d.type;
   return ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+/// torch-style name of an ONNX element type ("float32"), as the signature spells dtypes.
+std::string type_name(ONNXTensorElementDataType type) {
+  for (const DtypeName& d : kDtypes)
+    if (type == d.type) return d.name;
+  return "ONNX element type " + std::to_string(int(type));
+}
+
+/// "float32[4, 3]"; an unknown dimension (-1) prints as "?".
+std::string describe(const std::string& dtype, const std::vector<int64_t>& shape) {
+  std::string s = dtype + "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + (shape[i] < 0 ? "?" : std::to_string(shape[i]));
   return s + "]";
 }
 
@@ -59,12 +75,40 @@ struct BadArgument : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+/// Thrown by the kernel's constructor with a complete message (node and segment named).
+struct BadNode : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+/// What the graph declares for one input or output of the node.
+struct Declared {
+  ONNXType kind = ONNX_TYPE_TENSOR;
+  ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;  ///< UNDEFINED: not declared
+  std::vector<int64_t> shape;  ///< -1 for a symbolic or unknown dimension
+};
+
+Declared declared(const Ort::TypeInfo& info) {
+  Declared d;
+  d.kind = info.GetONNXType();
+  if (d.kind != ONNX_TYPE_TENSOR) return d;
+  auto tensor = info.GetTensorTypeAndShapeInfo();
+  d.type = tensor.GetElementType();
+  d.shape = tensor.GetShape();
+  return d;
+}
+
 class WarpSegmentKernel {
  public:
   WarpSegmentKernel(const OrtApi& api, const OrtKernelInfo* info, bool cuda_ep) : api_(api), cuda_ep_(cuda_ep) {
     Ort::ConstKernelInfo ki(info);
     node_ = ki.GetNodeName();
-    signature_ = leapp::parse_signature(ki.GetAttribute<std::string>("signature"));
+    try {
+      signature_ = leapp::parse_signature(ki.GetAttribute<std::string>("signature"));
+    } catch (const std::exception& e) {
+      throw BadNode(std::string(kDomain) + "." + kOpName + " node '" + node_ + "': bad `signature` attribute: " +
+                    e.what());
+    }
+    check_declarations(ki);
   }
 
   OrtStatusPtr ComputeV2(OrtKernelContext* context) noexcept {
@@ -91,6 +135,52 @@ class WarpSegmentKernel {
 
   std::string where() const {
     return std::string(kDomain) + "." + kOpName + " node '" + node_ + "' (segment '" + signature_.segment + "')";
+  }
+
+  /// The graph's declared types and shapes of the node's values against the signature, once per
+  /// kernel: a declaration that contradicts the signature would make ORT allocate (and callers
+  /// read) buffers of another size than the segment writes. Unknown element types and symbolic
+  /// dimensions pass; compute() checks the actual tensors.
+  void check_declarations(Ort::ConstKernelInfo ki) const {
+    const size_t n_in = ki.GetInputCount(), n_out = ki.GetOutputCount();
+    if (n_out != signature_.outputs.size())
+      throw BadNode(where() + ": has " + std::to_string(n_out) + " outputs, the segment produces " +
+                    std::to_string(signature_.outputs.size()));
+    if (n_in == 0) throw BadNode(where() + ": no inputs: the bundle tensor must be the last input");
+    if (signature_.has_inputs && n_in - 1 != signature_.inputs.size())
+      throw BadNode(where() + ": has " + std::to_string(n_in - 1) + " segment inputs (plus the bundle), the segment "
+                    "takes " + std::to_string(signature_.inputs.size()));
+    if (signature_.has_inputs)
+      for (size_t j = 0; j + 1 < n_in; ++j)
+        check_declared("input", j, ki.GetInputName(j), signature_.inputs[j], declared(ki.GetInputTypeInfo(j)));
+    for (size_t j = 0; j < n_out; ++j)
+      check_declared("output", j, ki.GetOutputName(j), signature_.outputs[j], declared(ki.GetOutputTypeInfo(j)));
+    Declared bundle = declared(ki.GetInputTypeInfo(n_in - 1));
+    if (bundle.kind != ONNX_TYPE_TENSOR ||
+        (bundle.type != ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED && bundle.type != ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8))
+      throw BadNode(where() + ": the last input '" + ki.GetInputName(n_in - 1) + "' is declared " +
+                    declared_text(bundle) + "; it must be the uint8 bundle tensor");
+  }
+
+  /// "uint8[16, ?]"; without the brackets when the graph gives no dimensions (see check_declared).
+  static std::string declared_text(const Declared& d) {
+    if (d.kind != ONNX_TYPE_TENSOR) return "a non-tensor ONNX value (ONNXType " + std::to_string(int(d.kind)) + ")";
+    std::string type = d.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED ? "?" : type_name(d.type);
+    return d.shape.empty() ? type : describe(type, d.shape);
+  }
+
+  void check_declared(const char* role, size_t j, const std::string& value, const leapp::TensorSpec& spec,
+                      const Declared& d) const {
+    // ORT reports a value whose shape the graph leaves unknown as rank 0, like a scalar: rank 0
+    // checks nothing here (the output is allocated with the segment's shape in compute()).
+    bool ok = d.kind == ONNX_TYPE_TENSOR &&
+              (d.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED || d.type == onnx_type(spec.dtype)) &&
+              (d.shape.empty() || d.shape.size() == spec.shape.size());
+    for (size_t i = 0; ok && i < d.shape.size(); ++i) ok = d.shape[i] < 0 || d.shape[i] == spec.shape[i];
+    if (!ok)
+      throw BadNode(where() + ": " + role + " " + std::to_string(j) + " '" + spec.name + "' (ONNX value '" + value +
+                    "') is declared " + declared_text(d) + " in the graph, the segment " +
+                    (role[0] == 'i' ? "reads " : "writes ") + describe(spec.dtype, spec.shape));
   }
 
   /// The bundle of this node's bundle input, parsed once per (pointer, size).
@@ -149,9 +239,8 @@ class WarpSegmentKernel {
       auto info = v.GetTensorTypeAndShapeInfo();
       std::vector<int64_t> shape = info.GetShape();
       if (info.GetElementType() != onnx_type(spec.dtype) || shape != spec.shape)
-        throw BadArgument("input " + std::to_string(j) + " '" + spec.name + "' expects " + spec.dtype +
-                          shape_text(spec.shape) + ", got element type " + std::to_string(info.GetElementType()) +
-                          " " + shape_text(shape));
+        throw BadArgument("input " + std::to_string(j) + " '" + spec.name + "' expects " +
+                          describe(spec.dtype, spec.shape) + ", got " + describe(type_name(info.GetElementType()), shape));
       const void* p = v.GetTensorRawData();
       dev_in.push_back({leapp::CUdeviceptr(reinterpret_cast<uintptr_t>(p)), spec.bytes});
       host_in.push_back({const_cast<void*>(p), spec.bytes});
@@ -159,6 +248,12 @@ class WarpSegmentKernel {
     for (size_t j = 0; j < m.outputs.size(); ++j) {
       const leapp::TensorSpec& spec = m.outputs[j];
       Ort::UnownedValue v = ctx.GetOutput(j, spec.shape.data(), spec.shape.size());
+      // ORT allocates by the element type the graph gives the value; the segment writes spec.bytes.
+      auto info = v.GetTensorTypeAndShapeInfo();
+      if (info.GetElementType() != onnx_type(spec.dtype) || info.GetShape() != spec.shape)
+        throw BadArgument("output " + std::to_string(j) + " '" + spec.name + "' is " +
+                          describe(type_name(info.GetElementType()), info.GetShape()) +
+                          " as ONNX Runtime allocated it, the segment writes " + describe(spec.dtype, spec.shape));
       void* p = v.GetTensorMutableRawData();
       dev_out.push_back({leapp::CUdeviceptr(reinterpret_cast<uintptr_t>(p)), spec.bytes});
       host_out.push_back({p, spec.bytes});
@@ -186,15 +281,16 @@ struct WarpSegmentOp : Ort::CustomOpBase<WarpSegmentOp, WarpSegmentKernel, /*Wit
     try {
       *kernel = new WarpSegmentKernel(api, info, provider_ != nullptr);
       return nullptr;
+    } catch (const BadNode& e) {
+      return api.CreateStatus(ORT_INVALID_ARGUMENT, e.what());
     } catch (const std::exception& e) {
       std::string node;
       try {
         node = Ort::ConstKernelInfo(info).GetNodeName();
       } catch (...) {
       }
-      return api.CreateStatus(ORT_INVALID_ARGUMENT, (std::string(kDomain) + "." + kOpName + " node '" + node +
-                                                     "': bad `signature` attribute: " + e.what())
-                                                        .c_str());
+      return api.CreateStatus(ORT_FAIL, (std::string(kDomain) + "." + kOpName + " node '" + node + "': " + e.what())
+                                            .c_str());
     }
   }
 

@@ -7,20 +7,28 @@
 // after the first call for a bundle nothing here synchronises or allocates
 // (outputs come from torch's allocator, which capture redirects to its pool).
 //
-// The bundle tensor's bytes are copied to the host once per (data pointer,
-// size, device) and parsed once per digest; the signature's digest must match,
-// so a reused address never selects a stale bundle. Errors: bad inputs or
-// bundles -> ValueError (TORCH_CHECK_VALUE), driver problems -> RuntimeError.
+// The bundle tensor's bytes are copied to the host once per tensor identity
+// (its StorageImpl, data pointer, sizes, strides and device, plus torch's
+// version counter, which in-place writes bump) and parsed once per digest.
+// The cache holds a weak reference to the StorageImpl, which keeps the
+// object's address from being reused by another storage, so a tensor freed
+// and reallocated at the same address is read anew. Every call checks the
+// signature against the bundle; each thread remembers the last few (tensor
+// identity, signature) pairs that passed, so the hot path takes no lock and
+// compares a handful of words. Errors: bad inputs or bundles -> ValueError
+// (TORCH_CHECK_VALUE), driver problems -> RuntimeError.
 #include <ATen/ATen.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
-#include <map>
+#include <algorithm>
+#include <array>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <tuple>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #if __has_include(<c10/cuda/CUDAStream.h>) && __has_include(<cuda_runtime_api.h>)
 #include <c10/cuda/CUDAStream.h>
@@ -75,11 +83,52 @@ leapp::CUstream current_stream(const c10::Device& device) {
 #endif
 }
 
+/// What identifies the bytes of a bundle tensor as the cache last read them.
+struct TensorIdentity {
+  // Weak: the bundle's memory is freed with the tensor, but the StorageImpl object stays
+  // allocated while this exists, so no other storage can have its address.
+  c10::weak_intrusive_ptr<c10::StorageImpl> storage{c10::intrusive_ptr<c10::StorageImpl>()};
+  const void* data = nullptr;
+  int64_t numel = 0;
+  int64_t stride = 0;
+  c10::Device device{c10::DeviceType::CPU};
+  bool versioned = false;  ///< false for inference tensors, which have no version counter
+  uint32_t version = 0;
+
+  static TensorIdentity of(const at::Tensor& t) {
+    TensorIdentity id;
+    id.storage = t.storage().getWeakStorageImpl();
+    id.data = t.const_data_ptr();
+    id.numel = t.numel();
+    id.stride = t.dim() == 1 ? t.stride(0) : 0;
+    id.device = t.device();
+    id.versioned = !t.is_inference();
+    id.version = id.versioned ? t.unsafeGetTensorImpl()->version_counter().current_version() : 0;
+    return id;
+  }
+
+  /// Whether `t` (a 1-D strided tensor) is this tensor with the same bytes, as far as torch can tell.
+  bool matches(const at::Tensor& t) const {
+    const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+    return storage._unsafe_get_target() == impl->storage().unsafeGetStorageImpl() && data == t.const_data_ptr() &&
+           numel == t.numel() && stride == t.stride(0) && device == t.device() &&
+           versioned == !t.is_inference() && (!versioned || version == impl->version_counter().current_version());
+  }
+
+  bool expired() const { return storage.expired(); }
+
+  /// The same view of the same storage (perhaps another version of its bytes).
+  bool same_view(const TensorIdentity& o) const {
+    return storage._unsafe_get_target() == o.storage._unsafe_get_target() && data == o.data && numel == o.numel &&
+           stride == o.stride && device == o.device;
+  }
+};
+
 struct SignatureCache {
   std::mutex mutex;
   std::unordered_map<std::string, std::shared_ptr<const leapp::Signature>> by_text;
-  // (data pointer, bytes, device type, device index) of a bundle tensor -> the bundle read from it
-  std::map<std::tuple<const void*, int64_t, int, int>, std::shared_ptr<const leapp::Bundle>> by_tensor;
+  // bundle tensors read so far (expired ones are dropped when another is added)
+  std::vector<std::pair<TensorIdentity, std::shared_ptr<const leapp::Bundle>>> by_tensor;
 };
 
 SignatureCache& cache() {
@@ -114,29 +163,63 @@ std::shared_ptr<const leapp::Signature> signature_of(c10::string_view text) {
   return sig;
 }
 
-std::shared_ptr<const leapp::Bundle> bundle_of(const at::Tensor& bundle, const leapp::Signature& sig,
-                                               leapp::CUstream stream) {
-  TORCH_CHECK_VALUE(bundle.scalar_type() == at::kByte, "leapp::warp_segment '", sig.segment,
-                    "': the bundle must be a uint8 tensor, got ", bundle.scalar_type());
-  auto key = std::make_tuple(static_cast<const void*>(bundle.data_ptr()), bundle.numel(),
-                             int(bundle.device().type()), int(bundle.device().index()));
+struct ReadBundle {
+  TensorIdentity tensor;  ///< as of before the bytes were read: a write racing with the read is seen next call
+  std::shared_ptr<const leapp::Bundle> bundle;
+};
+
+/// The bundle `bundle` holds: from the process-wide cache (another thread may have read it),
+/// else read (device-to-host) and parsed.
+ReadBundle read_bundle(const at::Tensor& bundle, const leapp::Signature& sig, leapp::CUstream stream) {
   SignatureCache& c = cache();
   {
     std::lock_guard<std::mutex> lock(c.mutex);
-    auto it = c.by_tensor.find(key);
-    if (it != c.by_tensor.end() && it->second->digest() == sig.digest) return it->second;
+    for (const auto& [id, b] : c.by_tensor)
+      if (id.matches(bundle)) return {id, b};  // the caller checks it against the signature
   }
   if (bundle.is_cuda())
     TORCH_CHECK(!leapp::stream_is_capturing(stream), "leapp::warp_segment '", sig.segment,
                 "': the bundle tensor lives on ", bundle.device(),
                 " and was never read before this CUDA graph capture; run the op once before capturing "
                 "(reading the bundle needs a device-to-host copy, which capture forbids)");
+  ReadBundle r{TensorIdentity::of(bundle), nullptr};
   at::Tensor host = bundle.to(at::kCPU).contiguous();
-  std::shared_ptr<const leapp::Bundle> b = leapp::intern_bundle(host.data_ptr(), size_t(host.numel()));
-  leapp::check_signature(*b, sig);
+  r.bundle = leapp::intern_bundle(host.data_ptr(), size_t(host.numel()));
   std::lock_guard<std::mutex> lock(c.mutex);
-  c.by_tensor[key] = b;
-  return b;
+  auto& v = c.by_tensor;
+  v.erase(std::remove_if(v.begin(), v.end(),
+                         [&](const auto& e) { return e.first.expired() || e.first.same_view(r.tensor); }),
+          v.end());
+  v.emplace_back(r.tensor, r.bundle);
+  return r;
+}
+
+/// The bundle for a call, checked against `sig` (signature_of() interns signatures, so `sig`'s
+/// address names its text). Each thread keeps its last few (tensor, signature) pairs that passed.
+std::shared_ptr<const leapp::Bundle> bundle_of(const at::Tensor& bundle, const leapp::Signature& sig,
+                                               leapp::CUstream stream) {
+  struct Passed {
+    TensorIdentity tensor;
+    const leapp::Signature* sig = nullptr;
+    std::shared_ptr<const leapp::Bundle> bundle;
+  };
+  constexpr size_t kRemembered = 8;  // a PT2 graph calls the op once per segment, in turn
+  thread_local std::array<Passed, kRemembered> passed;
+  thread_local size_t next = 0;
+
+  TORCH_CHECK_VALUE(bundle.scalar_type() == at::kByte, "leapp::warp_segment '", sig.segment,
+                    "': the bundle must be a uint8 tensor, got ", bundle.scalar_type());
+  TORCH_CHECK_VALUE(bundle.layout() == at::kStrided && bundle.dim() == 1 && !bundle.is_meta(),
+                    "leapp::warp_segment '", sig.segment, "': the bundle must be a 1-D dense uint8 tensor with data, "
+                    "got a ", bundle.dim(), "-D ", bundle.layout(), " tensor on ", bundle.device(),
+                    bundle.is_meta() ? " (meta tensors hold no bytes)" : "");
+  for (const Passed& p : passed)
+    if (p.sig == &sig && p.bundle && p.tensor.matches(bundle)) return p.bundle;
+
+  ReadBundle r = read_bundle(bundle, sig, stream);
+  leapp::check_signature(*r.bundle, sig);
+  passed[next++ % kRemembered] = Passed{std::move(r.tensor), &sig, r.bundle};
+  return r.bundle;
 }
 
 std::vector<at::Tensor> warp_segment_cuda_impl(const std::vector<at::Tensor>& inputs, const at::Tensor& bundle,

@@ -2,6 +2,10 @@
 
 Schema: ``leapp::warp_segment(Tensor[] inputs, Tensor bundle, str signature) -> Tensor[]``.
 
+``import leapp`` registers the op when torch is installed (as torchvision and
+torchaudio register theirs), so ``torch.export.load`` resolves it in a program
+that never calls ``leapp.load``.
+
 NOTE: the schema is defined in exactly one place per process. When the native
 library ``libleapp_warp_torch.so`` is present it defines the op (TORCH_LIBRARY)
 and its CUDA kernel, so a PT2 program also runs in C++ without Python. Only
@@ -41,7 +45,36 @@ def output_specs(signature: str) -> list[tuple[str, torch.dtype, list[int]]]:
 
 def _fake(inputs: list[torch.Tensor], bundle: torch.Tensor, signature: str) -> list[torch.Tensor]:
     device = inputs[0].device if inputs else bundle.device
+    if bundle.device.type == "meta" or any(t.device.type == "meta" for t in inputs):
+        _refuse_meta_with_data(inputs, bundle, signature)
     return [torch.empty(shape, dtype=dtype, device=device) for _, dtype, shape in output_specs(signature)]
+
+
+def _refuse_meta_with_data(inputs: list[torch.Tensor], bundle: torch.Tensor, signature: str) -> None:
+    """Raises when meta tensors come with real ones on a device.
+
+    This kernel also serves torch's Meta dispatch key, which wins over CPU and
+    CUDA whenever any argument is on ``meta``: a meta bundle next to real CUDA
+    inputs would otherwise "run" here and return uninitialised outputs. All
+    arguments on meta (shape propagation) and fake tensors (tracing) pass.
+    """
+    from torch._subclasses.fake_tensor import is_fake  # noqa: PLC0415 - only on meta calls
+
+    real = [(f"input {j}", t) for j, t in enumerate(inputs)] + [("the bundle tensor", bundle)]
+    on_device = [(what, t.device) for what, t in real if t.device.type != "meta" and not is_fake(t)]
+    if not on_device:
+        return
+    meta = [what for what, t in real if t.device.type == "meta"]
+    try:
+        segment = json.loads(signature).get("segment", "?")
+    except (ValueError, AttributeError):
+        segment = "?"
+    what, device = on_device[0]
+    raise ValueError(
+        f"{OP_NAME} '{segment}': {meta[0]} is on the meta device (it holds no bytes) while {what} is on {device}: "
+        "the segment cannot run on meta tensors. Pass the bundle and the inputs on one CUDA device "
+        "(all arguments on meta only computes output shapes)"
+    )
 
 
 def _define_from_python() -> None:
@@ -56,7 +89,10 @@ def _define_from_python() -> None:
 def ensure_registered() -> bool:
     """Makes ``torch.ops.leapp.warp_segment`` available; returns True when the native library serves it.
 
-    Idempotent and thread-safe. Loading never changes anything but the ``leapp`` op namespace.
+    ``import leapp`` calls it when torch is installed. Idempotent and thread-safe; the
+    fake kernel is registered once per process (a Meta kernel already there, e.g. from
+    this module before an ``importlib.reload``, is kept). Loading never changes anything
+    but the ``leapp`` op namespace.
     """
     with _lock:
         if _state["registered"]:
@@ -67,7 +103,8 @@ def ensure_registered() -> bool:
             _state["native"] = True
         elif not hasattr(torch.ops.leapp, "warp_segment"):
             _define_from_python()
-        torch.library.register_fake(OP_NAME)(_fake)
+        if not torch._C._dispatch_has_kernel_for_dispatch_key(OP_NAME, "Meta"):
+            torch.library.register_fake(OP_NAME)(_fake)
         _state["registered"] = True
         return bool(_state["native"])
 

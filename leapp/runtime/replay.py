@@ -2,23 +2,50 @@
 
 NOTE: these mirror the C++ kernel in ext/torch/leapp_warp_torch.cpp: same
 checks, same stream (the current CUDA stream of the inputs' device), same
-replay engine (``leapp._native.run_segment``). Bundles are parsed once per
-digest: the signature names the digest, so after the first call a bundle is
-never copied or parsed again (which also keeps ``torch.cuda.graph`` capture
-free of device-to-host copies).
+replay engine (``leapp._native.run_segment``). A bundle tensor is read once
+per identity (the tensor object, its data pointer, length, stride and device,
+and torch's version counter, which in-place writes bump; inference tensors
+have none) and parsed once per digest, so after the first call it is never
+copied again (which also keeps ``torch.cuda.graph`` capture free of
+device-to-host copies). Every call checks the signature against the bundle
+(once per pair of signature text and digest).
 """
 
 from __future__ import annotations
 
 import functools
 import threading
+import weakref
+from typing import NamedTuple
 
 import torch
 
 __all__ = ["warp_segment_cuda", "warp_segment_cpu", "load_bundle", "clear_cache"]
 
+
+class _Read(NamedTuple):
+    """A bundle tensor as it was when its bytes were read."""
+
+    tensor: weakref.ref
+    data_ptr: int
+    numel: int
+    stride: int
+    device: torch.device
+    version: int | None  # None: an inference tensor (no version counter)
+    bundle: object  # leapp._native.Bundle
+
+    def matches(self, t: torch.Tensor) -> bool:
+        return (self.tensor() is t and t.dim() == 1 and self.data_ptr == t.data_ptr() and self.numel == t.numel()
+                and self.stride == t.stride(0) and self.device == t.device and self.version == _version(t))
+
+
 _lock = threading.Lock()
-_bundles: dict[str, object] = {}  # digest -> leapp._native.Bundle (checked against its signature)
+_read: dict[int, _Read] = {}  # id(bundle tensor) -> what was read from it
+_checked: set[tuple[str, str]] = set()  # (signature text, bundle digest) pairs that passed check_signature
+
+
+def _version(t: torch.Tensor) -> int | None:
+    return None if t.is_inference() else t._version
 
 
 @functools.lru_cache(maxsize=256)
@@ -33,42 +60,62 @@ def _where(sig: dict) -> str:
 
 
 def load_bundle(bundle: torch.Tensor, signature: str):
-    """The validated ``leapp._native.Bundle`` for an op call, parsed once per digest.
+    """The validated ``leapp._native.Bundle`` for an op call, checked against ``signature``.
 
     Raises:
-        ValueError: the bundle is corrupt or does not match ``signature``.
+        ValueError: the bundle tensor is not a 1-D uint8 tensor with data, is corrupt or does not match ``signature``.
         RuntimeError: the bundle must be read from the GPU while a CUDA graph is being captured.
     """
+    sig = _signature(signature)
+    seen = _read.get(id(bundle))
+    if seen is None or not seen.matches(bundle):
+        seen = _read_bundle(bundle, sig)
+    parsed = seen.bundle
+    if (signature, parsed.digest) not in _checked:
+        if parsed.digest != sig["digest"]:
+            raise ValueError(
+                f"{_where(sig)}: the signature names bundle {sig['digest']} but the bundle tensor holds {parsed.digest} "
+                "(signature and bundle belong to different segments)"
+            )
+        parsed.check_signature(signature)
+        with _lock:
+            _checked.add((signature, parsed.digest))
+    return parsed
+
+
+def _read_bundle(bundle: torch.Tensor, sig: dict) -> _Read:
     from leapp import _native
 
-    sig = _signature(signature)
-    digest = sig["digest"]
-    cached = _bundles.get(digest)
-    if cached is not None:
-        return cached
     if bundle.dtype != torch.uint8:
         raise ValueError(f"{_where(sig)}: the bundle must be a uint8 tensor, got {bundle.dtype}")
+    if bundle.layout != torch.strided or bundle.dim() != 1 or bundle.device.type == "meta":
+        raise ValueError(
+            f"{_where(sig)}: the bundle must be a 1-D dense uint8 tensor with data, got a {bundle.dim()}-D "
+            f"{bundle.layout} tensor on {bundle.device}"
+            + (" (meta tensors hold no bytes)" if bundle.device.type == "meta" else "")
+        )
     if bundle.is_cuda and torch.cuda.is_current_stream_capturing():
         raise RuntimeError(
             f"{_where(sig)}: the bundle tensor lives on {bundle.device} and was never read before this CUDA graph "
             "capture; run the op once before capturing (reading it needs a device-to-host copy)"
         )
+    # the identity before the copy: a write racing with it is seen by the next call
+    identity = (weakref.ref(bundle), bundle.data_ptr(), bundle.numel(), bundle.stride(0), bundle.device,
+                _version(bundle))
     data = bundle.detach().to("cpu").contiguous().numpy().tobytes()
-    parsed = _native.Bundle(data)
-    if parsed.digest != digest:
-        raise ValueError(
-            f"{_where(sig)}: the signature names bundle {digest} but the bundle tensor holds {parsed.digest} "
-            "(signature and bundle belong to different segments)"
-        )
-    parsed.check_signature(signature)
+    read = _Read(*identity, _native.Bundle(data))
     with _lock:
-        return _bundles.setdefault(digest, parsed)
+        for key in [k for k, v in _read.items() if v.tensor() is None]:
+            del _read[key]
+        _read[id(bundle)] = read
+    return read
 
 
 def clear_cache() -> None:
-    """Forgets parsed bundles (the native module/scratch caches stay; they are keyed by digest)."""
+    """Forgets what was read from bundle tensors (the native caches stay; they are keyed by digest)."""
     with _lock:
-        _bundles.clear()
+        _read.clear()
+        _checked.clear()
     _signature.cache_clear()
 
 

@@ -9,7 +9,9 @@ allocation, run_segment. Not collected on its own; needs LEAPP_MOCK_CUDA=1.
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 
 import pytest
 import torch
@@ -60,6 +62,20 @@ def test_bundle_read_once_per_tensor(op):
     assert _native.allocation_count() == loads
 
 
+def test_hot_path_reads_no_bytes(op):
+    """After the first call per tensor nothing is read: bytes changed behind torch's back go unseen (documented)."""
+    raw = [bytearray(example_bundle(24, segment=f"mock/torch_hot_{i}")) for i in range(3)]
+    tensors = [torch.frombuffer(r, dtype=torch.uint8) for r in raw]
+    sigs = [signature_of(bytes(r)) for r in raw]
+    for t, s in zip(tensors, sigs):
+        op([torch.ones(24)], t, s)
+    for r in raw:
+        r[300] ^= 1  # not a torch write: the version counter stays
+    for i in range(9):
+        (y,) = op([torch.ones(24)], tensors[i % 3], sigs[i % 3])
+        torch.testing.assert_close(y, torch.arange(1, 25, dtype=torch.float32), rtol=0, atol=0)
+
+
 def test_input_errors(op):
     data = example_bundle(8)
     sig = signature_of(data)
@@ -96,3 +112,108 @@ def test_warp_kernels(op, tmp_path):
     torch.testing.assert_close(y, WARP_SCALE * x + torch.tensor(WARP_OFFSET))
     torch.testing.assert_close(out, a + bias * WARP_K)
     assert hits.dtype == torch.int32 and hits.tolist() == [300]
+
+
+def test_signature_checked_on_every_call(op):
+    """A good call must not let the same bundle tensor through with a signature that contradicts it."""
+    data = example_bundle(8, segment="mock/torch_sig")
+    tensor, sig = bt(data), signature_of(data)
+    op([torch.ones(8)], tensor, sig)
+    other = json.loads(sig)
+    other["outputs"][0]["dtype"] = "int32"
+    with pytest.raises(ValueError, match=r"signature outputs\[0\] 'y' differs from the bundle's 'y' \(dtype or shape\)"):
+        op([torch.ones(8)], tensor, json.dumps(other))
+    other["outputs"][0].update(dtype="float32", shape=[2, 4])
+    with pytest.raises(ValueError, match=r"signature outputs\[0\] 'y' differs"):
+        op([torch.ones(8)], tensor, json.dumps(other))
+    (y,) = op([torch.ones(8)], tensor, sig)  # the good pair still passes
+    assert y.dtype == torch.float32 and y.shape == (8,)
+
+
+def test_in_place_write_to_the_bundle_is_seen(op):
+    data = example_bundle(8, segment="mock/torch_write")
+    tensor, sig = bt(data), signature_of(data)
+    op([torch.ones(8)], tensor, sig)
+    tensor[200] ^= 1  # torch bumps the tensor's version counter
+    with pytest.raises(ValueError, match="leapp bundle: whole-file sha256 mismatch"):
+        op([torch.ones(8)], tensor, sig)
+    tensor[200] ^= 1
+    (y,) = op([torch.ones(8)], tensor, sig)
+    torch.testing.assert_close(y, torch.arange(1, 9, dtype=torch.float32), rtol=0, atol=0)
+
+
+def test_reused_address_is_a_new_tensor(op):
+    """A bundle tensor freed and another allocated at its address is read anew, not taken for the old one."""
+    data = example_bundle(5000, segment="mock/torch_reuse")
+    sig = signature_of(data)
+    broken = bytearray(data)
+    broken[300] ^= 1
+    for _ in range(20):
+        first = torch.empty(len(data), dtype=torch.uint8)
+        first.copy_(bt(data))
+        address = first.data_ptr()
+        op([torch.ones(5000)], first, sig)
+        del first
+        second = torch.empty(len(data), dtype=torch.uint8)
+        if second.data_ptr() == address:
+            break
+    else:
+        pytest.fail("the CPU allocator never reused the address; the case is not exercised")
+    second.copy_(bt(bytes(broken)))
+    with pytest.raises(ValueError, match="leapp bundle: whole-file sha256 mismatch"):
+        op([torch.ones(5000)], second, sig)
+
+
+def test_inference_mode_bundle(op):
+    """Inference tensors have no version counter: read once per storage, still checked per signature."""
+    data = example_bundle(16, segment="mock/torch_inference")
+    sig = signature_of(data)
+    with torch.inference_mode():
+        tensor = bt(data)
+        (y,) = op([torch.ones(16)], tensor, sig)
+    assert tensor.is_inference()
+    torch.testing.assert_close(y, torch.arange(1, 17, dtype=torch.float32), rtol=0, atol=0)
+    (y,) = op([torch.full((16,), 2.0)], tensor, sig)
+    torch.testing.assert_close(y, 2 * torch.arange(1, 17, dtype=torch.float32), rtol=0, atol=0)
+    bad = json.loads(sig)
+    bad["outputs"][0]["dtype"] = "float64"
+    with pytest.raises(ValueError, match="differs from the bundle's"):
+        op([torch.ones(16)], tensor, json.dumps(bad))
+
+
+def test_bundle_tensor_without_bytes_is_refused(op):
+    data = example_bundle(8)
+    sig = signature_of(data)
+    meta = torch.empty(len(data), dtype=torch.uint8, device="meta")
+    # through the dispatcher: the meta kernel sees a real CPU input next to the meta bundle
+    with pytest.raises(ValueError, match=r"leapp::warp_segment 'example/warp_segment_0': the bundle tensor is on the "
+                                         r"meta device \(it holds no bytes\)"):
+        op([torch.ones(8)], meta, sig)
+    # straight to the replay kernel
+    with pytest.raises(ValueError, match=r"'example/warp_segment_0': the bundle must be a 1-D dense uint8 tensor with "
+                                         r"data, got a 1-D Strided tensor on meta \(meta tensors hold no bytes\)"):
+        op.default.redispatch(torch._C.DispatchKeySet(torch._C.DispatchKey.CPU), [torch.ones(8)], meta, sig)
+    with pytest.raises(ValueError, match=r"the bundle must be a 1-D dense uint8 tensor with data, got a 2-D"):
+        op([torch.ones(8)], bt(data).reshape(1, -1), sig)
+
+
+def test_threads_alternating_bundles(op):
+    """Each thread's remembered pairs never mix two bundles up."""
+    bundles = [example_bundle(n, segment=f"mock/torch_threads_{n}") for n in (32, 48, 64)]
+    tensors = [(bt(d), signature_of(d), n) for d, n in zip(bundles, (32, 48, 64))]
+    failures = []
+
+    def worker(seed):
+        for i in range(60):
+            tensor, sig, n = tensors[(seed + i) % 3]
+            x = torch.randn(n)
+            (y,) = op([x], tensor, sig)
+            if not torch.equal(y, x * torch.arange(1, n + 1, dtype=torch.float32)):
+                failures.append((seed, i))
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures

@@ -83,3 +83,32 @@ def mock_driver_env(mock_dir, **extra) -> dict:
                MOCK_DEVICES="2", MOCK_CC="90", MOCK_MAX_PTX="90", MOCK_DRIVER_VERSION="13000")
     env.update({k: str(v) for k, v in extra.items()})
     return env
+
+
+def build_torch_test_library(out_path, source=None, opt: str = "-O0"):
+    """Compiles ext/torch/leapp_warp_torch.cpp (or ``source``) + ext/core with LEAPP_TORCH_TEST_CPU_AS_CUDA.
+
+    The library serves CPU tensors with the op's CUDA kernel, for the fake driver. Returns the
+    compiler's CompletedProcess; raises LookupError without a C++ compiler or torch's C++ headers.
+    """
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    import torch
+
+    ext = Path(__file__).resolve().parents[2] / "ext"
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        raise LookupError("no C++ compiler")
+    root = Path(torch.__file__).parent
+    if not (root / "include" / "torch" / "library.h").is_file():
+        raise LookupError("this torch ships no C++ headers")
+    abi = int(torch.compiled_with_cxx11_abi())
+    cmd = [cxx, "-std=c++20", opt, "-shared", "-fPIC", "-DLEAPP_TORCH_TEST_CPU_AS_CUDA",
+           f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-I{ext / 'core' / 'include'}", f"-I{root / 'include'}",
+           f"-I{root / 'include' / 'torch' / 'csrc' / 'api' / 'include'}",
+           str(source or ext / "torch" / "leapp_warp_torch.cpp"),
+           *map(str, sorted((ext / "core" / "src").glob("*.cpp"))), f"-L{root / 'lib'}", "-ltorch", "-ltorch_cpu",
+           "-lc10", "-ldl", f"-Wl,-rpath,{root / 'lib'}", "-o", str(out_path)]
+    return subprocess.run(cmd, capture_output=True, text=True)

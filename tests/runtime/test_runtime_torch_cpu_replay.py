@@ -8,35 +8,24 @@ a subprocess whose libcuda.so.1 is tests/runtime/mock_cuda. About 15 s of compil
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from runtime_helpers import build_mock_driver, mock_driver_env
+from runtime_helpers import build_mock_driver, build_torch_test_library, mock_driver_env
 
 HERE = Path(__file__).resolve().parent
-EXT = HERE.parents[1] / "ext"
 
 
 @pytest.fixture(scope="module")
 def test_library(tmp_path_factory) -> Path:
-    torch = pytest.importorskip("torch")
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no C++ compiler")
-    root = Path(torch.__file__).parent
-    if not (root / "include" / "torch" / "library.h").is_file():
-        pytest.skip("this torch ships no C++ headers")
+    pytest.importorskip("torch")
     out = tmp_path_factory.mktemp("torch_test_lib") / "libleapp_warp_torch_test.so"
-    abi = int(torch.compiled_with_cxx11_abi())
-    cmd = [cxx, "-std=c++20", "-O0", "-shared", "-fPIC", "-DLEAPP_TORCH_TEST_CPU_AS_CUDA",
-           f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-I{EXT / 'core' / 'include'}", f"-I{root / 'include'}",
-           f"-I{root / 'include' / 'torch' / 'csrc' / 'api' / 'include'}", str(EXT / "torch" / "leapp_warp_torch.cpp"),
-           *map(str, sorted((EXT / "core" / "src").glob("*.cpp"))), f"-L{root / 'lib'}", "-ltorch", "-ltorch_cpu",
-           "-lc10", "-ldl", f"-Wl,-rpath,{root / 'lib'}", "-o", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        proc = build_torch_test_library(out)
+    except LookupError as e:
+        pytest.skip(str(e))
     assert proc.returncode == 0, proc.stderr[-4000:]
     return out
 
