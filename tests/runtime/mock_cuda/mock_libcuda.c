@@ -16,7 +16,8 @@
 // already freed pointer is refused (CUDA_ERROR_INVALID_VALUE) and counted. Freed
 // blocks are poisoned (0xDD) and quarantined, never given back to malloc: a
 // memset, copy or example-kernel launch touching one fails with
-// CUDA_ERROR_ILLEGAL_ADDRESS and is counted as a use after free.
+// CUDA_ERROR_ILLEGAL_ADDRESS and is counted as a use after free, as is a launch
+// of a function whose module was unloaded (CUDA_ERROR_INVALID_HANDLE).
 //
 // Same-stream interleaving: work executes at enqueue time, so two threads
 // enqueueing on one stream interleave exactly as their calls interleave.
@@ -45,8 +46,16 @@ typedef unsigned long long CUdeviceptr;
 
 typedef struct MockCtx { int device; } MockCtx;
 typedef struct MockStream { MockCtx* ctx; int capturing; } MockStream;
-typedef struct MockModule { char* image; size_t size; int is_cubin; } MockModule;
-typedef struct MockFunc { MockModule* module; char name[256]; int max_dyn_smem; } MockFunc;
+typedef struct MockFunc MockFunc;
+typedef struct MockModule {
+  char* image;
+  size_t size;
+  int is_cubin, unloaded;
+  MockFunc* funcs;          // every function handed out, freed never (a stale handle stays checkable)
+  struct MockModule* next;  // in g_unloaded once unloaded
+} MockModule;
+struct MockFunc { MockModule* module; char name[256]; int max_dyn_smem; MockFunc* next; };
+static MockModule* g_unloaded = NULL;  // unloaded modules: a launch through one is a use after unload
 
 #define MAX_DEVICES 8
 static MockCtx g_ctx[MAX_DEVICES];
@@ -399,18 +408,32 @@ static CUresult m_cuModuleLoadDataEx(MockModule** mod, const void* image, unsign
 }
 static CUresult m_cuModuleUnload(MockModule* m) {
   if (prohibited()) return 900;
+  if (m->unloaded) {
+    atomic_fetch_add(&g_res[R_BAD_FREES], 1);
+    return 400;
+  }
   free(m->image);
-  free(m);
+  m->image = NULL;
+  pthread_mutex_lock(&g_mutex);
+  m->unloaded = 1;
+  m->next = g_unloaded;
+  g_unloaded = m;
+  pthread_mutex_unlock(&g_mutex);
   atomic_fetch_add(&g_res[R_UNLOADS], 1);
   atomic_fetch_add(&g_res[R_LIVE_MODULES], -1);
   return 0;
 }
 static CUresult m_cuModuleGetFunction(MockFunc** f, MockModule* m, const char* name) {
   size_t len = strlen(name);
+  if (m->unloaded) return 400;
   if (len == 0 || len >= 256 || !memmem(m->image, m->size, name, len)) return 500;
   MockFunc* fn = calloc(1, sizeof(MockFunc));
   fn->module = m;
   memcpy(fn->name, name, len + 1);
+  pthread_mutex_lock(&g_mutex);
+  fn->next = m->funcs;
+  m->funcs = fn;
+  pthread_mutex_unlock(&g_mutex);
   *f = fn;
   return 0;
 }
@@ -442,6 +465,10 @@ static CUresult launch_kernel(MockFunc* f, unsigned gx, unsigned gy, unsigned gz
                               unsigned bz, unsigned smem, void* stream, void** params, void** extra) {
   (void)gy; (void)gz; (void)by; (void)bz; (void)extra;
   if (!f) return 400;
+  if (f->module->unloaded) {
+    atomic_fetch_add(&g_res[R_USE_AFTER_FREE], 1);
+    return 400;
+  }
   if (!stream_ctx(stream)) return 201;
   if (smem > 49152 && (int)smem > f->max_dyn_smem) return 1;  // needs cuFuncSetAttribute first
   atomic_fetch_add(&g_stats[S_LAUNCH], 1);
