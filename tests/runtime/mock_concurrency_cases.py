@@ -23,9 +23,11 @@ import pytest
 if os.environ.get("LEAPP_MOCK_CUDA") != "1":
     pytest.skip("runs only under the fake driver (test_runtime_mock_driver.py)", allow_module_level=True)
 
+from cuda_bundles import chained_bundle  # noqa: E402
+
 from leapp import _native  # noqa: E402
-from leapp.bundle import write_bundle  # noqa: E402
-from leapp.bundle.testing import example_bundle, example_manifest_and_blobs  # noqa: E402
+from leapp.bundle.testing import example_bundle  # noqa: E402
+from leapp.runtime import release_segments  # noqa: E402
 
 MOCK = ctypes.CDLL("libcuda.so.1")  # the same library the runtime dlopen'ed
 MOCK.mock_stream_create.restype = ctypes.c_void_p
@@ -67,8 +69,8 @@ def live() -> dict[str, int]:
 
 @pytest.fixture
 def clean_slate():
-    """Everything earlier tests prepared is released first; returns the live resources then."""
-    _native.release_segments()
+    """Everything earlier tests prepared (in every runtime copy) is released first; returns the live resources then."""
+    release_segments()
     return live()
 
 
@@ -83,17 +85,6 @@ def run(bundle, inputs, outputs, s: int, device: int = 0):
 
 def scale(n: int) -> np.ndarray:
     return np.arange(1, n + 1, dtype=np.float32)
-
-
-def chained_bundle(n: int, segment: str) -> bytes:
-    """y = (x * c) * c through one scratch buffer: launch x -> scratch, launch scratch -> y (a 2-kernel segment)."""
-    manifest, blobs = example_manifest_and_blobs(n, segment=segment)
-    launch = manifest["ops"][1]
-    second = {**launch, "relocs": [{"param": 1, "offset": 0, "buffer": 2, "buffer_offset": 0},
-                                   {"param": 2, "offset": 0, "buffer": 3, "buffer_offset": 0},
-                                   {"param": 3, "offset": 0, "buffer": 1, "buffer_offset": 0}]}
-    manifest["ops"] = [manifest["ops"][0], launch, second]
-    return write_bundle(manifest, blobs)
 
 
 def hammer(calls: int, one_call) -> list[str]:
@@ -304,3 +295,46 @@ def test_release_without_anything_prepared_is_a_no_op(clean_slate):
     frees = _native.free_count()
     assert _native.release_segments() == 0
     assert _native.free_count() == frees and live() == clean_slate
+
+
+# --- leapp.runtime.release_segments: every runtime copy, captured graphs ------------------------------------------
+
+
+def test_python_release_frees_every_runtime_copy(clean_slate):
+    """leapp._native and libleapp_warp_ort.so each link the runtime (own caches): both are released."""
+    pytest.importorskip("onnxruntime")
+    from runtime_helpers import ort_session, warp_segment_model
+
+    from leapp.runtime import libraries
+
+    if not libraries.library_path("onnx").is_file():
+        pytest.skip("libleapp_warp_ort.so is not built")
+    n = 32
+    data = example_bundle(n, segment="mock/release_ort")
+    session = ort_session(warp_segment_model(data))
+    x = np.random.default_rng(3).standard_normal(n).astype(np.float32)
+    (y,) = session.run(None, {"x": x})  # prepared by the ORT library's copy (CPU EP: host staging)
+    assert mismatch(y, x * scale(n)) == ""
+    run(_native.Bundle(data), [x], [np.empty(n, np.float32)], MOCK.mock_stream_create(0))  # and by leapp._native's
+    assert live()["live_modules"] == clean_slate["live_modules"] + 2
+    assert _native.release_segments() == 1  # leapp._native's copy alone leaves the ORT library's
+    assert live()["live_modules"] == clean_slate["live_modules"] + 1 and live()["live_host"] > clean_slate["live_host"]
+    assert release_segments(_native.Bundle(data).digest) == 1
+    assert live() == clean_slate
+    (y,) = session.run(None, {"x": x})  # the session prepares again
+    assert mismatch(y, x * scale(n)) == ""
+    release_segments()
+    assert live() == clean_slate
+
+
+def test_python_release_drops_captured_graphs():
+    """Graphs hold the addresses release frees: leapp.load's CUDA-graph calls forget theirs (captured again later)."""
+    torch = pytest.importorskip("torch")
+    from leapp.runtime.cuda_graphs import CudaGraphCall
+
+    call = CudaGraphCall(lambda x: [x + 1], "mock/graphs")
+    call._graphs["key"] = (lambda g: None, object(), [torch.zeros(1)])  # as a capture would leave it
+    release_segments()
+    assert not call._graphs
+    x = torch.ones(2)
+    assert torch.equal(call(x)[0], x + 1)  # CPU inputs run directly
