@@ -68,10 +68,12 @@ def run(exe: Path, bundle: Path, *args: str, delay_us: int = 0) -> dict:
     env = dict(os.environ, LD_LIBRARY_PATH=f"{exe.parent}:{os.environ.get('LD_LIBRARY_PATH', '')}",
                MOCK_DEVICES="1", MOCK_STREAM_DELAY_US=str(delay_us))
     proc = subprocess.run([str(exe), str(bundle), *args], env=env, capture_output=True, text=True)
-    sys.stderr.write(proc.stderr)
-    if proc.returncode not in (0, 1):
+    sys.stderr.write(proc.stderr)  # sanitizer reports
+    lines = proc.stdout.strip().splitlines()
+    if not lines:
         raise SystemExit(f"replay_threads failed ({proc.returncode})")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    # 1: wrong outputs; a sanitizer's own exit status (e.g. TSan's 66) when it reported something
+    return {**json.loads(lines[-1]), "exit_status": proc.returncode}
 
 
 def main() -> int:
@@ -98,7 +100,7 @@ def main() -> int:
                                str(a.release_every_ms), delay_us=a.delay_us))
         for r in results:
             print(json.dumps({"source": str(a.source), "sanitize": a.sanitize, **r}))
-        return 1 if any(r.get("wrong") for r in results) else 0
+        return 1 if any(r.get("wrong") or r["exit_status"] for r in results) else 0
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ def load_bundle(bundle: torch.Tensor, signature: str):
 
 
 def clear_cache() -> None:
-    """Forgets parsed bundles (the native module/scratch caches stay; they are keyed by digest)."""
+    """Forgets parsed bundles (host memory). Device memory and modules stay: ``leapp.runtime.release_segments``."""
     with _lock:
         _bundles.clear()
     _signature.cache_clear()
