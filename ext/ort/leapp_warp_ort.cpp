@@ -25,6 +25,7 @@
 #include <onnxruntime_cxx_api.h>
 #undef ORT_API_MANUAL_INIT
 
+#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -318,6 +319,18 @@ struct WarpSegmentOp : Ort::CustomOpBase<WarpSegmentOp, WarpSegmentKernel, /*Wit
 };
 
 }  // namespace
+
+/// leapp::release_segments for this library's own copy of the runtime (called by
+/// leapp.runtime.release_segments through ctypes): the count, or -1 with the error in `error`.
+extern "C" __attribute__((visibility("default"))) long long LeappReleaseSegments(const char* digest, char* error,
+                                                                               size_t error_size) {
+  try {
+    return static_cast<long long>(leapp::release_segments(digest ? std::string_view(digest) : std::string_view()));
+  } catch (const std::exception& e) {
+    if (error && error_size) std::snprintf(error, error_size, "%s", e.what());
+    return -1;
+  }
+}
 
 extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL
 RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {

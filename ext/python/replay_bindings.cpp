@@ -71,6 +71,20 @@ void bind_replay(nb::module_& m) {
 
   m.def("allocation_count", &allocation_count,
         "Device/pinned allocations the runtime made so far; constant once every (segment, device, stream) is warm.");
+  m.def("free_count", &free_count, "Device/pinned frees the runtime made so far (release_segments, thread exits).");
+  m.def("interned_bundle_count", &interned_bundle_count,
+        "Bundles in the process-wide table: those alive (the table holds none alive itself).");
+  m.def(
+      "release_segments",
+      [](const std::optional<std::string>& digest) {
+        nb::gil_scoped_release release;
+        return release_segments(digest ? std::string_view(*digest) : std::string_view());
+      },
+      nb::arg("digest") = nb::none(),
+      "Frees the modules, constants, scratch and idle host staging of segment `digest` (all segments when None) "
+      "after waiting for calls enqueueing it and synchronising its contexts; returns how many (context, segment) "
+      "preparations were released. No CUDA graph that captured them may be replayed afterwards, and no stream of "
+      "those contexts may be capturing (RuntimeError then; nothing of that context is freed).");
   m.def(
       "stream_is_capturing", [](uint64_t stream) { return stream_is_capturing(reinterpret_cast<CUstream>(uintptr_t(stream))); },
       nb::arg("stream"));

@@ -25,6 +25,7 @@
 #include <array>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -295,10 +296,20 @@ std::vector<at::Tensor> warp_segment_cuda(const std::vector<at::Tensor>& inputs,
               "the inputs are on the CPU. Move the inputs to a CUDA device.");
 }
 
+/// leapp::release_segments for this library's own copy of the runtime (leapp.runtime.release_segments).
+int64_t release_segments_op(const std::optional<std::string>& digest) {
+  try {
+    return int64_t(leapp::release_segments(digest ? std::string_view(*digest) : std::string_view()));
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, e.what());
+  }
+}
+
 }  // namespace
 
 TORCH_LIBRARY(leapp, m) {
   m.def("warp_segment(Tensor[] inputs, Tensor bundle, str signature) -> Tensor[]");
+  m.def("release_segments(str? digest=None) -> int", &release_segments_op);
 }
 
 #ifdef LEAPP_TORCH_TEST_CPU_AS_CUDA

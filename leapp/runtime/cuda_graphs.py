@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import threading
 import warnings
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import torch
 
-__all__ = ["CudaGraphCall", "capture_blockers"]
+__all__ = ["CudaGraphCall", "capture_blockers", "drop_all_graphs"]
 
 Key = tuple
 
@@ -89,6 +90,16 @@ def _replay(entry: tuple) -> list[torch.Tensor]:
     return list(entry[2])
 
 
+_live_calls: weakref.WeakSet = weakref.WeakSet()
+
+
+def drop_all_graphs() -> None:
+    """Forgets every graph captured so far (leapp.runtime.release_segments frees the memory they bake in);
+    later calls capture again."""
+    for call in list(_live_calls):
+        call.drop_graphs()
+
+
 class CudaGraphCall:
     """``fn(*tensors) -> list of tensors``, replayed from captured CUDA graphs where the inputs allow."""
 
@@ -105,6 +116,12 @@ class CudaGraphCall:
         self._seen: OrderedDict[Key, None] = OrderedDict()  # keys called once, directly
         self._capture_streams: dict[int, torch.cuda.Stream] = {}  # calling stream -> its capture stream
         self._lock = threading.Lock()
+        _live_calls.add(self)
+
+    def drop_graphs(self) -> None:
+        """Forgets this call's graphs (see drop_all_graphs)."""
+        with self._lock:
+            self._graphs.clear()
 
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         # The hot path: a few attribute reads per input and one dict lookup. This host-side

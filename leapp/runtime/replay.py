@@ -112,7 +112,8 @@ def _read_bundle(bundle: torch.Tensor, sig: dict) -> _Read:
 
 
 def clear_cache() -> None:
-    """Forgets what was read from bundle tensors (the native caches stay; they are keyed by digest)."""
+    """Forgets what was read from bundle tensors (host memory). Device memory and modules stay:
+    ``leapp.runtime.release_segments``."""
     with _lock:
         _read.clear()
         _checked.clear()

@@ -91,6 +91,18 @@ def with_binaries(binaries: list[tuple[str, int, bytes]], n: int = 64) -> bytes:
     return write_bundle(manifest, blobs)
 
 
+def chained_bundle(n: int, segment: str = "test/chained_segment") -> bytes:
+    """y = (x * c) * c, c = [1..n], through one scratch buffer: the example's launch x -> scratch, then the same
+    kernel scratch -> y. Two threads sharing the scratch of one stream get wrong bytes when their calls interleave."""
+    manifest, blobs = example_manifest_and_blobs(n, segment=segment)
+    launch = manifest["ops"][1]
+    second = {**launch, "relocs": [{"param": 1, "offset": 0, "buffer": 2, "buffer_offset": 0},
+                                   {"param": 2, "offset": 0, "buffer": 3, "buffer_offset": 0},
+                                   {"param": 3, "offset": 0, "buffer": 1, "buffer_offset": 0}]}
+    manifest["ops"] = [manifest["ops"][0], launch, second]
+    return write_bundle(manifest, blobs)
+
+
 # --- dynamic shared memory -------------------------------------------------------------------------------
 
 SMEM_ENTRY = "leapp_test_smem_mirror"

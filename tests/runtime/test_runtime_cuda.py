@@ -13,6 +13,7 @@ import ctypes
 import json
 import struct
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from cuda_bundles import (
     WARP_OFFSET,
     WARP_SCALE,
     array_t,
+    chained_bundle,
     compile_warp_module,
     copy_memset_bundle,
     launch_bounds,
@@ -316,6 +318,132 @@ def test_threads_with_their_own_streams(dev, op):
     for t in threads:
         t.join()
     assert not failures, failures
+
+
+@cuda
+@pytest.mark.parametrize("kernel", ["native", "op"])
+def test_threads_sharing_torchs_default_stream(dev, op, kernel):
+    """8 threads replay a 2-launch segment on torch's default stream (one legacy stream, one scratch): every
+    output is exact. Interleaved enqueues used to let one call's second launch read another call's scratch."""
+    n = 1 << 16
+    data = chained_bundle(n, segment=f"test/same_stream_{kernel}")
+    b = _native.Bundle(data)
+    bt, sig = bundle_tensor(data), signature_of(data)
+    scale = scale_of(n, dev)
+    failures: list[str] = []
+
+    def worker(seed: int):
+        try:
+            torch.cuda.set_device(dev)
+            gen = torch.Generator(device=dev).manual_seed(seed)
+            default = torch.cuda.default_stream(dev)
+            with torch.cuda.stream(default):
+                for i in range(150):
+                    x = torch.randn(n, device=dev, generator=gen)
+                    if kernel == "op":
+                        (y,) = op([x], bt, sig)
+                    else:
+                        y = torch.empty(n, device=dev)
+                        _native.run_segment(b, [x.data_ptr()], [y.data_ptr()], default.cuda_stream, dev.index)
+                    if not torch.equal(y, x * scale * scale):
+                        failures.append(f"thread {seed} call {i}: wrong result")
+        except Exception as e:  # noqa: BLE001 - reported below
+            failures.append(f"thread {seed}: {e!r}")
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, f"{len(failures)} failures, e.g. {failures[:3]}"
+
+
+@cuda
+def test_per_thread_stream_scratch_is_freed_at_thread_exit(dev):
+    n = 4096
+    data = example_bundle(n, segment="test/per_thread_exit")
+    b = _native.Bundle(data)
+    x = torch.randn(n, device=dev)
+    run_native(data, [x], [torch.empty(n, device=dev)])  # module and constants, kept
+    outs = [torch.full((n,), float("nan"), device=dev) for _ in range(40)]
+    torch.cuda.synchronize(dev)
+    allocs, frees = _native.allocation_count(), _native.free_count()
+
+    def worker(i: int):
+        _native.run_segment(b, [x.data_ptr()], [outs[i].data_ptr()], 2, dev.index)  # 2: CU_STREAM_PER_THREAD
+
+    for batch in range(4):
+        threads = [threading.Thread(target=worker, args=(batch * 10 + t,)) for t in range(10)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    deadline = time.monotonic() + 10  # join() returns before the OS thread runs its thread_local destructors
+    while _native.free_count() < frees + 40 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _native.allocation_count() == allocs + 40  # one scratch per thread ...
+    assert _native.free_count() == frees + 40  # ... freed (after synchronising) when its thread ended
+    torch.cuda.synchronize(dev)
+    for y in outs:
+        assert torch.equal(y, x * scale_of(n, dev))
+
+
+@cuda
+def test_release_segments_frees_and_prepares_again(dev, op):
+    from leapp.runtime import release_segments
+
+    n = 4096
+    data = example_bundle(n, segment="test/release")  # a digest no other test uses: nothing else is released
+    digest = _native.Bundle(data).digest
+    bt, sig = bundle_tensor(data), signature_of(data)
+    x = torch.randn(n, device=dev)
+    streams = [torch.cuda.Stream(dev) for _ in range(3)]
+
+    def everywhere():
+        outs = []
+        for s in streams:
+            with torch.cuda.stream(s):
+                y = torch.empty(n, device=dev)
+                run_native(data, [x], [y])
+                outs.append(y)
+                outs.extend(op([x], bt, sig))
+        torch.cuda.synchronize(dev)
+        for y in outs:
+            assert torch.equal(y, x * scale_of(n, dev))
+
+    everywhere()
+    allocs, frees = _native.allocation_count(), _native.free_count()
+    assert _native.release_segments(digest) == 1
+    assert _native.free_count() - frees == 4  # constants + the scratch of 3 streams
+    if ops.native_library_loaded():  # the torch library keeps its own runtime copy
+        assert torch.ops.leapp.release_segments(digest) == 1
+    everywhere()
+    assert _native.allocation_count() - allocs == 4
+    assert release_segments(digest) == (2 if ops.native_library_loaded() else 1)  # every copy at once
+
+
+@cuda
+def test_release_drops_captured_graphs(dev, op):
+    from leapp.runtime import release_segments
+    from leapp.runtime.cuda_graphs import CudaGraphCall
+
+    n = 2048
+    data = example_bundle(n, segment="test/release_graphs")
+    bt, sig = bundle_tensor(data), signature_of(data)
+    call = CudaGraphCall(lambda t: op([t], bt, sig), "test/release_graphs")
+    x = torch.randn(n, device=dev)
+    for _ in range(3):
+        (y,) = call(x)
+    assert call.captures == 1
+    torch.cuda.synchronize(dev)
+    assert release_segments(_native.Bundle(data).digest) >= 1
+    assert not call._graphs  # the graph baked in the freed scratch: dropped
+    x.fill_(2.0)
+    for _ in range(3):
+        (y,) = call(x)
+    torch.cuda.synchronize(dev)
+    assert call.captures == 2
+    assert torch.equal(y, 2.0 * scale_of(n, dev))
 
 
 @cuda

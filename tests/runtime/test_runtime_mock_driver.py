@@ -25,11 +25,20 @@ def mock_driver_dir(tmp_path_factory) -> Path:
     return out
 
 
-def test_replay_against_the_fake_driver(mock_driver_dir):
+def run_cases(mock_driver_dir, cases: str):
     env = mock_driver_env(mock_driver_dir)
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", str(HERE / "mock_driver_cases.py")],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", str(HERE / cases)],
         cwd=HERE, env=env, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     assert " passed" in proc.stdout and "skipped" not in proc.stdout.splitlines()[-1], proc.stdout[-2000:]
+
+
+def test_replay_against_the_fake_driver(mock_driver_dir):
+    run_cases(mock_driver_dir, "mock_driver_cases.py")
+
+
+def test_threads_and_resources_against_the_fake_driver(mock_driver_dir):
+    """Same-stream threads (every output byte checked), thread exits, the bundle table, release_segments."""
+    run_cases(mock_driver_dir, "mock_concurrency_cases.py")

@@ -144,40 +144,73 @@ std::shared_ptr<const Bundle> Bundle::parse(const void* data, size_t size) {
 }
 
 // --- the process-wide bundle table ---------------------------------------------------
+//
+// Weak entries: the table never keeps a bundle alive. intern_bundle hands out a
+// shared_ptr whose deleter drops the bundle's entry (unless the digest was
+// interned again since) and then frees the bundle. No shared_ptr to a bundle is
+// ever destroyed while the table's mutex is held, since that deleter takes it.
 
 namespace {
 struct BundleTable {
   std::mutex mutex;
-  std::map<std::string, std::shared_ptr<const Bundle>, std::less<>> by_digest;
+  std::map<std::string, std::weak_ptr<const Bundle>, std::less<>> by_digest;
 };
 BundleTable& bundle_table() {
   static BundleTable* t = new BundleTable();  // leaked: used by op libraries until exit
   return *t;
 }
+
+/// The deleter of the shared_ptr intern_bundle hands out.
+struct DropFromTable {
+  std::shared_ptr<const Bundle> parsed;
+  void operator()(const Bundle* b) {
+    BundleTable& t = bundle_table();
+    {
+      std::lock_guard<std::mutex> lock(t.mutex);
+      auto it = t.by_digest.find(b->digest());
+      if (it != t.by_digest.end() && it->second.expired()) t.by_digest.erase(it);
+    }
+    parsed.reset();  // frees the bundle, outside the lock
+  }
+};
+
+std::shared_ptr<const Bundle> lookup(BundleTable& t, std::string_view digest) {
+  std::lock_guard<std::mutex> lock(t.mutex);
+  auto it = t.by_digest.find(digest);
+  return it == t.by_digest.end() ? nullptr : it->second.lock();
+}
 }  // namespace
 
 std::shared_ptr<const Bundle> intern_bundle(const void* data, size_t size) {
-  // Fast path: the same bytes were parsed before (the stored digest is only a
-  // lookup key; identity is confirmed by comparing every byte).
+  BundleTable& t = bundle_table();
+  // Fast path: the same bytes were parsed before and are still held (the stored
+  // digest is only a lookup key; identity is confirmed by comparing every byte).
   if (data != nullptr && size >= kBundleMinSize) {
     const auto* p = static_cast<const uint8_t*>(data);
-    std::shared_ptr<const Bundle> known = find_bundle(detail::to_hex(p + size - kBundleTrailerSize, 32));
+    std::shared_ptr<const Bundle> known = lookup(t, detail::to_hex(p + size - kBundleTrailerSize, 32));
     if (known && known->bytes() == std::string_view(reinterpret_cast<const char*>(p), size)) return known;
   }
   std::shared_ptr<const Bundle> parsed = Bundle::parse(data, size);
-  BundleTable& t = bundle_table();
-  std::lock_guard<std::mutex> lock(t.mutex);
-  auto it = t.by_digest.find(parsed->digest());
-  if (it != t.by_digest.end()) return it->second;
-  t.by_digest.emplace(parsed->digest(), parsed);
-  return parsed;
+  std::shared_ptr<const Bundle> existing, handed_out;
+  {
+    std::lock_guard<std::mutex> lock(t.mutex);
+    std::weak_ptr<const Bundle>& slot = t.by_digest[parsed->digest()];
+    existing = slot.lock();
+    if (!existing) {
+      const Bundle* raw = parsed.get();
+      handed_out = std::shared_ptr<const Bundle>(raw, DropFromTable{parsed});
+      slot = handed_out;
+    }
+  }
+  return existing ? existing : handed_out;  // `parsed` (a duplicate when `existing`) is freed after the lock
 }
 
-std::shared_ptr<const Bundle> find_bundle(std::string_view digest) {
+std::shared_ptr<const Bundle> find_bundle(std::string_view digest) { return lookup(bundle_table(), digest); }
+
+size_t interned_bundle_count() {
   BundleTable& t = bundle_table();
   std::lock_guard<std::mutex> lock(t.mutex);
-  auto it = t.by_digest.find(digest);
-  return it == t.by_digest.end() ? nullptr : it->second;
+  return t.by_digest.size();
 }
 
 std::string sha256_hex(const void* data, size_t size) {

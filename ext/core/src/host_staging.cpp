@@ -4,7 +4,8 @@
 // buffers sized for one segment's inputs and outputs. Sets are pooled per
 // (bundle digest, device): a caller leases one for the duration of a call, so
 // concurrent sessions and threads each get their own stream, staging memory
-// and (because scratch is keyed by stream) scratch.
+// and (because scratch is keyed by stream) scratch. Idle sets live until
+// release_segments() frees them (release_staging below).
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -31,7 +32,7 @@ struct Pool {
 };
 
 Pool& pool() {
-  static Pool* p = new Pool();  // leaked: pinned memory and streams live until exit
+  static Pool* p = new Pool();  // leaked: what is in it at exit is the process's to free
   return *p;
 }
 
@@ -96,6 +97,47 @@ void check_host(const Bundle& bundle, const char* side, const std::vector<Tensor
 }
 
 }  // namespace
+
+std::string detail::release_staging(const CudaDriver& d, std::string_view digest) {
+  using Key = std::pair<std::string, int>;
+  std::vector<std::pair<Key, std::unique_ptr<StagingSet>>> sets;
+  {
+    std::lock_guard<std::mutex> lock(pool().mutex);
+    for (auto it = pool().idle.begin(); it != pool().idle.end();) {
+      if (!digest.empty() && it->first.first != digest) {
+        ++it;
+        continue;
+      }
+      for (auto& set : it->second) sets.emplace_back(it->first, std::move(set));
+      it = pool().idle.erase(it);
+    }
+  }
+  std::string errors;
+  for (auto& [key, set] : sets) {
+    try {
+      ContextGuard guard(d, set->ctx);
+      CUresult r = d.cuStreamSynchronize(set->stream);
+      if (r != CUDA_SUCCESS) {
+        errors += "; host staging: cuStreamSynchronize failed: " + cu_error_text(r) + " (the set is kept)";
+        std::lock_guard<std::mutex> lock(pool().mutex);
+        pool().idle[key].push_back(std::move(set));
+        continue;
+      }
+      d.cuStreamDestroy(set->stream);
+      if (set->device_base) {
+        if (d.cuMemFree(set->device_base) == CUDA_SUCCESS) count_free();
+        else errors += "; host staging: cuMemFree refused";
+      }
+      if (set->host_base) {
+        if (d.cuMemFreeHost(set->host_base) == CUDA_SUCCESS) count_free();
+        else errors += "; host staging: cuMemFreeHost refused";
+      }
+    } catch (const std::exception& e) {
+      errors += std::string("; host staging: ") + e.what();
+    }
+  }
+  return errors;
+}
 
 int default_host_device() {
   const char* env = std::getenv("LEAPP_CUDA_DEVICE");

@@ -10,8 +10,21 @@
 //
 // Scratch is keyed by stream too: two streams replaying the same segment at
 // once must not share scratch memory, while calls on one stream are ordered
-// and can. (The per-thread default stream counts as one stream per thread,
-// for the thread's lifetime: its scratch is not reused by a later thread.)
+// and can, provided each call's work reaches the stream in one piece. So a
+// call holds its StreamScratch's lock from its first enqueue (the inits) to
+// its last op: two threads replaying one segment on one stream (the legacy
+// default stream, torch's current stream shared by threads) enqueue one call
+// after the other, never interleaved. The per-thread default stream counts as
+// one stream per thread; its scratch is freed when the thread exits.
+//
+// Lifetimes: the table owns PreparedSegments, each owns its StreamScratch
+// entries. release_segments() takes them out of the table, waits for calls
+// in flight (the scratch locks), marks them released, synchronises the
+// context and frees; a thread still holding one (its last-hit cache) finds
+// `released` set under the lock and looks up again.
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -28,6 +41,7 @@ namespace detail {
 namespace {
 
 std::atomic<uint64_t> g_allocations{0};
+std::atomic<uint64_t> g_frees{0};
 
 std::mutex& cache_mutex() {
   static std::mutex* m = new std::mutex();
@@ -45,6 +59,7 @@ struct StreamKey {
   CUstream stream;
   uint64_t thread;  // only for the per-thread default stream: this_thread_serial()
   bool operator<(const StreamKey& o) const { return std::tie(stream, thread) < std::tie(o.stream, o.thread); }
+  bool operator==(const StreamKey& o) const { return stream == o.stream && thread == o.thread; }
 };
 
 /// A number no other thread of the process ever gets (std::thread::id values are
@@ -55,18 +70,52 @@ uint64_t this_thread_serial() {
   return serial;
 }
 
+/// Buffers of one role carved from one allocation (`base`, 0 when the role has no bytes).
+struct RoleMemory {
+  CUdeviceptr base = 0;
+  std::vector<CUdeviceptr> addr;  // per buffer; 0 unless of the role
+};
+
+struct PreparedSegment;
+
+/// One stream's scratch for one prepared segment, and the lock that keeps a
+/// call's enqueues contiguous on that stream.
+struct StreamScratch {
+  std::mutex enqueue;
+  std::shared_ptr<PreparedSegment> seg;  // modules, functions, constants (outlives `released`)
+  StreamKey key{nullptr, 0};
+  RoleMemory memory;
+  bool released = false;  // guarded by `enqueue`: the memory is freed or being freed, look up again
+};
+
 /// A segment made ready in one context: functions, constants, scratch per stream.
 struct PreparedSegment {
+  CUcontext ctx = nullptr;
+  std::string digest;
   std::vector<CUmodule> modules;
   std::vector<std::string> choices;    // per module, "cubin sm_90" (diagnostics)
   std::vector<CUfunction> functions;  // per kernel; null when no launch uses it
-  std::vector<CUdeviceptr> constants;  // per buffer; 0 unless constant
-  std::map<StreamKey, std::vector<CUdeviceptr>> scratch;  // per buffer; 0 unless scratch
+  RoleMemory constants;
+  std::map<StreamKey, std::shared_ptr<StreamScratch>> scratch;  // guarded by cache_mutex()
 };
 
-std::map<std::pair<CUcontext, std::string>, std::unique_ptr<PreparedSegment>>& segments() {
-  static auto* s = new std::map<std::pair<CUcontext, std::string>, std::unique_ptr<PreparedSegment>>();
-  return *s;  // leaked on purpose: device memory and modules live until the process ends
+using SegmentTable = std::map<std::pair<CUcontext, std::string>, std::shared_ptr<PreparedSegment>>;
+
+SegmentTable& segments() {
+  static auto* s = new SegmentTable();
+  return *s;  // leaked on purpose: what is still in it at exit is the process's to free
+}
+
+/// Device memory and modules whose free failed (cuCtxSynchronize refused during a
+/// capture, say); the next release_segments() tries again. Guarded by cache_mutex().
+struct Pending {
+  CUcontext ctx = nullptr;
+  std::vector<CUdeviceptr> memory;
+  std::vector<CUmodule> modules;
+};
+std::vector<Pending>& pending_frees() {
+  static auto* p = new std::vector<Pending>();
+  return *p;
 }
 
 CUdeviceptr allocate(const CudaDriver& d, uint64_t bytes, const std::string& what) {
@@ -78,9 +127,8 @@ CUdeviceptr allocate(const CudaDriver& d, uint64_t bytes, const std::string& wha
   return p;
 }
 
-/// Sub-buffer addresses for every buffer of `role`, carved from one allocation.
-std::vector<CUdeviceptr> allocate_role(const CudaDriver& d, const Manifest& m, BufferRole role, const std::string& what,
-                                       std::vector<uint64_t>* offsets_out = nullptr) {
+/// Every buffer of `role`, carved from one allocation.
+RoleMemory allocate_role(const CudaDriver& d, const Manifest& m, BufferRole role, const std::string& what) {
   std::vector<uint64_t> offsets(m.buffers.size(), 0);
   uint64_t total = 0;
   for (size_t i = 0; i < m.buffers.size(); ++i) {
@@ -88,19 +136,63 @@ std::vector<CUdeviceptr> allocate_role(const CudaDriver& d, const Manifest& m, B
     offsets[i] = total;
     total = round_up(total + m.buffers[i].bytes, kSubAlignment);
   }
-  std::vector<CUdeviceptr> addr(m.buffers.size(), 0);
-  if (total == 0) return addr;
-  CUdeviceptr base = allocate(d, total, what);
+  RoleMemory out;
+  out.addr.assign(m.buffers.size(), 0);
+  if (total == 0) return out;
+  out.base = allocate(d, total, what);
   for (size_t i = 0; i < m.buffers.size(); ++i)
-    if (m.buffers[i].role == role) addr[i] = base + offsets[i];
-  if (offsets_out) *offsets_out = offsets;
-  return addr;
+    if (m.buffers[i].role == role) out.addr[i] = out.base + offsets[i];
+  return out;
 }
 
-std::unique_ptr<PreparedSegment> prepare(const CudaDriver& d, const Bundle& bundle, const DeviceAttrs& dev) {
+/// Frees device memory and unloads modules of `p` in the current context (ctx is current);
+/// what the driver refuses stays in `p` (returns false then).
+bool free_now(const CudaDriver& d, Pending& p) {
+  std::vector<CUdeviceptr> memory;
+  for (CUdeviceptr m : p.memory) {
+    if (d.cuMemFree(m) == CUDA_SUCCESS) count_free();
+    else memory.push_back(m);
+  }
+  std::vector<CUmodule> modules;
+  for (CUmodule m : p.modules)
+    if (d.cuModuleUnload(m) != CUDA_SUCCESS) modules.push_back(m);
+  p.memory = std::move(memory);
+  p.modules = std::move(modules);
+  return p.memory.empty() && p.modules.empty();
+}
+
+/// What `seg` owns on the device (its modules and constants; not its scratch).
+Pending segment_resources(const PreparedSegment& seg) {
+  Pending p;
+  p.ctx = seg.ctx;
+  for (CUmodule m : seg.modules)
+    if (m) p.modules.push_back(m);
+  if (seg.constants.base) p.memory.push_back(seg.constants.base);
+  return p;
+}
+
+void fill(const CudaDriver& d, const Bundle& bundle, const DeviceAttrs& dev, PreparedSegment* seg);
+
+/// Modules, functions and constants of `bundle` in the current context `ctx`; on failure
+/// what was loaded or allocated so far is given back before the error propagates.
+std::shared_ptr<PreparedSegment> prepare(const CudaDriver& d, const Bundle& bundle, const DeviceAttrs& dev,
+                                         CUcontext ctx) {
+  auto seg = std::make_shared<PreparedSegment>();
+  seg->ctx = ctx;
+  seg->digest = bundle.digest();
+  try {
+    fill(d, bundle, dev, seg.get());
+  } catch (...) {
+    Pending p = segment_resources(*seg);
+    free_now(d, p);
+    throw;
+  }
+  return seg;
+}
+
+void fill(const CudaDriver& d, const Bundle& bundle, const DeviceAttrs& dev, PreparedSegment* seg) {
   const Manifest& m = bundle.manifest();
   const std::string where = "leapp segment '" + m.segment + "'";
-  auto seg = std::make_unique<PreparedSegment>();
 
   // Modules and functions, for the kernels that launches use.
   std::vector<uint32_t> max_smem(m.kernels.size(), 0);
@@ -153,8 +245,7 @@ std::unique_ptr<PreparedSegment> prepare(const CudaDriver& d, const Bundle& bund
 
   // Constants: uploaded once, through a private stream so that no other
   // stream (possibly one being captured) is involved.
-  std::vector<uint64_t> offsets;
-  seg->constants = allocate_role(d, m, BufferRole::kConstant, where + ": constants", &offsets);
+  seg->constants = allocate_role(d, m, BufferRole::kConstant, where + ": constants");
   bool any_constant = false;
   for (size_t i = 0; i < m.buffers.size(); ++i) any_constant |= m.buffers[i].role == BufferRole::kConstant;
   if (any_constant) {
@@ -165,19 +256,14 @@ std::unique_ptr<PreparedSegment> prepare(const CudaDriver& d, const Bundle& bund
       const BufferSpec& b = m.buffers[i];
       if (b.role != BufferRole::kConstant) continue;
       std::string_view bytes = bundle.blob(b.init_index);
-      r = d.cuMemcpyHtoDAsync(seg->constants[i], bytes.data(), bytes.size(), upload);
+      r = d.cuMemcpyHtoDAsync(seg->constants.addr[i], bytes.data(), bytes.size(), upload);
     }
-    if (r == CUDA_SUCCESS) r = d.cuStreamSynchronize(upload);
+    CUresult synced = d.cuStreamSynchronize(upload);  // also after a failed copy: nothing may still be in flight
+    if (r == CUDA_SUCCESS) r = synced;
     d.cuStreamDestroy(upload);
     if (r != CUDA_SUCCESS) throw CudaError(r, where + ": uploading constants failed: " + cu_error_text(r));
   }
-  return seg;
 }
-
-struct Resolved {
-  CUcontext ctx = nullptr;
-  int device = 0;
-};
 
 int current_device(const CudaDriver& d) {
   CUdevice dev = 0;
@@ -185,14 +271,107 @@ int current_device(const CudaDriver& d) {
   return int(dev);  // CUdevice is the ordinal
 }
 
+/// Keeps what could not be freed for the next release_segments().
+void defer(Pending p) {
+  if (p.memory.empty() && p.modules.empty()) return;
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  pending_frees().push_back(std::move(p));
+}
+
+/// This thread's entries on the per-thread default stream: their stream ends with
+/// the thread, so their scratch is freed then (see ~ThreadStreamScratch).
+struct ThreadStreamScratch {
+  std::vector<std::weak_ptr<StreamScratch>> entries;
+  ~ThreadStreamScratch();
+};
+
+ThreadStreamScratch& thread_stream_scratch() {
+  thread_local ThreadStreamScratch t;
+  return t;
+}
+
+ThreadStreamScratch::~ThreadStreamScratch() {
+  if (entries.empty()) return;
+  // exit() destroys the calling thread's thread_locals first: the main thread's scratch
+  // is left to the process teardown (no driver calls while the process ends).
+  if (getpid() == pid_t(syscall(SYS_gettid))) return;
+  try {
+    std::vector<std::shared_ptr<StreamScratch>> mine;
+    {
+      std::lock_guard<std::mutex> lock(cache_mutex());
+      for (const std::weak_ptr<StreamScratch>& w : entries) {
+        std::shared_ptr<StreamScratch> sc = w.lock();
+        if (!sc) continue;
+        auto& table = sc->seg->scratch;
+        auto it = table.find(sc->key);
+        if (it != table.end() && it->second == sc) table.erase(it);
+        std::lock_guard<std::mutex> hold(sc->enqueue);
+        if (sc->released) continue;  // release_segments() took it
+        sc->released = true;
+        mine.push_back(std::move(sc));
+      }
+    }
+    const CudaDriver& d = driver();
+    for (const std::shared_ptr<StreamScratch>& sc : mine) {
+      Pending p;
+      p.ctx = sc->seg->ctx;
+      if (sc->memory.base) p.memory.push_back(sc->memory.base);
+      if (p.memory.empty()) continue;
+      try {
+        ContextGuard guard(d, p.ctx);
+        RelaxedCaptureMode relaxed(d);  // never disturbs another thread's capture
+        if (d.cuStreamSynchronize(cu_stream_per_thread()) == CUDA_SUCCESS) free_now(d, p);
+      } catch (const std::exception&) {
+      }
+      defer(std::move(p));
+    }
+  } catch (...) {
+    // a thread exit must not throw; what was not freed stays allocated
+  }
+}
+
+/// The scratch entry of (ctx, digest, key), made on first use (with the prepared segment).
+std::shared_ptr<StreamScratch> find_or_create(const CudaDriver& d, const Bundle& bundle, CUcontext ctx,
+                                              int ctx_device, const StreamKey& key) {
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  auto seg_key = std::make_pair(ctx, bundle.digest());
+  auto it = segments().find(seg_key);
+  if (it != segments().end()) {
+    auto sit = it->second->scratch.find(key);
+    if (sit != it->second->scratch.end()) return sit->second;
+  }
+  RelaxedCaptureMode relaxed(d);  // one-time setup is legal even while a stream is captured
+  if (it == segments().end())
+    it = segments().emplace(seg_key, prepare(d, bundle, device_attrs(d, ctx_device), ctx)).first;
+  auto sc = std::make_shared<StreamScratch>();
+  sc->seg = it->second;
+  sc->key = key;
+  sc->memory = allocate_role(d, bundle.manifest(), BufferRole::kScratch, "leapp segment '" + bundle.segment() + "': scratch");
+  it->second->scratch.emplace(key, sc);
+  if (key.thread != 0) {
+    auto& mine = thread_stream_scratch().entries;
+    mine.erase(std::remove_if(mine.begin(), mine.end(), [](const auto& w) { return w.expired(); }), mine.end());
+    mine.push_back(sc);
+  }
+  return sc;
+}
+
 }  // namespace
 
 // --- small shared pieces -------------------------------------------------------------
 
 void count_allocation() { g_allocations.fetch_add(1, std::memory_order_relaxed); }
+void count_free() { g_frees.fetch_add(1, std::memory_order_relaxed); }
 
 ContextGuard::ContextGuard(const CudaDriver& d, CUcontext ctx) : d_(d) {
   LEAPP_CHECK_CU(d.cuCtxGetCurrent(&saved_));
+  if (saved_ != ctx) {
+    LEAPP_CHECK_CU(d.cuCtxSetCurrent(ctx));
+    switched_ = true;
+  }
+}
+
+ContextGuard::ContextGuard(const CudaDriver& d, CUcontext ctx, CUcontext current) : d_(d), saved_(current) {
   if (saved_ != ctx) {
     LEAPP_CHECK_CU(d.cuCtxSetCurrent(ctx));
     switched_ = true;
@@ -256,6 +435,77 @@ CUcontext primary_context(const CudaDriver& d, int ordinal) {
 // --- public API ------------------------------------------------------------------------
 
 uint64_t allocation_count() { return detail::g_allocations.load(std::memory_order_relaxed); }
+
+uint64_t free_count() { return detail::g_frees.load(std::memory_order_relaxed); }
+
+size_t release_segments(std::string_view digest) {
+  using namespace detail;
+  const CudaDriver* dp = nullptr;
+  try {
+    dp = &driver();
+  } catch (const DriverUnavailable&) {
+    return 0;  // nothing was ever prepared
+  }
+  const CudaDriver& d = *dp;
+  std::string errors = release_staging(d, digest);
+
+  // 1. Out of the table; each scratch lock waits for a call enqueueing right now, and
+  //    `released` sends later holders (last-hit caches) back to the table.
+  std::vector<Pending> work;
+  size_t released = 0;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex());
+    for (auto it = segments().begin(); it != segments().end();) {
+      if (!digest.empty() && it->first.second != digest) {
+        ++it;
+        continue;
+      }
+      PreparedSegment& seg = *it->second;
+      Pending p = segment_resources(seg);
+      for (auto& entry : seg.scratch) {
+        StreamScratch& sc = *entry.second;
+        std::lock_guard<std::mutex> hold(sc.enqueue);
+        sc.released = true;
+        if (sc.memory.base) p.memory.push_back(sc.memory.base);
+      }
+      seg.scratch.clear();
+      work.push_back(std::move(p));
+      it = segments().erase(it);
+      ++released;
+    }
+    for (Pending& p : pending_frees()) work.push_back(std::move(p));  // earlier failures: try again
+    pending_frees().clear();
+  }
+
+  // 2. Per context: wait for all queued work (kernels may still use this memory), then free.
+  std::vector<CUcontext> contexts;
+  for (const Pending& p : work)
+    if (std::find(contexts.begin(), contexts.end(), p.ctx) == contexts.end()) contexts.push_back(p.ctx);
+  for (CUcontext ctx : contexts) {
+    CUresult r = CUDA_SUCCESS;
+    try {
+      ContextGuard guard(d, ctx);
+      r = d.cuCtxSynchronize();
+      if (r == CUDA_SUCCESS)
+        for (Pending& p : work)
+          if (p.ctx == ctx && !free_now(d, p))
+            errors += "; a cuMemFree or cuModuleUnload was refused (kept for the next release_segments())";
+    } catch (const CudaError& e) {
+      // The context cannot be made current (destroyed by its owner): what it held went with it.
+      errors += std::string("; ") + e.what();
+      for (Pending& p : work)
+        if (p.ctx == ctx) p = Pending{};
+      continue;
+    }
+    if (r != CUDA_SUCCESS)
+      errors += "; cuCtxSynchronize failed: " + cu_error_text(r) +
+                " (is a stream being captured into a CUDA graph? nothing of that context was freed; "
+                "call release_segments() again after the capture)";
+  }
+  for (Pending& p : work) defer(std::move(p));
+  if (!errors.empty()) throw std::runtime_error("leapp::release_segments: " + errors.substr(2));
+  return released;
+}
 
 bool stream_is_capturing(CUstream stream) {
   try {
@@ -325,6 +575,30 @@ void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs, co
   // Error texts only: built when something fails, never on the hot path.
   auto where = [&] { return "leapp segment '" + m.segment + "'"; };
 
+  // The thread remembers its last hit (context, its device, bundle, stream and the
+  // scratch entry), so a loop replaying one segment on one stream skips the table
+  // lock, the lookup and the device query. The digest is compared too, because a
+  // freed Bundle's address may be reused; `released` is checked under the entry's
+  // lock, because release_segments() may have freed it since.
+  // Per-call host state sits in one thread_local (one TLS lookup per call): the
+  // last hit, buffer addresses, relocated parameter bytes and their pointers.
+  struct LastHit {
+    CUcontext ctx = nullptr;
+    int ctx_device = -1;
+    const Bundle* bundle = nullptr;
+    std::string digest;
+    StreamKey stream{nullptr, 0};
+    std::shared_ptr<StreamScratch> scratch;
+  };
+  struct CallState {
+    LastHit last;
+    std::vector<CUdeviceptr> addr;
+    std::vector<uint8_t> params;
+    std::vector<void*> param_ptrs;
+  };
+  thread_local CallState state;
+  LastHit& last = state.last;
+
   // The context: the stream's own, else the current one (when on `device`), else the primary.
   CUcontext saved = nullptr;
   LEAPP_CHECK_CU(d.cuCtxGetCurrent(&saved));
@@ -337,68 +611,53 @@ void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs, co
                              cu_error_text(r));
   } else if (saved != nullptr) {
     ctx = saved;
-    if (device >= 0 && current_device(d) != device) ctx = nullptr;
+    if (device >= 0 && (saved == last.ctx ? last.ctx_device : current_device(d)) != device) ctx = nullptr;
   }
   if (ctx == nullptr) ctx = primary_context(d, device < 0 ? 0 : device);
-  ContextGuard guard(d, ctx);
-  const int ctx_device = current_device(d);
+  ContextGuard guard(d, ctx, saved);
+  const int ctx_device = ctx == last.ctx ? last.ctx_device : current_device(d);
   if (device >= 0 && ctx_device != device)
     throw std::invalid_argument(where() + ": the stream belongs to CUDA device " + std::to_string(ctx_device) +
                                 ", but device " + std::to_string(device) + " was requested");
 
-  // Caches: the prepared segment and this stream's scratch (both built once).
-  // The thread remembers its last hit, so a loop replaying one segment on one
-  // stream skips the lock and the lookup. Entries are never erased and
-  // std::map nodes never move, so the remembered pointers stay valid; the
-  // digest is compared too, because a freed Bundle's address may be reused.
+  // This stream's scratch entry, locked until the last op is enqueued (see the top of the file).
   StreamKey skey{stream, stream == cu_stream_per_thread() ? this_thread_serial() : 0};
-  struct LastHit {
-    CUcontext ctx = nullptr;
-    const Bundle* bundle = nullptr;
-    std::string digest;
-    StreamKey stream{nullptr, 0};
-    PreparedSegment* seg = nullptr;
-    const std::vector<CUdeviceptr>* scratch = nullptr;
-  };
-  thread_local LastHit last;
-  PreparedSegment* seg = nullptr;
-  const std::vector<CUdeviceptr>* scratch = nullptr;
-  if (last.seg != nullptr && last.ctx == ctx && last.bundle == &bundle && !(last.stream < skey) &&
-      !(skey < last.stream) && last.digest == bundle.digest()) {
-    seg = last.seg;
-    scratch = last.scratch;
-  } else {
-    std::lock_guard<std::mutex> lock(cache_mutex());
-    auto key = std::make_pair(ctx, bundle.digest());
-    auto it = segments().find(key);
-    bool need_setup = it == segments().end() || it->second->scratch.find(skey) == it->second->scratch.end();
-    if (need_setup) {
-      RelaxedCaptureMode relaxed(d);  // one-time setup is legal even while a stream is captured
-      if (it == segments().end()) it = segments().emplace(key, prepare(d, bundle, device_attrs(d, ctx_device))).first;
-      auto sit = it->second->scratch.find(skey);
-      if (sit == it->second->scratch.end())
-        sit = it->second->scratch.emplace(skey, allocate_role(d, m, BufferRole::kScratch, where() + ": scratch")).first;
+  StreamScratch* sc = nullptr;
+  std::unique_lock<std::mutex> hold;
+  if (last.scratch && last.ctx == ctx && last.bundle == &bundle && last.stream == skey &&
+      last.digest == bundle.digest()) {
+    hold = std::unique_lock<std::mutex>(last.scratch->enqueue);
+    if (!last.scratch->released) sc = last.scratch.get();
+    else hold.unlock();
+  }
+  if (sc == nullptr) {
+    std::shared_ptr<StreamScratch> found;
+    for (;;) {  // an entry released between the lookup and the lock is looked up again
+      found = find_or_create(d, bundle, ctx, ctx_device, skey);
+      hold = std::unique_lock<std::mutex>(found->enqueue);
+      if (!found->released) break;
+      hold.unlock();
     }
-    seg = it->second.get();
-    scratch = &seg->scratch.find(skey)->second;
     last.ctx = ctx;
+    last.ctx_device = ctx_device;
     last.bundle = &bundle;
     last.digest = bundle.digest();
     last.stream = skey;
-    last.seg = seg;
-    last.scratch = scratch;
+    last.scratch = std::move(found);
+    sc = last.scratch.get();
   }
+  const PreparedSegment& seg = *sc->seg;
 
   // Buffer addresses for this call.
-  thread_local std::vector<CUdeviceptr> addr;
-  addr.assign(m.buffers.size(), 0);
+  std::vector<CUdeviceptr>& addr = state.addr;
+  addr.resize(m.buffers.size());  // every entry is written below
   for (size_t i = 0; i < m.buffers.size(); ++i) {
     const BufferSpec& b = m.buffers[i];
     switch (b.role) {
       case BufferRole::kInput: addr[i] = inputs[b.io].ptr; break;
       case BufferRole::kOutput: addr[i] = outputs[b.io].ptr; break;
-      case BufferRole::kScratch: addr[i] = (*scratch)[i]; break;
-      case BufferRole::kConstant: addr[i] = seg->constants[i]; break;
+      case BufferRole::kScratch: addr[i] = sc->memory.addr[i]; break;
+      case BufferRole::kConstant: addr[i] = seg.constants.addr[i]; break;
     }
   }
 
@@ -412,22 +671,23 @@ void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs, co
       r = d.cuMemcpyDtoDAsync(addr[i], inputs[b.init_index].ptr, size_t(b.bytes), stream);
     if (r != CUDA_SUCCESS) enqueued(r, where() + ": initialising buffers[" + std::to_string(i) + "] (init)");
   }
-  thread_local std::vector<uint8_t> params;
-  thread_local std::vector<void*> param_ptrs;
+  std::vector<uint8_t>& params = state.params;
+  std::vector<void*>& param_ptrs = state.param_ptrs;
   for (size_t i = 0; i < m.ops.size(); ++i) {
     const OpSpec& op = m.ops[i];
     CUresult r = CUDA_SUCCESS;
     switch (op.kind) {
       case OpKind::kLaunch: {
         std::string_view blob = bundle.blob(op.params_blob);
-        params.assign(blob.begin(), blob.end());
+        params.resize(blob.size());  // (a memcpy: assign() from char iterators copies byte by byte)
+        std::memcpy(params.data(), blob.data(), blob.size());
         for (const RelocSpec& rel : op.relocs) {
           CUdeviceptr a = addr[rel.buffer] + rel.buffer_offset;
           std::memcpy(params.data() + op.param_offsets[rel.param] + rel.offset, &a, sizeof(a));
         }
         param_ptrs.resize(op.param_offsets.size());
         for (size_t p = 0; p < op.param_offsets.size(); ++p) param_ptrs[p] = params.data() + op.param_offsets[p];
-        r = d.cuLaunchKernel(seg->functions[op.kernel], op.grid[0], op.grid[1], op.grid[2], op.block[0], op.block[1],
+        r = d.cuLaunchKernel(seg.functions[op.kernel], op.grid[0], op.grid[1], op.grid[2], op.block[0], op.block[1],
                              op.block[2], op.smem, stream, param_ptrs.data(), nullptr);
         break;
       }

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "leapp/runtime.h"
@@ -13,6 +14,8 @@ namespace leapp::detail {
 class ContextGuard {
  public:
   ContextGuard(const CudaDriver& d, CUcontext ctx);
+  /// The same when the caller already knows the current context (`current`).
+  ContextGuard(const CudaDriver& d, CUcontext ctx, CUcontext current);
   ~ContextGuard();
   ContextGuard(const ContextGuard&) = delete;
   ContextGuard& operator=(const ContextGuard&) = delete;
@@ -58,6 +61,13 @@ std::string cuda_version_text(int version);
 
 /// Counts one runtime allocation (see leapp::allocation_count).
 void count_allocation();
+/// Counts one runtime free (see leapp::free_count).
+void count_free();
+
+/// Frees the idle host-staging sets of segment `digest` (all when empty): synchronises
+/// and destroys their streams, frees their device and pinned memory. Sets leased by a
+/// call in flight are left alone. Returns "; what failed" for each failure, else "".
+std::string release_staging(const CudaDriver& d, std::string_view digest);
 
 /// One loaded CUDA module and what was chosen, e.g. "cubin sm_90".
 struct LoadedModule {

@@ -9,14 +9,29 @@
 // their SM family, PTX only up to MOCK_MAX_PTX (error 222 beyond),
 // > 48 KiB dynamic shared memory needs cuFuncSetAttribute, and while a
 // stream is being captured a thread not in relaxed mode may not allocate or
-// load modules (error 900).
+// load modules (error 900); neither may it free memory or unload modules.
+//
+// Resources are tracked so tests can see leaks and bad frees: every device
+// and pinned allocation carries a header (magic, size); freeing an unknown or
+// already freed pointer is refused (CUDA_ERROR_INVALID_VALUE) and counted. Freed
+// blocks are poisoned (0xDD) and quarantined, never given back to malloc: a
+// memset, copy or example-kernel launch touching one fails with
+// CUDA_ERROR_ILLEGAL_ADDRESS and is counted as a use after free, as is a launch
+// of a function whose module was unloaded (CUDA_ERROR_INVALID_HANDLE).
+//
+// Same-stream interleaving: work executes at enqueue time, so two threads
+// enqueueing on one stream interleave exactly as their calls interleave.
+// mock_set_stream_delay(us) sleeps after every memset, copy and launch, which
+// widens the windows between one call's enqueues so that a missing lock shows
+// up in nearly every multi-threaded run instead of once in thousands of calls.
 //
 // Fake cubins (tests): a 64-byte ELF header with e_flags = (arch << 8) | 4 and
 // e_shoff = the image length, followed by the entry names.
 //
 // Environment: MOCK_CC (default 90), MOCK_MAX_PTX (ISA * 10, default 90),
-// MOCK_DRIVER_VERSION (default 13000), MOCK_DEVICES (default 1).
-// Test hooks (ctypes): mock_stats, mock_last_loaded, mock_current_ctx, mock_set_capturing.
+// MOCK_DRIVER_VERSION (default 13000), MOCK_DEVICES (default 1), MOCK_STREAM_DELAY_US (default 0: see below).
+// Test hooks (ctypes): mock_stats, mock_resources, mock_last_loaded, mock_current_ctx, mock_set_capturing,
+// mock_set_stream_delay.
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
@@ -24,14 +39,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 
 typedef struct MockCtx { int device; } MockCtx;
 typedef struct MockStream { MockCtx* ctx; int capturing; } MockStream;
-typedef struct MockModule { char* image; size_t size; int is_cubin; } MockModule;
-typedef struct MockFunc { MockModule* module; char name[256]; int max_dyn_smem; } MockFunc;
+typedef struct MockFunc MockFunc;
+typedef struct MockModule {
+  char* image;
+  size_t size;
+  int is_cubin, unloaded;
+  MockFunc* funcs;          // every function handed out, freed never (a stale handle stays checkable)
+  struct MockModule* next;  // in g_unloaded once unloaded
+} MockModule;
+struct MockFunc { MockModule* module; char name[256]; int max_dyn_smem; MockFunc* next; };
+static MockModule* g_unloaded = NULL;  // unloaded modules: a launch through one is a use after unload
 
 #define MAX_DEVICES 8
 static MockCtx g_ctx[MAX_DEVICES];
@@ -39,10 +63,20 @@ static __thread MockCtx* t_current = NULL;
 static __thread int t_capture_mode = 0;  // CU_STREAM_CAPTURE_MODE_GLOBAL
 static atomic_int g_capturing = 0;
 static atomic_llong g_stats[10];  // allocs, frees, launches, memsets, copies, module_loads, exchanges, set_current, load_failures, prohibited
+static atomic_llong g_res[9];   // see mock_resources
+static atomic_int g_stream_delay_us = 0;
 static pthread_mutex_t g_mutex = PTHREAD_MUTEX_INITIALIZER;
 static char g_last_loaded[64] = "";
 
 enum { S_ALLOC, S_FREE, S_LAUNCH, S_MEMSET, S_COPY, S_LOAD, S_EXCHANGE, S_SETCUR, S_LOADFAIL, S_PROHIBITED };
+enum { R_LIVE_DEVICE, R_LIVE_DEVICE_BYTES, R_LIVE_HOST, R_LIVE_MODULES, R_LIVE_STREAMS, R_BAD_FREES, R_UNLOADS,
+       R_HOST_FREES, R_USE_AFTER_FREE };
+
+/// After each stream operation: lets other threads enqueue in between (mock_set_stream_delay).
+static void stream_op_done(void) {
+  int us = atomic_load(&g_stream_delay_us);
+  if (us > 0) usleep((useconds_t)us);
+}
 
 static int env_int(const char* name, int fallback) {
   const char* v = getenv(name);
@@ -92,7 +126,11 @@ static CUresult m_cuGetErrorString(CUresult e, const char** s) {
   (void)name;
   return 0;
 }
-static CUresult m_cuInit(unsigned f) { (void)f; return 0; }
+static CUresult m_cuInit(unsigned f) {
+  (void)f;
+  atomic_store(&g_stream_delay_us, env_int("MOCK_STREAM_DELAY_US", 0));
+  return 0;
+}
 static CUresult m_cuDriverGetVersion(int* v) { *v = env_int("MOCK_DRIVER_VERSION", 13000); return 0; }
 static CUresult m_cuDeviceGetCount(int* n) { *n = device_count(); return 0; }
 static CUresult m_cuDeviceGet(int* d, int ordinal) {
@@ -150,9 +188,15 @@ static CUresult m_cuStreamCreate(MockStream** s, unsigned flags) {
   MockStream* ms = calloc(1, sizeof(MockStream));
   ms->ctx = t_current;
   *s = ms;
+  atomic_fetch_add(&g_res[R_LIVE_STREAMS], 1);
   return 0;
 }
-static CUresult m_cuStreamDestroy(MockStream* s) { free(s); return 0; }
+static CUresult m_cuStreamDestroy(MockStream* s) {
+  if ((uintptr_t)s <= 2) return 400;
+  free(s);
+  atomic_fetch_add(&g_res[R_LIVE_STREAMS], -1);
+  return 0;
+}
 static CUresult m_cuThreadExchangeStreamCaptureMode(int* mode) {
   atomic_fetch_add(&g_stats[S_EXCHANGE], 1);
   int old = t_capture_mode;
@@ -163,34 +207,112 @@ static CUresult m_cuThreadExchangeStreamCaptureMode(int* mode) {
 
 // --- memory --------------------------------------------------------------------------------------------
 
+// Every allocation: a 256-byte header {magic, size} in front of the 256-aligned block handed out.
+#define HEADER_BYTES 256
+static struct { uintptr_t start, end; }* g_quarantine = NULL;  // freed blocks (see the top of the file)
+static size_t g_quarantined = 0, g_quarantine_cap = 0;
+static atomic_int g_any_quarantined = 0;
+static pthread_mutex_t g_quarantine_mutex = PTHREAD_MUTEX_INITIALIZER;
+static const uint64_t kLiveMagic = 0x4c454150504d454dull, kFreedMagic = 0x4652454544424c4bull;
+
+static void* tracked_alloc(size_t n, uint64_t kind) {
+  void* mem = NULL;
+  if (posix_memalign(&mem, 256, HEADER_BYTES + (n ? n : 1))) return NULL;
+  uint64_t header[3] = {kLiveMagic, (uint64_t)n, kind};
+  memcpy(mem, header, sizeof(header));
+  return (char*)mem + HEADER_BYTES;
+}
+
+/// Frees a tracked block of `kind`; 0 when `p` is not a live block of that kind (nothing is touched then).
+static int tracked_free(void* p, uint64_t kind, uint64_t* size) {
+  if (!p) return 0;
+  char* mem = (char*)p - HEADER_BYTES;
+  uint64_t header[3];
+  memcpy(header, mem, sizeof(header));
+  if (header[0] != kLiveMagic || header[2] != kind) {
+    atomic_fetch_add(&g_res[R_BAD_FREES], 1);
+    return 0;
+  }
+  *size = header[1];
+  header[0] = kFreedMagic;
+  memcpy(mem, header, sizeof(header));
+  memset(p, 0xDD, (size_t)header[1]);  // a use after free reads garbage, not the old values
+  pthread_mutex_lock(&g_quarantine_mutex);
+  if (g_quarantined == g_quarantine_cap) {
+    g_quarantine_cap = g_quarantine_cap ? 2 * g_quarantine_cap : 256;
+    g_quarantine = realloc(g_quarantine, g_quarantine_cap * sizeof(*g_quarantine));
+  }
+  g_quarantine[g_quarantined].start = (uintptr_t)p;
+  g_quarantine[g_quarantined].end = (uintptr_t)p + (header[1] ? header[1] : 1);
+  ++g_quarantined;
+  atomic_store(&g_any_quarantined, 1);
+  pthread_mutex_unlock(&g_quarantine_mutex);
+  return 1;
+}
+
+/// Whether [p, p + n) overlaps a freed block (then counted as a use after free).
+static int freed(const void* p, size_t n) {
+  if (!atomic_load(&g_any_quarantined) || n == 0) return 0;
+  uintptr_t a = (uintptr_t)p, b = a + n;
+  int hit = 0;
+  pthread_mutex_lock(&g_quarantine_mutex);
+  for (size_t i = 0; i < g_quarantined && !hit; ++i) hit = a < g_quarantine[i].end && g_quarantine[i].start < b;
+  pthread_mutex_unlock(&g_quarantine_mutex);
+  if (hit) atomic_fetch_add(&g_res[R_USE_AFTER_FREE], 1);
+  return hit;
+}
+
 static CUresult m_cuMemAlloc(CUdeviceptr* p, size_t n) {
   if (!t_current) return 201;
   if (prohibited()) return 900;
-  void* mem = NULL;
-  if (posix_memalign(&mem, 256, n ? n : 1)) return 2;  // CUDA_ERROR_OUT_OF_MEMORY
+  void* mem = tracked_alloc(n, 1);
+  if (!mem) return 2;  // CUDA_ERROR_OUT_OF_MEMORY
   memset(mem, 0xCD, n);  // like uninitialised device memory: never zero by accident
   *p = (CUdeviceptr)(uintptr_t)mem;
   atomic_fetch_add(&g_stats[S_ALLOC], 1);
+  atomic_fetch_add(&g_res[R_LIVE_DEVICE], 1);
+  atomic_fetch_add(&g_res[R_LIVE_DEVICE_BYTES], (long long)n);
   return 0;
 }
-static CUresult m_cuMemFree(CUdeviceptr p) { free((void*)(uintptr_t)p); atomic_fetch_add(&g_stats[S_FREE], 1); return 0; }
+static CUresult m_cuMemFree(CUdeviceptr p) {
+  if (prohibited()) return 900;
+  uint64_t n = 0;
+  if (!tracked_free((void*)(uintptr_t)p, 1, &n)) return 1;  // CUDA_ERROR_INVALID_VALUE
+  atomic_fetch_add(&g_stats[S_FREE], 1);
+  atomic_fetch_add(&g_res[R_LIVE_DEVICE], -1);
+  atomic_fetch_add(&g_res[R_LIVE_DEVICE_BYTES], -(long long)n);
+  return 0;
+}
 static CUresult m_cuMemAllocHost(void** p, size_t n) {
   if (prohibited()) return 900;
-  *p = malloc(n ? n : 1);
+  *p = tracked_alloc(n, 2);
+  if (!*p) return 2;
   atomic_fetch_add(&g_stats[S_ALLOC], 1);
+  atomic_fetch_add(&g_res[R_LIVE_HOST], 1);
   return 0;
 }
-static CUresult m_cuMemFreeHost(void* p) { free(p); return 0; }
+static CUresult m_cuMemFreeHost(void* p) {
+  if (prohibited()) return 900;
+  uint64_t n = 0;
+  if (!tracked_free(p, 2, &n)) return 1;
+  atomic_fetch_add(&g_res[R_HOST_FREES], 1);
+  atomic_fetch_add(&g_res[R_LIVE_HOST], -1);
+  return 0;
+}
 static CUresult m_cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, void* s) {
   if (!stream_ctx(s)) return 201;
+  if (freed((void*)(uintptr_t)p, n)) return 700;
   memset((void*)(uintptr_t)p, v, n);
   atomic_fetch_add(&g_stats[S_MEMSET], 1);
+  stream_op_done();
   return 0;
 }
 static CUresult m_copy(void* dst, const void* src, size_t n, void* s) {
   if (!stream_ctx(s)) return 201;
+  if (freed(dst, n) || freed(src, n)) return 700;
   memmove(dst, src, n);
   atomic_fetch_add(&g_stats[S_COPY], 1);
+  stream_op_done();
   return 0;
 }
 static CUresult m_cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s_, size_t n, void* s) {
@@ -281,15 +403,37 @@ static CUresult m_cuModuleLoadDataEx(MockModule** mod, const void* image, unsign
   snprintf(g_last_loaded, sizeof(g_last_loaded), "%s", desc);
   pthread_mutex_unlock(&g_mutex);
   atomic_fetch_add(&g_stats[S_LOAD], 1);
+  atomic_fetch_add(&g_res[R_LIVE_MODULES], 1);
   return 0;
 }
-static CUresult m_cuModuleUnload(MockModule* m) { free(m->image); free(m); return 0; }
+static CUresult m_cuModuleUnload(MockModule* m) {
+  if (prohibited()) return 900;
+  if (m->unloaded) {
+    atomic_fetch_add(&g_res[R_BAD_FREES], 1);
+    return 400;
+  }
+  free(m->image);
+  m->image = NULL;
+  pthread_mutex_lock(&g_mutex);
+  m->unloaded = 1;
+  m->next = g_unloaded;
+  g_unloaded = m;
+  pthread_mutex_unlock(&g_mutex);
+  atomic_fetch_add(&g_res[R_UNLOADS], 1);
+  atomic_fetch_add(&g_res[R_LIVE_MODULES], -1);
+  return 0;
+}
 static CUresult m_cuModuleGetFunction(MockFunc** f, MockModule* m, const char* name) {
   size_t len = strlen(name);
+  if (m->unloaded) return 400;
   if (len == 0 || len >= 256 || !memmem(m->image, m->size, name, len)) return 500;
   MockFunc* fn = calloc(1, sizeof(MockFunc));
   fn->module = m;
   memcpy(fn->name, name, len + 1);
+  pthread_mutex_lock(&g_mutex);
+  fn->next = m->funcs;
+  m->funcs = fn;
+  pthread_mutex_unlock(&g_mutex);
   *f = fn;
   return 0;
 }
@@ -317,10 +461,14 @@ typedef struct {
 static ArrayT arr(void** params, int i) { ArrayT a; memcpy(&a, params[i], sizeof(a)); return a; }
 static uint64_t bounds_size(void** params) { uint64_t s; memcpy(&s, (char*)params[0] + 8, 8); return s; }
 
-static CUresult m_cuLaunchKernel(MockFunc* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                                 unsigned bz, unsigned smem, void* stream, void** params, void** extra) {
+static CUresult launch_kernel(MockFunc* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                              unsigned bz, unsigned smem, void* stream, void** params, void** extra) {
   (void)gy; (void)gz; (void)by; (void)bz; (void)extra;
   if (!f) return 400;
+  if (f->module->unloaded) {
+    atomic_fetch_add(&g_res[R_USE_AFTER_FREE], 1);
+    return 400;
+  }
   if (!stream_ctx(stream)) return 201;
   if (smem > 49152 && (int)smem > f->max_dyn_smem) return 1;  // needs cuFuncSetAttribute first
   atomic_fetch_add(&g_stats[S_LAUNCH], 1);
@@ -330,6 +478,7 @@ static CUresult m_cuLaunchKernel(MockFunc* f, unsigned gx, unsigned gy, unsigned
     float* x = (float*)(uintptr_t)arr(params, 1).data;
     float* c = (float*)(uintptr_t)arr(params, 2).data;
     float* out = (float*)(uintptr_t)arr(params, 3).data;
+    if (freed(x, 4 * n) || freed(c, 4 * n) || freed(out, 4 * n)) return 700;
     for (uint64_t i = 0; i < n; ++i) out[i] = x[i] * c[i];
   } else if (strcmp(name, "leapp_test_smem_mirror") == 0) {
     uint64_t n = bounds_size(params);
@@ -376,6 +525,13 @@ static CUresult m_cuLaunchKernel(MockFunc* f, unsigned gx, unsigned gy, unsigned
   return 0;
 }
 
+static CUresult m_cuLaunchKernel(MockFunc* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                 unsigned bz, unsigned smem, void* stream, void** params, void** extra) {
+  CUresult r = launch_kernel(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra);
+  if (r == 0) stream_op_done();
+  return r;
+}
+
 // --- cuGetProcAddress -----------------------------------------------------------------------------------------
 
 #define ENTRY(name) {#name, (void*)m_##name}
@@ -411,6 +567,13 @@ __attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(const char* 
 __attribute__((visibility("default"))) void mock_stats(long long* out) {
   for (int i = 0; i < 10; ++i) out[i] = atomic_load(&g_stats[i]);
 }
+/// live device allocations, live device bytes, live pinned allocations, live modules, live streams
+/// (cuStreamCreate'd), refused frees (unknown or double), module unloads, pinned frees, uses after free.
+__attribute__((visibility("default"))) void mock_resources(long long* out) {
+  for (int i = 0; i < 9; ++i) out[i] = atomic_load(&g_res[i]);
+}
+/// Sleep `us` microseconds after every memset, copy and launch (0: off).
+__attribute__((visibility("default"))) void mock_set_stream_delay(int us) { atomic_store(&g_stream_delay_us, us); }
 __attribute__((visibility("default"))) void mock_last_loaded(char* out, int n) {
   pthread_mutex_lock(&g_mutex);
   snprintf(out, (size_t)n, "%s", g_last_loaded);

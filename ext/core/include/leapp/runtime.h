@@ -137,11 +137,15 @@ class Bundle {
   Manifest manifest_;
 };
 
-/// Parses `data` once per digest for the whole process (front ends share one
-/// table, so a bundle used by several sessions or ops is validated once).
+/// Parses `data` once per digest while anything holds the result (front ends
+/// share one table, so a bundle used by several sessions or ops is validated
+/// once). The table holds no bundle alive: a bundle is freed, and its entry
+/// dropped, with its last shared_ptr; interning the bytes again parses again.
 std::shared_ptr<const Bundle> intern_bundle(const void* data, size_t size);
-/// A bundle interned before, or nullptr.
+/// A bundle interned before and still held somewhere, or nullptr.
 std::shared_ptr<const Bundle> find_bundle(std::string_view digest);
+/// Entries in the bundle table (bundles alive that intern_bundle made).
+size_t interned_bundle_count();
 
 /// Lower-case hex SHA-256 of `size` bytes (the bundle digest is this of bytes [0, size - 32)).
 std::string sha256_hex(const void* data, size_t size);
@@ -190,7 +194,11 @@ struct HostSpan {
 /// once per context; scratch allocated once per (context, digest, stream) and
 /// reused, so after the first call nothing is allocated, synchronised or
 /// loaded: the call only enqueues work and is safe inside CUDA graph capture.
-/// The caller's current context is restored. Thread-safe.
+/// The caller's current context is restored. Thread-safe, also for threads
+/// sharing one stream: a call's enqueues are never interleaved with another
+/// call of the same segment on that stream. Scratch of the per-thread default
+/// stream is freed when its thread exits; everything else stays until
+/// release_segments() (docs/runtime.md, "Resources").
 void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs,
                  const std::vector<DeviceSpan>& outputs, CUstream stream, int device);
 
@@ -208,6 +216,23 @@ int default_host_device();
 /// Device and host allocations made by the runtime so far (scratch, constants,
 /// staging). Stays constant once every (segment, device, stream) is warm.
 uint64_t allocation_count();
+
+/// Device and host frees made by the runtime so far (release_segments, thread exits).
+uint64_t free_count();
+
+/// Frees what replay keeps for segment `digest` (every segment when empty) in
+/// every context: modules, constants, the scratch of every stream, and idle
+/// run_segment_host staging sets. Calls enqueueing that segment right now are
+/// waited for; each affected context is then synchronised (cuCtxSynchronize),
+/// so work already queued finishes before its memory is freed. A later call
+/// prepares the segment again. The caller must ensure that no CUDA graph that
+/// captured these segments is replayed afterwards (it holds their addresses)
+/// and that no stream of an affected context is being captured (the
+/// synchronisation would fail: nothing of that context is freed then, and the
+/// error says so; a later call retries). Returns the number of (context,
+/// segment) preparations released. Throws std::runtime_error listing what
+/// could not be freed; without a driver it returns 0.
+size_t release_segments(std::string_view digest = {});
 
 /// Whether `stream` is being captured into a CUDA graph (false without a driver).
 bool stream_is_capturing(CUstream stream);
