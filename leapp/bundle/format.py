@@ -29,6 +29,7 @@ __all__ = [
     "MAX_BLOBS",
     "MAX_MANIFEST_SIZE",
     "MAX_JSON_DEPTH",
+    "MAX_JSON_VALUES",
     "MAX_INT",
     "FORMAT_NAME",
     "ROLES",
@@ -73,6 +74,7 @@ ALIGNMENT = 8
 MAX_BLOBS = 65536
 MAX_MANIFEST_SIZE = 64 * 1024 * 1024
 MAX_JSON_DEPTH = 512  # nesting of arrays/objects in the manifest, the top-level object being 1
+MAX_JSON_VALUES = 2**20  # values in one manifest or signature document (object keys not counted)
 MAX_INT = 2**63 - 1  # every manifest integer lies in [0, MAX_INT]: sums of two never overflow a u64
 
 FORMAT_NAME = "leapp.warp.bundle"

@@ -17,6 +17,7 @@ from leapp.bundle.testing import (
     set_header_field,
     write_unchecked,
 )
+from leapp.bundle.writer import encode_manifest
 
 EXAMPLE = example_bundle()
 MANIFEST, BLOBS = example_manifest_and_blobs()
@@ -188,6 +189,35 @@ def test_nesting_of_512_levels_is_fine():
     manifest["future"] = [deep]
     with pytest.raises(BundleError, match="nested deeper than 512 levels"):
         write_bundle(manifest, BLOBS)
+
+
+LONE = "the escape {} is a lone UTF-16 surrogate (not a character; a pair is \\ud800-\\udbff then \\udc00-\\udfff)"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "where", "escape"),
+    [
+        (b'"segment":"example/warp_segment_0"', b'"segment":"\\ud800"', "segment", "\\ud800"),
+        (b'"segment":"example/warp_segment_0"', b'"segment":"a\\udc00"', "segment", "\\udc00"),
+        (b'"segment":"example/warp_segment_0"', b'"segment":"\\ud800\\u0041"', "segment", "\\ud800"),
+        (b'"segment":"example/warp_segment_0"', b'"segment":"\\ud83d\\ud83d"', "segment", "\\ud83d"),
+        (b'"name":"x"', b'"name":"x\\udfff"', "signature.inputs[0].name", "\\udfff"),
+        (b'"warp":"1.19.0"', b'"w\\ud800":"1.19.0"', "a key of producer", "\\ud800"),
+        (b'{"buffers"', b'{"\\udbff":0,"buffers"', "a key of the top-level object", "\\udbff"),
+    ],
+    ids=["segment", "low-alone", "high-then-char", "two-highs", "tensor-name", "producer-key", "top-key"],
+)
+def test_lone_surrogate_escapes_are_refused(old, new, where, escape):
+    raw = encode_manifest(MANIFEST)
+    assert old in raw
+    assert rejected(write_unchecked(raw.replace(old, new, 1), BLOBS)) == (
+        f"bundle manifest: {where}: {LONE.format(escape)}"
+    )
+
+
+def test_surrogate_pairs_are_characters():
+    raw = encode_manifest(MANIFEST).replace(b'"segment":"example/warp_segment_0"', b'"segment":"obs\\ud83d\\ude00"')
+    assert read_bundle(write_unchecked(raw, BLOBS)).segment == "obs\U0001f600"
 
 
 def test_huge_integer_literal():
@@ -391,6 +421,16 @@ def test_read_bundle_type_error():
          "signature: outputs[0].dtype must be one of"),
         ('{"digest": "' + "0" * 64 + '", "segment": "s", "inputs": [], "outputs": [{"name": "y", "dtype": "bool", "shape": [true]}]}',
          "signature: outputs[0].shape must be an array of non-negative integers, got [True]"),
+        ('{"digest": "' + "0" * 64 + '", "segment": "\\ud800", "inputs": [], "outputs": []}',
+         "signature: segment: the escape \\ud800 is a lone UTF-16 surrogate"),
+        ('{"digest": "' + "0" * 64 + '", "segment": "s", "inputs": [], "outputs": [{"name": "\\udc00", "dtype": "bool", "shape": []}]}',
+         "signature: outputs[0].name: the escape \\udc00 is a lone UTF-16 surrogate"),
+        ('{"digest": "' + "0" * 64 + '", "segment": "\ud800", "inputs": [], "outputs": []}',
+         "signature: not Unicode text: character 91 is a lone surrogate"),
+        ('{"digest": "' + "0" * 64 + '", "segment": "s", "segment": "t", "inputs": [], "outputs": []}',
+         'signature: duplicate key "segment" in one JSON object'),
+        ('{"digest": "' + "0" * 64 + '", "segment": "s", "inputs": [], "outputs": [], "x": NaN}',
+         "signature: NaN is not valid JSON (RFC 8259)"),
     ],
 )
 def test_parse_signature_rejects(text, message):

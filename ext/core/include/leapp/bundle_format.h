@@ -28,6 +28,10 @@ constexpr uint64_t kBundleMinSize = kBundleHeaderSize + kBundleTrailerSize;  // 
 constexpr uint32_t kBundleMaxBlobCount = 65536;
 constexpr uint64_t kBundleMaxManifestSize = 64ull << 20;  // 64 MiB
 constexpr uint64_t kBundleAlignment = 8;
+// Manifest JSON bounds (section 2, "JSON"): both readers refuse a manifest or a
+// signature string beyond them, at the same boundary.
+constexpr int kBundleMaxJsonDepth = 512;                   ///< nesting of arrays/objects, the top level being 1
+constexpr uint64_t kBundleMaxJsonValues = uint64_t(1) << 20;  ///< values in one document (keys not counted)
 constexpr const char* kBundleManifestFormat = "leapp.warp.bundle";
 
 // --- packed structs ------------------------------------------------------------
