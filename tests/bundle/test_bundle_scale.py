@@ -57,3 +57,44 @@ def test_200k_keys_in_a_signature_string():
     parse_signature(text)
     _, seconds = timed(native.Bundle(EXAMPLE).check_signature, text)
     assert seconds < BOUND_S, f"the C++ signature parser took {seconds:.1f} s for 200,000 keys"
+
+
+def test_200k_tensors_in_a_signature_string():
+    """Unique names per side: one lookup per entry, not a scan of the earlier ones."""
+    sig = json.loads(signature_json(read_bundle(EXAMPLE)))
+    sig["outputs"] = [{"name": f"y{i}", "dtype": "float32", "shape": [4]} for i in range(200_000)]
+    text = json.dumps(sig)
+    parse_signature(text)
+    with pytest.raises(ValueError, match="the signature lists 200000 outputs, the bundle 1"):
+        start = time.perf_counter()
+        try:
+            native.Bundle(EXAMPLE).check_signature(text)
+        finally:
+            seconds = time.perf_counter() - start
+    assert seconds < BOUND_S, f"the C++ signature parser took {seconds:.1f} s for 200,000 outputs"
+
+
+def test_200k_binaries_in_one_module():
+    """(kind, arch) unique per module: one lookup per binary."""
+    manifest = copy.deepcopy(MANIFEST)
+    manifest["modules"][0]["binaries"] += [{"kind": "cubin", "arch": 100 + i, "blob": 1} for i in range(200_000)]
+    data = write_unchecked(manifest, BLOBS)
+    read_bundle(data)
+    _, seconds = timed(native.Bundle, data)
+    assert seconds < BOUND_S, f"the C++ reader took {seconds:.1f} s for 200,000 binaries"
+
+
+def test_50k_signature_inputs_of_a_manifest():
+    """Unique input names of the manifest's signature: one lookup per entry."""
+    manifest = copy.deepcopy(MANIFEST)
+    count = 50_000
+    first = len(manifest["buffers"])
+    manifest["buffers"] += [{"id": first + j, "bytes": 4, "role": "input", "io": j + 1, "init": "none"}
+                            for j in range(count)]
+    manifest["signature"]["inputs"] += [{"name": f"x{j}", "buffer": first + j, "dtype": "float32", "shape": [1]}
+                                        for j in range(count)]
+    data = write_unchecked(manifest, BLOBS)
+    read_bundle(data)
+    bundle, seconds = timed(native.Bundle, data)
+    assert seconds < BOUND_S, f"the C++ reader took {seconds:.1f} s for {count} signature inputs"
+    assert len(bundle.inputs) == count + 1

@@ -210,6 +210,18 @@ def test_a_surrogate_pair_is_one_character():
     assert _native.Bundle(write_unchecked(raw, BLOBS)).segment == "obs\U0001f600"
 
 
+def test_odd_segment_names_keep_messages_whole():
+    """A NUL or control character in a name is shown escaped: the message reaches Python whole."""
+    manifest = _set(MANIFEST, ("segment",), "a\x00b\nc")
+    manifest = _set(manifest, ("ops", 0, "value"), 256)
+    assert cpp_error(write_unchecked(manifest, BLOBS)) == (
+        "leapp bundle 'a\\u0000b\\u000ac': ops[0].value 256 out of range [0, 255]"
+    )
+    long_name = "\u00e9" * 100  # 200 bytes: cut at a character boundary
+    error = cpp_error(write_unchecked(_set(manifest, ("segment",), long_name), BLOBS))
+    assert error == "leapp bundle '" + "\u00e9" * 60 + "...': ops[0].value 256 out of range [0, 255]"
+
+
 def test_json_errors_name_the_path():
     raw = encode_manifest(MANIFEST).replace(b'"value":0', b'"value":0,"value":1', 1)
     error = cpp_error(write_unchecked(raw, BLOBS))
