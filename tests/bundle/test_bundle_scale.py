@@ -4,7 +4,9 @@ Each document here is near the value limit (2^20). A quadratic step (a
 pairwise duplicate check: 200,000 keys took 198 s in the C++ reader) turns
 these from well under a second into minutes; the bound asserted is generous
 (10 s), so only such a regression fails it. Measured times belong in
-benchmarks/, not here.
+benchmarks/, not here. (The Python reader's side of these sizes is covered by
+its dict/set checks; tests/bundle/test_bundle_cross_reader.py checks that both
+readers agree near the value limit.)
 """
 
 from __future__ import annotations
@@ -64,7 +66,6 @@ def test_200k_tensors_in_a_signature_string():
     sig = json.loads(signature_json(read_bundle(EXAMPLE)))
     sig["outputs"] = [{"name": f"y{i}", "dtype": "float32", "shape": [4]} for i in range(200_000)]
     text = json.dumps(sig)
-    parse_signature(text)
     with pytest.raises(ValueError, match="the signature lists 200000 outputs, the bundle 1"):
         start = time.perf_counter()
         try:
@@ -79,22 +80,20 @@ def test_200k_binaries_in_one_module():
     manifest = copy.deepcopy(MANIFEST)
     manifest["modules"][0]["binaries"] += [{"kind": "cubin", "arch": 100 + i, "blob": 1} for i in range(200_000)]
     data = write_unchecked(manifest, BLOBS)
-    read_bundle(data)
     _, seconds = timed(native.Bundle, data)
     assert seconds < BOUND_S, f"the C++ reader took {seconds:.1f} s for 200,000 binaries"
 
 
-def test_50k_signature_inputs_of_a_manifest():
+def test_75k_signature_inputs_of_a_manifest():
     """Unique input names of the manifest's signature: one lookup per entry."""
     manifest = copy.deepcopy(MANIFEST)
-    count = 50_000
+    count = 75_000
     first = len(manifest["buffers"])
     manifest["buffers"] += [{"id": first + j, "bytes": 4, "role": "input", "io": j + 1, "init": "none"}
                             for j in range(count)]
     manifest["signature"]["inputs"] += [{"name": f"x{j}", "buffer": first + j, "dtype": "float32", "shape": [1]}
                                         for j in range(count)]
     data = write_unchecked(manifest, BLOBS)
-    read_bundle(data)
     bundle, seconds = timed(native.Bundle, data)
     assert seconds < BOUND_S, f"the C++ reader took {seconds:.1f} s for {count} signature inputs"
     assert len(bundle.inputs) == count + 1
