@@ -21,6 +21,7 @@ from leapp.bundle.format import (
     HEADER_SIZE,
     MAGIC,
     MAX_BLOBS,
+    MAX_BUFFER_BYTES,
     MAX_MANIFEST_SIZE,
     MIN_FILE_SIZE,
     OLDEST_READABLE_VERSION,
@@ -201,6 +202,8 @@ def _check_blob_ranges(entries: list[tuple[int, int, bytes]], manifest_end: int,
     for i, (offset, length, _) in enumerate(entries):
         if offset % ALIGNMENT:
             raise BundleError(f"bundle: blob {i} offset {offset} is not {ALIGNMENT}-aligned")
+        if length > MAX_BUFFER_BYTES:
+            raise BundleError(f"bundle: blob {i} length {length} exceeds {MAX_BUFFER_BYTES} (2^40)")
         if offset < manifest_end:
             raise BundleError(f"bundle: blob {i} offset {offset} lies before the manifest end {manifest_end}")
         if offset + length > body_end:

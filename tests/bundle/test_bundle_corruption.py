@@ -141,6 +141,10 @@ def test_blob_ranges():
     )
     # a zero-length blob overlaps nothing: it fails on its (now wrong) hash instead
     assert "blob 1 sha256 mismatch" in rejected(with_blob_entry(EXAMPLE, 1, offset0 + 8, 0))
+    # a declared length beyond the size cap is named as such, before its range
+    assert rejected(with_blob_entry(EXAMPLE, 1, offset1, 2**62)) == (
+        "bundle: blob 1 length 4611686018427387904 exceeds 1099511627776 (2^40)"
+    )
 
 
 def test_blob_hash_and_content():
@@ -263,9 +267,12 @@ RULES = [
     (_set("kernels.0.block_dim", True), "kernels[0].block_dim must be an integer, got true"),
     (_set("kernels.0.smem_bytes", -1), "kernels[0].smem_bytes -1 is not in [0, 4294967295]"),
     (_set("buffers.2.id", 3), "buffers[2].id must be 2 (its position), got 3"),
-    (_set("buffers.2.bytes", 0), "buffers[2].bytes 0 is not in [1, 9223372036854775807]"),
-    (_set("buffers.2.bytes", 2**63), "buffers[2].bytes 9223372036854775808 is not in [1, 9223372036854775807]"),
-    (_set("buffers.2.bytes", 10**4000), "buffers[2].bytes <4001-digit integer> is not in [1, 9223372036854775807]"),
+    (_set("buffers.2.bytes", 0), "buffers[2].bytes 0 is not in [1, 1099511627776]"),
+    (_set("buffers.2.bytes", 2**40 + 1), "buffers[2].bytes 1099511627777 is not in [1, 1099511627776]"),
+    (_set("buffers.2.bytes", 2**62), "buffers[2].bytes 4611686018427387904 is not in [1, 1099511627776]"),
+    (_set("buffers.2.bytes", 2**63), "buffers[2].bytes 9223372036854775808 is not in [1, 1099511627776]"),
+    (_set("buffers.2.bytes", 10**4000), "buffers[2].bytes <4001-digit integer> is not in [1, 1099511627776]"),
+    (_set("buffers.2.bytes", 2**40), "buffers hold 1099511627792 bytes of scratch and constant memory, more than 1099511627776 (2^40)"),
     (_set("buffers.2.role", "temp"), "buffers[2].role must be one of input, output, scratch, constant, got 'temp' (str)"),
     (_set("buffers.0.io", _DELETE), "buffers[0].io is missing"),
     (_set("buffers.1.io", 1), "buffers[1].io 1 is out of range: signature.outputs has 1 entry"),
@@ -285,7 +292,9 @@ RULES = [
     (_set("ops.0.op", "fill"), "ops[0].op must be one of launch, memset, copy, got 'fill' (str)"),
     (_set("ops.0.buffer", 0), "ops[0].buffer 0 is an input buffer, which the ops never write"),
     (_set("ops.0.buffer", 3), "ops[0].buffer 3 is a constant buffer, which the ops never write"),
-    (_set("ops.0.bytes", 0), "ops[0].bytes 0 is not in [1, 9223372036854775807]"),
+    (_set("ops.0.bytes", 0), "ops[0].bytes 0 is not in [1, 1099511627776]"),
+    (_set("ops.0.bytes", 2**62), "ops[0].bytes 4611686018427387904 is not in [1, 1099511627776]"),
+    (_set("ops.2.bytes", 2**40 + 1), "ops[2].bytes 1099511627777 is not in [1, 1099511627776]"),
     (_set("ops.0.offset", 1), "ops[0].offset 1 + bytes 16 exceeds buffers[2].bytes = 16"),
     (_set("ops.0.value", 256), "ops[0].value 256 is not in [0, 255]"),
     (_set("ops.1.kernel", 1), "ops[1].kernel 1 is out of range: kernels has 1 entry"),

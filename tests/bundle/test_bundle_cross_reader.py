@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from test_bundle_corruption import RULES
 
 from leapp.bundle import BundleError, parse_signature, read_bundle, signature_json, write_bundle
-from leapp.bundle.format import MAX_JSON_VALUES
+from leapp.bundle.format import MAX_BUFFER_BYTES, MAX_JSON_VALUES, MAX_OWNED_BYTES
 from leapp.bundle.writer import encode_manifest
 from leapp.bundle.testing import (
     example_bundle,
@@ -192,3 +192,28 @@ def test_signature_value_limit_is_the_same_boundary():
         parse_signature(past)
     with pytest.raises(ValueError, match="more than 1048576 values"):
         bundle.check_signature(past)
+
+
+def _sized(output_elements: int = 4, scratch_bytes: int = 16) -> bytes:
+    """The example with output y of ``output_elements`` float32s and a scratch of ``scratch_bytes``."""
+    manifest = copy.deepcopy(MANIFEST)
+    manifest["signature"]["outputs"][0]["shape"] = [output_elements]
+    manifest["buffers"][1]["bytes"] = 4 * output_elements
+    manifest["buffers"][2]["bytes"] = scratch_bytes
+    return write_unchecked(manifest, BLOBS)
+
+
+@pytest.mark.parametrize(
+    ("data", "accepted"),
+    [
+        (lambda: _sized(output_elements=MAX_BUFFER_BYTES // 4), True),  # one buffer of exactly 2^40 bytes
+        (lambda: _sized(output_elements=MAX_BUFFER_BYTES // 4 + 1), False),
+        (lambda: _sized(scratch_bytes=MAX_OWNED_BYTES - 16), True),  # scratch + the 16-byte constant = 2^40
+        (lambda: _sized(scratch_bytes=MAX_OWNED_BYTES - 15), False),
+    ],
+    ids=["buffer-at-cap", "buffer-past-cap", "owned-at-cap", "owned-past-cap"],
+)
+def test_size_caps_are_one_boundary(data, accepted):
+    data = data()
+    py, cpp = python_verdict(data), cpp_verdict(data)
+    assert (py is None, cpp is None) == (accepted, accepted), f"python: {py!r}\nc++:    {cpp!r}"

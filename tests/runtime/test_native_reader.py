@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from leapp import _native
 from leapp.bundle import BundleError, read_bundle, signature_json, write_bundle
+from leapp.bundle.format import BLOB_ENTRY, BLOB_ENTRY_SIZE, HEADER_SIZE
 from leapp.bundle.writer import encode_manifest
 from leapp.bundle.testing import (
     example_bundle,
@@ -113,7 +114,11 @@ FIELD_CASES = [
     (("ops", 0, "buffer"), 0, "ops[0].buffer 0 is an input buffer, which the ops must not write"),
     (("ops", 2, "dst"), 3, "ops[2].dst 3 is an constant buffer, which the ops must not write"),
     (("ops", 0, "value"), 256, "ops[0].value 256 out of range [0, 255]"),
-    (("ops", 0, "bytes"), 0, "ops[0].bytes 0 out of range [1, 9223372036854775807]"),
+    (("ops", 0, "bytes"), 0, "ops[0].bytes 0 out of range [1, 1099511627776]"),
+    (("ops", 0, "bytes"), 2**62, "ops[0].bytes 4611686018427387904 out of range [1, 1099511627776]"),
+    (("ops", 2, "bytes"), 2**40 + 1, "ops[2].bytes 1099511627777 out of range [1, 1099511627776]"),
+    (("buffers", 2, "bytes"), 2**62, f"leapp bundle '{SEG}': buffers[2].bytes 4611686018427387904 out of range [1, 1099511627776]"),
+    (("buffers", 2, "bytes"), 2**40, "buffers hold 1099511627792 bytes of scratch and constant memory, more than 1099511627776 (2^40)"),
     (("ops", 0, "op"), "fill", 'ops[0].op "fill" is not launch, memset or copy'),
     (("kernels", 0, "block_dim"), 2000, "kernels[0].block_dim 2000 out of range [1, 1024]"),
     (("kernels", 0, "block_dim"), 256.0, "kernels[0].block_dim must be an integer, got number"),
@@ -231,6 +236,14 @@ def test_json_errors_name_the_path():
     assert cpp_error(write_unchecked(raw, BLOBS)).endswith(
         f"unexpected character 'N' at byte {raw.index(b'NaN')} in signature.inputs[0].shape[1]"
     )
+
+
+def test_declared_blob_length_is_capped():
+    data = bytearray(EXAMPLE)
+    entry = HEADER_SIZE + BLOB_ENTRY_SIZE  # blob 1
+    offset, _, digest = BLOB_ENTRY.unpack_from(EXAMPLE, entry)
+    BLOB_ENTRY.pack_into(data, entry, offset, 2**62, digest)
+    assert cpp_error(reseal(data)) == "leapp bundle: blob 1 length 4611686018427387904 exceeds 1099511627776 (2^40)"
 
 
 def test_signature_strings_follow_the_manifest_json_rules():

@@ -107,6 +107,8 @@ std::shared_ptr<const Bundle> Bundle::parse(const void* data, size_t size) {
   for (uint32_t i = 0; i < h.blob_count; ++i) {
     const BundleBlobEntry& e = entries[i];
     if (e.offset % kBundleAlignment != 0) fail("blob " + num(i) + " offset " + num(e.offset) + " is not 8-aligned");
+    if (e.length > kBundleMaxBufferBytes)
+      fail("blob " + num(i) + " length " + num(e.length) + " exceeds " + num(kBundleMaxBufferBytes) + " (2^40)");
     if (!in_range(e.offset, e.length, manifest_end, body_end))
       fail("blob " + num(i) + " [" + num(e.offset) + ", +" + num(e.length) + ") is outside [" + num(manifest_end) +
            ", " + num(body_end) + ")");

@@ -166,7 +166,7 @@ void read_buffers(const Checker& c, const JsonValue& root, const std::vector<std
     BufferSpec spec;
     int64_t id = c.integer(b, path, "id", 0, kMaxI64);
     if (uint64_t(id) != i) c.fail(Checker::join(path, "id"), std::to_string(id) + " is not its index " + std::to_string(i));
-    spec.bytes = uint64_t(c.integer(b, path, "bytes", 1, kMaxI64));
+    spec.bytes = uint64_t(c.integer(b, path, "bytes", 1, int64_t(kBundleMaxBufferBytes)));
     const std::string role = c.string(b, path, "role");
     if (role == "input")
       spec.role = BufferRole::kInput;
@@ -219,6 +219,14 @@ void read_buffers(const Checker& c, const JsonValue& root, const std::vector<std
     }
     m.buffers.push_back(spec);
   });
+  // What the runtime allocates and holds per device (scratch also per stream).
+  // Each term is <= 2^40 and there are < 2^20 buffers: the sum cannot overflow.
+  uint64_t owned = 0;
+  for (const BufferSpec& b : m.buffers)
+    if (b.role == BufferRole::kScratch || b.role == BufferRole::kConstant) owned += b.bytes;
+  if (owned > kBundleMaxOwnedBytes)
+    c.fail("buffers", "hold " + std::to_string(owned) + " bytes of scratch and constant memory, more than " +
+                          std::to_string(kBundleMaxOwnedBytes) + " (2^40)");
 }
 
 void read_range(const Checker& c, const std::string& path, uint64_t offset, uint64_t bytes, uint64_t size,
@@ -307,7 +315,7 @@ void read_ops(const Checker& c, const JsonValue& root, const std::vector<std::st
       spec.dst = c.index(op, path, "buffer", m.buffers.size(), "buffers");
       check_writable(c, Checker::join(path, "buffer"), m, spec.dst);
       spec.dst_offset = uint64_t(c.integer(op, path, "offset", 0, kMaxI64));
-      spec.bytes = uint64_t(c.integer(op, path, "bytes", 1, kMaxI64));
+      spec.bytes = uint64_t(c.integer(op, path, "bytes", 1, int64_t(kBundleMaxBufferBytes)));
       spec.value = uint8_t(c.integer(op, path, "value", 0, 255));
       read_range(c, path, spec.dst_offset, spec.bytes, m.buffers[spec.dst].bytes,
                  ("buffer " + std::to_string(spec.dst)).c_str());
@@ -318,7 +326,7 @@ void read_ops(const Checker& c, const JsonValue& root, const std::vector<std::st
       spec.dst_offset = uint64_t(c.integer(op, path, "dst_offset", 0, kMaxI64));
       spec.src = c.index(op, path, "src", m.buffers.size(), "buffers");
       spec.src_offset = uint64_t(c.integer(op, path, "src_offset", 0, kMaxI64));
-      spec.bytes = uint64_t(c.integer(op, path, "bytes", 1, kMaxI64));
+      spec.bytes = uint64_t(c.integer(op, path, "bytes", 1, int64_t(kBundleMaxBufferBytes)));
       read_range(c, Checker::join(path, "dst"), spec.dst_offset, spec.bytes, m.buffers[spec.dst].bytes,
                  ("buffer " + std::to_string(spec.dst)).c_str());
       read_range(c, Checker::join(path, "src"), spec.src_offset, spec.bytes, m.buffers[spec.src].bytes,
