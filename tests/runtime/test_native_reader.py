@@ -227,6 +227,12 @@ def test_odd_segment_names_keep_messages_whole():
     assert error == "leapp bundle '" + "\u00e9" * 60 + "...': ops[0].value 256 out of range [0, 255]"
 
 
+def test_producer_keys_keep_every_character():
+    """Found by tests/bundle/test_bundle_fuzz.py: a key holding \\u0000 was cut at the NUL."""
+    manifest = _set(MANIFEST, ("producer", "a\x00b"), "v")
+    assert _native.Bundle(write_unchecked(manifest, BLOBS)).producer == manifest["producer"]
+
+
 def test_json_errors_name_the_path():
     raw = encode_manifest(MANIFEST).replace(b'"value":0', b'"value":0,"value":1', 1)
     error = cpp_error(write_unchecked(raw, BLOBS))
