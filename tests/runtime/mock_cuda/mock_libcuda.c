@@ -163,9 +163,12 @@ static CUresult m_cuThreadExchangeStreamCaptureMode(int* mode) {
 
 // --- memory --------------------------------------------------------------------------------------------
 
+#define MOCK_DEVICE_BYTES ((size_t)16 << 30)  // a mock GPU holds 16 GiB: larger allocations fail as on a device
+
 static CUresult m_cuMemAlloc(CUdeviceptr* p, size_t n) {
   if (!t_current) return 201;
   if (prohibited()) return 900;
+  if (n > MOCK_DEVICE_BYTES) return 2;  // CUDA_ERROR_OUT_OF_MEMORY, without asking the host for it
   void* mem = NULL;
   if (posix_memalign(&mem, 256, n ? n : 1)) return 2;  // CUDA_ERROR_OUT_OF_MEMORY
   memset(mem, 0xCD, n);  // like uninitialised device memory: never zero by accident
