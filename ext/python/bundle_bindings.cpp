@@ -65,7 +65,8 @@ void bind_bundle(nb::module_& m) {
       .def_prop_ro("producer",
                    [](const PyBundle& b) {
                      nb::dict d;
-                     for (const auto& kv : b.bundle->manifest().producer) d[kv.first.c_str()] = kv.second;
+                     for (const auto& kv : b.bundle->manifest().producer)  // keys may hold a NUL: pass the size
+                       d[nb::str(kv.first.data(), kv.first.size())] = kv.second;
                      return d;
                    })
       .def_prop_ro("inputs", [](const PyBundle& b) { return tensor_specs(b.bundle->manifest().inputs); },

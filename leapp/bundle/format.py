@@ -29,6 +29,9 @@ __all__ = [
     "MAX_BLOBS",
     "MAX_MANIFEST_SIZE",
     "MAX_JSON_DEPTH",
+    "MAX_JSON_VALUES",
+    "MAX_BUFFER_BYTES",
+    "MAX_OWNED_BYTES",
     "MAX_INT",
     "FORMAT_NAME",
     "ROLES",
@@ -73,6 +76,11 @@ ALIGNMENT = 8
 MAX_BLOBS = 65536
 MAX_MANIFEST_SIZE = 64 * 1024 * 1024
 MAX_JSON_DEPTH = 512  # nesting of arrays/objects in the manifest, the top-level object being 1
+MAX_JSON_VALUES = 2**20  # values in one manifest or signature document (object keys not counted)
+# Declared sizes (docs/bundle-format.md "Resource bounds"): 2^40 bytes (1 TiB) is several times any one
+# GPU's memory, and 2^20 values of at most 2^40 sum to at most 2^60: no sum or offset + length overflows.
+MAX_BUFFER_BYTES = 2**40  # buffers[i].bytes, memset/copy bytes, a blob's length
+MAX_OWNED_BYTES = 2**40  # the sum of a segment's scratch and constant buffer bytes (runtime-allocated, per device)
 MAX_INT = 2**63 - 1  # every manifest integer lies in [0, MAX_INT]: sums of two never overflow a u64
 
 FORMAT_NAME = "leapp.warp.bundle"

@@ -16,7 +16,9 @@ from leapp.bundle.format import (
     BINARY_KINDS,
     DTYPE_ITEMSIZE,
     FORMAT_NAME,
+    MAX_BUFFER_BYTES,
     MAX_INT,
+    MAX_OWNED_BYTES,
     OP_KINDS,
     ROLES,
     BundleError,
@@ -169,6 +171,7 @@ class _ManifestCheck:
             self.check_kernel(kernel, f"kernels[{k}]")
         for i, buffer in enumerate(self.buffers):
             self.check_buffer(buffer, i)
+        self.check_owned_bytes()
         self.check_signature_side(self.sig_inputs, "inputs", "input")
         self.check_signature_side(self.sig_outputs, "outputs", "output")
         for i, buffer in enumerate(self.buffers):
@@ -220,7 +223,7 @@ class _ManifestCheck:
         buffer_id = self.field(buffer, "id", path, "int")
         if buffer_id != i:
             self.fail(f"{path}.id must be {i} (its position), got {buffer_id}")
-        self.field(buffer, "bytes", path, "int", lo=1)
+        self.field(buffer, "bytes", path, "int", lo=1, hi=MAX_BUFFER_BYTES)
         role = self.get(buffer, "role", path)
         if role not in ROLES:
             self.fail(f"{path}.role must be one of {', '.join(ROLES)}, got {_describe(role)}")
@@ -242,6 +245,12 @@ class _ManifestCheck:
             allowed = " or ".join(f'"{k}"' if k in ("none", "zero") else f'{{"{k}": ...}}' for k in ALLOWED_INIT[role])
             self.fail(f"{path}.init of {_a(role)} buffer must be {allowed}, got {_describe(init)}")
         return kind
+
+    def check_owned_bytes(self) -> None:
+        """What the runtime allocates and holds per device (scratch also per stream) stays within MAX_OWNED_BYTES."""
+        owned = sum(b["bytes"] for b in self.buffers if b["role"] in ("scratch", "constant"))
+        if owned > MAX_OWNED_BYTES:
+            self.fail(f"buffers hold {owned} bytes of scratch and constant memory, more than {MAX_OWNED_BYTES} (2^40)")
 
     def check_io(self, buffer: dict, i: int) -> None:
         """An input/output buffer is the one its signature entry names (entries -> buffers is checked per entry)."""
@@ -379,14 +388,14 @@ class _ManifestCheck:
 
     def check_memset(self, op: dict, path: str) -> None:
         buffer = self.buffer_ref(op, "buffer", path, writes=True)
-        self.field(op, "bytes", path, "int", lo=1)
+        self.field(op, "bytes", path, "int", lo=1, hi=MAX_BUFFER_BYTES)
         self.byte_range(op, buffer, "offset", "buffer", path)
         self.field(op, "value", path, "int", hi=255)
 
     def check_copy(self, op: dict, path: str) -> None:
         dst = self.buffer_ref(op, "dst", path, writes=True)
         src = self.buffer_ref(op, "src", path)
-        nbytes = self.field(op, "bytes", path, "int", lo=1)
+        nbytes = self.field(op, "bytes", path, "int", lo=1, hi=MAX_BUFFER_BYTES)
         dst_offset = self.byte_range(op, dst, "dst_offset", "dst", path)
         src_offset = self.byte_range(op, src, "src_offset", "src", path)
         if op["src"] == op["dst"] and src_offset < dst_offset + nbytes and dst_offset < src_offset + nbytes:

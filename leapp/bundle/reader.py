@@ -9,7 +9,6 @@ KeyError, UnicodeDecodeError or json error).
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +21,7 @@ from leapp.bundle.format import (
     HEADER_SIZE,
     MAGIC,
     MAX_BLOBS,
-    MAX_JSON_DEPTH,
+    MAX_BUFFER_BYTES,
     MAX_MANIFEST_SIZE,
     MIN_FILE_SIZE,
     OLDEST_READABLE_VERSION,
@@ -30,6 +29,7 @@ from leapp.bundle.format import (
     BundleError,
 )
 from leapp.bundle.manifest import validate_manifest
+from leapp.bundle.strict_json import decode_strict_json
 
 __all__ = ["Bundle", "read_bundle", "decode_manifest"]
 
@@ -98,53 +98,10 @@ class Bundle:
 Bundle.__module__ = "leapp.bundle"
 
 
-def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
-    obj: dict = {}
-    for key, value in pairs:
-        if key in obj:
-            raise BundleError(f'bundle manifest: duplicate key "{key}" in one JSON object')
-        obj[key] = value
-    return obj
-
-
-def _reject_constant(name: str) -> Any:
-    raise BundleError(f"bundle manifest: {name} is not valid JSON (RFC 8259)")
-
-
 def decode_manifest(raw: bytes | memoryview) -> Any:
-    """Strict UTF-8 JSON decoding: no BOM, no NaN/Infinity, no duplicate keys, depth <= 512; errors are BundleErrors."""
-    try:
-        text = bytes(raw).decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise BundleError(f"bundle manifest: not valid UTF-8 at byte {e.start}: {e.reason}") from e
-    too_deep = f"bundle manifest: not readable JSON: nested deeper than {MAX_JSON_DEPTH} levels"
-    try:
-        value = json.loads(text, object_pairs_hook=_reject_duplicate_keys, parse_constant=_reject_constant)
-    except json.JSONDecodeError as e:
-        raise BundleError(f"bundle manifest: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
-    except BundleError:
-        raise
-    except RecursionError as e:
-        raise BundleError(too_deep) from e
-    except ValueError as e:  # e.g. an integer literal beyond Python's digit limit
-        raise BundleError(f"bundle manifest: not readable JSON: {e}") from e
-    if _depth(value) > MAX_JSON_DEPTH:
-        raise BundleError(too_deep)
-    return value
-
-
-def _depth(value: Any) -> int:
-    """Nesting depth of arrays/objects (a top-level object is 1), without recursion."""
-    deepest = 0
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is None:
-            continue
-        deepest = max(deepest, depth)
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
+    """Strict UTF-8 JSON decoding (leapp.bundle.strict_json): no BOM, NaN/Infinity, duplicate key or lone
+    surrogate; depth <= 512, at most 2^20 values; errors are BundleErrors."""
+    return decode_strict_json(raw, "bundle manifest")
 
 
 def _as_bytes(data: Any) -> bytes:
@@ -245,6 +202,8 @@ def _check_blob_ranges(entries: list[tuple[int, int, bytes]], manifest_end: int,
     for i, (offset, length, _) in enumerate(entries):
         if offset % ALIGNMENT:
             raise BundleError(f"bundle: blob {i} offset {offset} is not {ALIGNMENT}-aligned")
+        if length > MAX_BUFFER_BYTES:
+            raise BundleError(f"bundle: blob {i} length {length} exceeds {MAX_BUFFER_BYTES} (2^40)")
         if offset < manifest_end:
             raise BundleError(f"bundle: blob {i} offset {offset} lies before the manifest end {manifest_end}")
         if offset + length > body_end:

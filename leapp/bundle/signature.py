@@ -14,6 +14,7 @@ from typing import Any
 
 from leapp.bundle.format import DTYPE_ITEMSIZE, MAX_INT, BundleError
 from leapp.bundle.reader import Bundle
+from leapp.bundle.strict_json import decode_strict_json
 
 __all__ = ["signature_json", "parse_signature"]
 
@@ -81,10 +82,7 @@ def parse_signature(text: str) -> dict[str, Any]:
     """The signature as a dict, after checking every field; BundleError names the bad one."""
     if not isinstance(text, str):
         raise _fail(f"expected a JSON string, got {type(text).__name__}")
-    try:
-        sig = json.loads(text)
-    except (ValueError, RecursionError) as e:
-        raise _fail(f"not valid JSON ({e}): {text[:120]!r}") from e
+    sig = decode_strict_json(text, "signature")  # the JSON rules of the manifest, as the C++ reader applies them
     if not isinstance(sig, dict):
         raise _fail(f"must be a JSON object, got {type(sig).__name__}")
     digest = sig.get("digest")

@@ -17,6 +17,7 @@ from leapp.bundle.testing import (
     set_header_field,
     write_unchecked,
 )
+from leapp.bundle.writer import encode_manifest
 
 EXAMPLE = example_bundle()
 MANIFEST, BLOBS = example_manifest_and_blobs()
@@ -140,6 +141,10 @@ def test_blob_ranges():
     )
     # a zero-length blob overlaps nothing: it fails on its (now wrong) hash instead
     assert "blob 1 sha256 mismatch" in rejected(with_blob_entry(EXAMPLE, 1, offset0 + 8, 0))
+    # a declared length beyond the size cap is named as such, before its range
+    assert rejected(with_blob_entry(EXAMPLE, 1, offset1, 2**62)) == (
+        "bundle: blob 1 length 4611686018427387904 exceeds 1099511627776 (2^40)"
+    )
 
 
 def test_blob_hash_and_content():
@@ -190,6 +195,35 @@ def test_nesting_of_512_levels_is_fine():
         write_bundle(manifest, BLOBS)
 
 
+LONE = "the escape {} is a lone UTF-16 surrogate (not a character; a pair is \\ud800-\\udbff then \\udc00-\\udfff)"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "where", "escape"),
+    [
+        (b'"segment":"example/warp_segment_0"', b'"segment":"\\ud800"', "segment", "\\ud800"),
+        (b'"segment":"example/warp_segment_0"', b'"segment":"a\\udc00"', "segment", "\\udc00"),
+        (b'"segment":"example/warp_segment_0"', b'"segment":"\\ud800\\u0041"', "segment", "\\ud800"),
+        (b'"segment":"example/warp_segment_0"', b'"segment":"\\ud83d\\ud83d"', "segment", "\\ud83d"),
+        (b'"name":"x"', b'"name":"x\\udfff"', "signature.inputs[0].name", "\\udfff"),
+        (b'"warp":"1.19.0"', b'"w\\ud800":"1.19.0"', "a key of producer", "\\ud800"),
+        (b'{"buffers"', b'{"\\udbff":0,"buffers"', "a key of the top-level object", "\\udbff"),
+    ],
+    ids=["segment", "low-alone", "high-then-char", "two-highs", "tensor-name", "producer-key", "top-key"],
+)
+def test_lone_surrogate_escapes_are_refused(old, new, where, escape):
+    raw = encode_manifest(MANIFEST)
+    assert old in raw
+    assert rejected(write_unchecked(raw.replace(old, new, 1), BLOBS)) == (
+        f"bundle manifest: {where}: {LONE.format(escape)}"
+    )
+
+
+def test_surrogate_pairs_are_characters():
+    raw = encode_manifest(MANIFEST).replace(b'"segment":"example/warp_segment_0"', b'"segment":"obs\\ud83d\\ude00"')
+    assert read_bundle(write_unchecked(raw, BLOBS)).segment == "obs\U0001f600"
+
+
 def test_huge_integer_literal():
     assert rejected(write_unchecked(b'{"a": ' + b"9" * 5000 + b"}", BLOBS)).startswith("bundle manifest: not readable JSON: ")
 
@@ -233,9 +267,12 @@ RULES = [
     (_set("kernels.0.block_dim", True), "kernels[0].block_dim must be an integer, got true"),
     (_set("kernels.0.smem_bytes", -1), "kernels[0].smem_bytes -1 is not in [0, 4294967295]"),
     (_set("buffers.2.id", 3), "buffers[2].id must be 2 (its position), got 3"),
-    (_set("buffers.2.bytes", 0), "buffers[2].bytes 0 is not in [1, 9223372036854775807]"),
-    (_set("buffers.2.bytes", 2**63), "buffers[2].bytes 9223372036854775808 is not in [1, 9223372036854775807]"),
-    (_set("buffers.2.bytes", 10**4000), "buffers[2].bytes <4001-digit integer> is not in [1, 9223372036854775807]"),
+    (_set("buffers.2.bytes", 0), "buffers[2].bytes 0 is not in [1, 1099511627776]"),
+    (_set("buffers.2.bytes", 2**40 + 1), "buffers[2].bytes 1099511627777 is not in [1, 1099511627776]"),
+    (_set("buffers.2.bytes", 2**62), "buffers[2].bytes 4611686018427387904 is not in [1, 1099511627776]"),
+    (_set("buffers.2.bytes", 2**63), "buffers[2].bytes 9223372036854775808 is not in [1, 1099511627776]"),
+    (_set("buffers.2.bytes", 10**4000), "buffers[2].bytes <4001-digit integer> is not in [1, 1099511627776]"),
+    (_set("buffers.2.bytes", 2**40), "buffers hold 1099511627792 bytes of scratch and constant memory, more than 1099511627776 (2^40)"),
     (_set("buffers.2.role", "temp"), "buffers[2].role must be one of input, output, scratch, constant, got 'temp' (str)"),
     (_set("buffers.0.io", _DELETE), "buffers[0].io is missing"),
     (_set("buffers.1.io", 1), "buffers[1].io 1 is out of range: signature.outputs has 1 entry"),
@@ -255,7 +292,9 @@ RULES = [
     (_set("ops.0.op", "fill"), "ops[0].op must be one of launch, memset, copy, got 'fill' (str)"),
     (_set("ops.0.buffer", 0), "ops[0].buffer 0 is an input buffer, which the ops never write"),
     (_set("ops.0.buffer", 3), "ops[0].buffer 3 is a constant buffer, which the ops never write"),
-    (_set("ops.0.bytes", 0), "ops[0].bytes 0 is not in [1, 9223372036854775807]"),
+    (_set("ops.0.bytes", 0), "ops[0].bytes 0 is not in [1, 1099511627776]"),
+    (_set("ops.0.bytes", 2**62), "ops[0].bytes 4611686018427387904 is not in [1, 1099511627776]"),
+    (_set("ops.2.bytes", 2**40 + 1), "ops[2].bytes 1099511627777 is not in [1, 1099511627776]"),
     (_set("ops.0.offset", 1), "ops[0].offset 1 + bytes 16 exceeds buffers[2].bytes = 16"),
     (_set("ops.0.value", 256), "ops[0].value 256 is not in [0, 255]"),
     (_set("ops.1.kernel", 1), "ops[1].kernel 1 is out of range: kernels has 1 entry"),
@@ -391,6 +430,16 @@ def test_read_bundle_type_error():
          "signature: outputs[0].dtype must be one of"),
         ('{"digest": "' + "0" * 64 + '", "segment": "s", "inputs": [], "outputs": [{"name": "y", "dtype": "bool", "shape": [true]}]}',
          "signature: outputs[0].shape must be an array of non-negative integers, got [True]"),
+        ('{"digest": "' + "0" * 64 + '", "segment": "\\ud800", "inputs": [], "outputs": []}',
+         "signature: segment: the escape \\ud800 is a lone UTF-16 surrogate"),
+        ('{"digest": "' + "0" * 64 + '", "segment": "s", "inputs": [], "outputs": [{"name": "\\udc00", "dtype": "bool", "shape": []}]}',
+         "signature: outputs[0].name: the escape \\udc00 is a lone UTF-16 surrogate"),
+        ('{"digest": "' + "0" * 64 + '", "segment": "\ud800", "inputs": [], "outputs": []}',
+         "signature: not Unicode text: character 91 is a lone surrogate"),
+        ('{"digest": "' + "0" * 64 + '", "segment": "s", "segment": "t", "inputs": [], "outputs": []}',
+         'signature: duplicate key "segment" in one JSON object'),
+        ('{"digest": "' + "0" * 64 + '", "segment": "s", "inputs": [], "outputs": [], "x": NaN}',
+         "signature: NaN is not valid JSON (RFC 8259)"),
     ],
 )
 def test_parse_signature_rejects(text, message):

@@ -6,6 +6,7 @@ Every case is a file; both readers must agree on accept vs reject. Messages may 
 from __future__ import annotations
 
 import copy
+import json
 import os
 
 import pytest
@@ -14,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_bundle_corruption import RULES
 
-from leapp.bundle import BundleError, read_bundle, write_bundle
+from leapp.bundle import BundleError, parse_signature, read_bundle, signature_json, write_bundle
+from leapp.bundle.format import MAX_BUFFER_BYTES, MAX_JSON_VALUES, MAX_OWNED_BYTES
 from leapp.bundle.writer import encode_manifest
 from leapp.bundle.testing import (
     example_bundle,
@@ -157,3 +159,61 @@ def test_manifest_mutations_agree(case, data):
     if not path:
         return
     assert_agree(write_unchecked(mutate_manifest(manifest, path, data), blobs))
+
+
+# --- the documented bounds: both readers accept up to them and refuse one past (docs/bundle-format.md) ----------
+
+
+def _with_values(extra: int, raw: bytes) -> bytes:
+    """``raw`` (a JSON object) plus ``"zz":[0, ...]`` so that it holds MAX_JSON_VALUES + ``extra`` values."""
+    def count(value) -> int:
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        return 1 + sum(count(child) for child in children)
+
+    zeros = MAX_JSON_VALUES + extra - count(json.loads(raw)) - 1  # - the array itself
+    return raw[:-1] + b',"zz":[' + b",".join([b"0"] * zeros) + b"]}"
+
+
+def test_value_limit_is_one_boundary():
+    raw = encode_manifest(MANIFEST)
+    at_limit, past = write_unchecked(_with_values(0, raw), BLOBS), write_unchecked(_with_values(1, raw), BLOBS)
+    assert python_verdict(at_limit) is None and cpp_verdict(at_limit) is None
+    assert python_verdict(past) == "bundle manifest: not readable JSON: more than 1048576 values"
+    assert "more than 1048576 values" in cpp_verdict(past)
+
+
+def test_signature_value_limit_is_the_same_boundary():
+    bundle = native.Bundle(EXAMPLE)
+    sig = signature_json(read_bundle(EXAMPLE)).encode()
+    at_limit, past = _with_values(0, sig).decode(), _with_values(1, sig).decode()
+    parse_signature(at_limit)
+    bundle.check_signature(at_limit)
+    with pytest.raises(BundleError, match="more than 1048576 values"):
+        parse_signature(past)
+    with pytest.raises(ValueError, match="more than 1048576 values"):
+        bundle.check_signature(past)
+
+
+def _sized(output_elements: int = 4, scratch_bytes: int = 16) -> bytes:
+    """The example with output y of ``output_elements`` float32s and a scratch of ``scratch_bytes``."""
+    manifest = copy.deepcopy(MANIFEST)
+    manifest["signature"]["outputs"][0]["shape"] = [output_elements]
+    manifest["buffers"][1]["bytes"] = 4 * output_elements
+    manifest["buffers"][2]["bytes"] = scratch_bytes
+    return write_unchecked(manifest, BLOBS)
+
+
+@pytest.mark.parametrize(
+    ("data", "accepted"),
+    [
+        (lambda: _sized(output_elements=MAX_BUFFER_BYTES // 4), True),  # one buffer of exactly 2^40 bytes
+        (lambda: _sized(output_elements=MAX_BUFFER_BYTES // 4 + 1), False),
+        (lambda: _sized(scratch_bytes=MAX_OWNED_BYTES - 16), True),  # scratch + the 16-byte constant = 2^40
+        (lambda: _sized(scratch_bytes=MAX_OWNED_BYTES - 15), False),
+    ],
+    ids=["buffer-at-cap", "buffer-past-cap", "owned-at-cap", "owned-past-cap"],
+)
+def test_size_caps_are_one_boundary(data, accepted):
+    data = data()
+    py, cpp = python_verdict(data), cpp_verdict(data)
+    assert (py is None, cpp is None) == (accepted, accepted), f"python: {py!r}\nc++:    {cpp!r}"

@@ -30,7 +30,8 @@ if os.environ.get("LEAPP_MOCK_CUDA") != "1":
     pytest.skip("runs only under the fake driver (test_runtime_mock_driver.py)", allow_module_level=True)
 
 from leapp import _native  # noqa: E402
-from leapp.bundle.testing import EXAMPLE_ENTRY, EXAMPLE_PTX, example_bundle  # noqa: E402
+from leapp.bundle import write_bundle  # noqa: E402
+from leapp.bundle.testing import EXAMPLE_ENTRY, EXAMPLE_PTX, example_bundle, example_manifest_and_blobs  # noqa: E402
 
 MOCK = ctypes.CDLL("libcuda.so.1")  # the same library the runtime dlopen'ed
 MOCK.mock_current_ctx.restype = ctypes.c_void_p
@@ -335,6 +336,19 @@ def test_missing_entry_and_launch_errors_name_the_op():
 
 
 # --- host staging and ONNX Runtime's CPU execution provider ------------------------------------------------------
+
+
+def test_allocation_beyond_the_device_is_a_clear_error():
+    """A bundle within the format's size caps (docs/bundle-format.md) that the device cannot hold fails by name."""
+    manifest, blobs = example_manifest_and_blobs(4)
+    manifest["buffers"][2]["bytes"] = 2**40 - 16  # scratch + the 16-byte constant: exactly the format's cap
+    data = write_bundle(manifest, blobs)
+    x, y = np.ones(4, np.float32), np.zeros(4, np.float32)
+    with pytest.raises(RuntimeError, match=r"^leapp segment 'example/warp_segment_0': scratch: cuMemAlloc of "
+                                           r"1099511627776 bytes failed: "):
+        run(data, [x], [y], stream(0))
+    run(example_bundle(4), [x], [y], stream(0))  # the runtime is still usable
+    np.testing.assert_array_equal(y, x * scale(4))
 
 
 def test_run_segment_host():

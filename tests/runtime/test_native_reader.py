@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 
 from leapp import _native
 from leapp.bundle import BundleError, read_bundle, signature_json, write_bundle
+from leapp.bundle.format import BLOB_ENTRY, BLOB_ENTRY_SIZE, HEADER_SIZE
+from leapp.bundle.writer import encode_manifest
 from leapp.bundle.testing import (
     example_bundle,
     example_manifest_and_blobs,
@@ -112,7 +114,11 @@ FIELD_CASES = [
     (("ops", 0, "buffer"), 0, "ops[0].buffer 0 is an input buffer, which the ops must not write"),
     (("ops", 2, "dst"), 3, "ops[2].dst 3 is an constant buffer, which the ops must not write"),
     (("ops", 0, "value"), 256, "ops[0].value 256 out of range [0, 255]"),
-    (("ops", 0, "bytes"), 0, "ops[0].bytes 0 out of range [1, 9223372036854775807]"),
+    (("ops", 0, "bytes"), 0, "ops[0].bytes 0 out of range [1, 1099511627776]"),
+    (("ops", 0, "bytes"), 2**62, "ops[0].bytes 4611686018427387904 out of range [1, 1099511627776]"),
+    (("ops", 2, "bytes"), 2**40 + 1, "ops[2].bytes 1099511627777 out of range [1, 1099511627776]"),
+    (("buffers", 2, "bytes"), 2**62, f"leapp bundle '{SEG}': buffers[2].bytes 4611686018427387904 out of range [1, 1099511627776]"),
+    (("buffers", 2, "bytes"), 2**40, "buffers hold 1099511627792 bytes of scratch and constant memory, more than 1099511627776 (2^40)"),
     (("ops", 0, "op"), "fill", 'ops[0].op "fill" is not launch, memset or copy'),
     (("kernels", 0, "block_dim"), 2000, "kernels[0].block_dim 2000 out of range [1, 1024]"),
     (("kernels", 0, "block_dim"), 256.0, "kernels[0].block_dim must be an integer, got number"),
@@ -176,6 +182,86 @@ def test_blob_hash_and_ptx_content_errors():
     broken[offset] ^= 0x20
     assert "blob 0 sha256 mismatch" in cpp_error(reseal(broken))
     assert cpp_error(reseal_blob(broken, 0)) is None  # a different but well-formed PTX text is accepted
+
+
+LONE = "is a lone UTF-16 surrogate (not a character; a pair is \\ud800-\\udbff then \\udc00-\\udfff)"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "escape", "where"),
+    [
+        (b'"segment":"example/warp_segment_0"', b'"segment":"\\ud800"', "\\ud800", "segment"),
+        (b'"segment":"example/warp_segment_0"', b'"segment":"ab\\uDC00"', "\\uDC00", "segment"),
+        (b'"segment":"example/warp_segment_0"', b'"segment":"\\ud800\\u0041"', "\\ud800", "segment"),
+        (b'"name":"x"', b'"name":"\\udfff"', "\\udfff", "signature.inputs[0].name"),
+        (b'"shape":[4]', b'"shape":[4,"\\ud800"]', "\\ud800", "signature.inputs[0].shape[1]"),
+        (b'"warp":"1.19.0"', b'"w\\ud800":"1.19.0"', "\\ud800", "a key of producer"),
+        (b'{"buffers"', b'{"\\udbff":0,"buffers"', "\\udbff", "a key of the top-level object"),
+    ],
+    ids=["segment", "low-alone", "high-then-char", "tensor-name", "array-element", "producer-key", "top-key"],
+)
+def test_lone_surrogate_escapes_name_the_field(old, new, escape, where):
+    raw = encode_manifest(MANIFEST)
+    assert old in raw
+    raw = raw.replace(old, new, 1)
+    error = cpp_error(write_unchecked(raw, BLOBS))
+    position = raw.index(escape.encode())
+    assert error == f"leapp bundle: manifest: invalid JSON: \\u escape {escape} {LONE} at byte {position} in {where}"
+    assert not python_accepts(write_unchecked(raw, BLOBS))
+
+
+def test_a_surrogate_pair_is_one_character():
+    raw = encode_manifest(MANIFEST).replace(b'"segment":"example/warp_segment_0"', b'"segment":"obs\\ud83d\\ude00"')
+    assert _native.Bundle(write_unchecked(raw, BLOBS)).segment == "obs\U0001f600"
+
+
+def test_odd_segment_names_keep_messages_whole():
+    """A NUL or control character in a name is shown escaped: the message reaches Python whole."""
+    manifest = _set(MANIFEST, ("segment",), "a\x00b\nc")
+    manifest = _set(manifest, ("ops", 0, "value"), 256)
+    assert cpp_error(write_unchecked(manifest, BLOBS)) == (
+        "leapp bundle 'a\\u0000b\\u000ac': ops[0].value 256 out of range [0, 255]"
+    )
+    long_name = "\u00e9" * 100  # 200 bytes: cut at a character boundary
+    error = cpp_error(write_unchecked(_set(manifest, ("segment",), long_name), BLOBS))
+    assert error == "leapp bundle '" + "\u00e9" * 60 + "...': ops[0].value 256 out of range [0, 255]"
+
+
+def test_producer_keys_keep_every_character():
+    """Found by tests/bundle/test_bundle_fuzz.py: a key holding \\u0000 was cut at the NUL."""
+    manifest = _set(MANIFEST, ("producer", "a\x00b"), "v")
+    assert _native.Bundle(write_unchecked(manifest, BLOBS)).producer == manifest["producer"]
+
+
+def test_json_errors_name_the_path():
+    raw = encode_manifest(MANIFEST).replace(b'"value":0', b'"value":0,"value":1', 1)
+    error = cpp_error(write_unchecked(raw, BLOBS))
+    second = raw.index(b'"value":1')
+    assert error == f'leapp bundle: manifest: invalid JSON: duplicate key "value" at byte {second} in ops[0]'
+    raw = encode_manifest(MANIFEST).replace(b'"shape":[4]', b'"shape":[4,NaN]', 1)
+    assert cpp_error(write_unchecked(raw, BLOBS)).endswith(
+        f"unexpected character 'N' at byte {raw.index(b'NaN')} in signature.inputs[0].shape[1]"
+    )
+
+
+def test_declared_blob_length_is_capped():
+    data = bytearray(EXAMPLE)
+    entry = HEADER_SIZE + BLOB_ENTRY_SIZE  # blob 1
+    offset, _, digest = BLOB_ENTRY.unpack_from(EXAMPLE, entry)
+    BLOB_ENTRY.pack_into(data, entry, offset, 2**62, digest)
+    assert cpp_error(reseal(data)) == "leapp bundle: blob 1 length 4611686018427387904 exceeds 1099511627776 (2^40)"
+
+
+def test_signature_strings_follow_the_manifest_json_rules():
+    b = _native.Bundle(EXAMPLE)
+    sig = signature_json(read_bundle(EXAMPLE))
+    with pytest.raises(ValueError, match=r"leapp signature: invalid JSON: \\u escape \\ud800 is a lone UTF-16 "
+                                         r"surrogate .* in segment$"):
+        b.check_signature(sig.replace('"segment":"example/warp_segment_0"', '"segment":"\\ud800"'))
+    with pytest.raises(ValueError, match=r'leapp signature: invalid JSON: duplicate key "segment" at byte \d+$'):
+        b.check_signature(sig[:-1] + ',"segment":"x"}')
+    with pytest.raises(ValueError, match=r"leapp signature: invalid JSON: nesting deeper than 512 levels"):
+        b.check_signature(sig[:-1] + ',"x":' + "[" * 512 + "]" * 512 + "}")
 
 
 # --- random corruption: thousands of cases, never a crash ---------------------------------------------------

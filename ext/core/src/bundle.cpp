@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "json.h"
 #include "leapp/runtime.h"
 #include "manifest.h"
 #include "sha256.h"
@@ -39,7 +40,7 @@ std::string_view Bundle::manifest_json() const {
 
 std::string_view Bundle::blob(uint32_t index) const {
   if (index >= blobs_.size())
-    throw std::out_of_range("leapp bundle '" + segment() + "': blob " + num(index) + " out of range (" +
+    throw std::out_of_range("leapp bundle '" + detail::shown(segment()) + "': blob " + num(index) + " out of range (" +
                             num(blobs_.size()) + " blobs)");
   return {reinterpret_cast<const char*>(bytes_.data() + blobs_[index].first), size_t(blobs_[index].second)};
 }
@@ -106,6 +107,8 @@ std::shared_ptr<const Bundle> Bundle::parse(const void* data, size_t size) {
   for (uint32_t i = 0; i < h.blob_count; ++i) {
     const BundleBlobEntry& e = entries[i];
     if (e.offset % kBundleAlignment != 0) fail("blob " + num(i) + " offset " + num(e.offset) + " is not 8-aligned");
+    if (e.length > kBundleMaxBufferBytes)
+      fail("blob " + num(i) + " length " + num(e.length) + " exceeds " + num(kBundleMaxBufferBytes) + " (2^40)");
     if (!in_range(e.offset, e.length, manifest_end, body_end))
       fail("blob " + num(i) + " [" + num(e.offset) + ", +" + num(e.length) + ") is outside [" + num(manifest_end) +
            ", " + num(body_end) + ")");
@@ -229,7 +232,7 @@ size_t dtype_itemsize(std::string_view dtype) {
 Signature parse_signature(std::string_view json) { return detail::read_signature(json); }
 
 void check_signature(const Bundle& bundle, const Signature& sig) {
-  const std::string where = "leapp segment '" + bundle.segment() + "': ";
+  const std::string where = "leapp segment '" + detail::shown(bundle.segment()) + "': ";
   if (!sig.digest.empty() && sig.digest != bundle.digest())
     throw std::invalid_argument(where + "the op's signature names bundle " + sig.digest + " but the bundle is " +
                                 bundle.digest() + " (signature and bundle belong to different segments)");
@@ -239,8 +242,9 @@ void check_signature(const Bundle& bundle, const Signature& sig) {
                                   ", the bundle " + std::to_string(have.size()));
     for (size_t j = 0; j < want.size(); ++j) {
       if (want[j].dtype != have[j].dtype || want[j].shape != have[j].shape)
-        throw std::invalid_argument(where + "signature " + side + "[" + std::to_string(j) + "] '" + want[j].name +
-                                    "' differs from the bundle's '" + have[j].name + "' (dtype or shape)");
+        throw std::invalid_argument(where + "signature " + side + "[" + std::to_string(j) + "] '" +
+                                    detail::shown(want[j].name) + "' differs from the bundle's '" +
+                                    detail::shown(have[j].name) + "' (dtype or shape)");
     }
   };
   compare("outputs", sig.outputs, bundle.manifest().outputs);

@@ -1,7 +1,9 @@
 // ext/core/src/json.cpp: the strict, bounded manifest JSON parser (see json.h).
 #include "json.h"
 
+#include <algorithm>
 #include <charconv>
+#include <numeric>
 #include <stdexcept>
 
 namespace leapp::detail {
@@ -68,7 +70,47 @@ bool valid_utf8(std::string_view text, size_t& bad_offset) {
   return true;
 }
 
+std::string shown(std::string_view text, size_t limit) {
+  std::string out;
+  size_t i = 0;
+  for (; i < text.size() && out.size() < limit; ++i) {
+    unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) {
+      static const char* hex = "0123456789abcdef";
+      out += "\\u00";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += char(c);
+    }
+  }
+  if (i == text.size()) return out;
+  // Cut at a character boundary (never inside a UTF-8 sequence).
+  while (i > 0 && (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80) {
+    --i;
+    out.pop_back();
+  }
+  return out + "...";
+}
+
 namespace {
+
+/// The first member (in document order) whose key equals an earlier member's,
+/// or `members.size()` when all keys differ. O(k log k) for k members.
+size_t first_duplicate_key(const std::vector<std::pair<std::string, JsonValue>>& members) {
+  const size_t n = members.size();
+  if (n < 2) return n;
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return members[a].first < members[b].first; });
+  // Equal keys are adjacent, each group in document order: every member after
+  // the first of its group repeats a key; the earliest of those is the answer.
+  size_t first = n;
+  for (size_t i = 1; i < n; ++i)
+    if (members[order[i]].first == members[order[i - 1]].first) first = std::min(first, order[i]);
+  return first;
+}
 
 class Parser {
  public:
@@ -84,8 +126,29 @@ class Parser {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& why) const {
-    throw std::invalid_argument(what_ + ": invalid JSON: " + why + " at byte " + std::to_string(pos_));
+  [[noreturn]] void fail(const std::string& why) const { fail_in(why, path()); }
+
+  /// `where` is a JSON path ("ops[3].relocs[0]"), "a key of <path>", or empty for the top level.
+  [[noreturn]] void fail_in(const std::string& why, const std::string& where) const {
+    throw std::invalid_argument(what_ + ": invalid JSON: " + why + " at byte " + std::to_string(pos_) +
+                                (where.empty() ? std::string() : " in " + where));
+  }
+
+  /// The path of the value being parsed, built only for an error message.
+  std::string path() const {
+    std::string out;
+    for (const Step& step : path_) {
+      if (step.key != nullptr)
+        out += (out.empty() ? "" : ".") + shown(*step.key, 80);
+      else
+        out += "[" + std::to_string(step.index) + "]";
+    }
+    return out;
+  }
+
+  std::string key_of_path() const {
+    const std::string p = path();
+    return "a key of " + (p.empty() ? std::string("the top-level object") : p);
   }
 
   void skip_ws() {
@@ -105,7 +168,7 @@ class Parser {
 
   void count_value() {
     if (++values_ > kJsonMaxValues)
-      fail("more than " + std::to_string(kJsonMaxValues) + " values (limit of the manifest parser)");
+      fail("more than " + std::to_string(kJsonMaxValues) + " values (the limit of docs/bundle-format.md)");
   }
 
   void parse_value(JsonValue& v, int depth) {
@@ -117,7 +180,7 @@ class Parser {
       case '[': return parse_array(v, depth + 1);
       case '"':
         v.type = JsonValue::Type::kString;
-        return parse_string(v.string);
+        return parse_string(v.string, false);
       case 't':
         expect_literal("true");
         v.type = JsonValue::Type::kBool;
@@ -152,24 +215,22 @@ class Parser {
       ++pos_;
       return;
     }
+    std::vector<size_t> key_pos;  // for the duplicate-key message
     for (;;) {
       skip_ws();
       if (pos_ >= s_.size() || s_[pos_] != '"') fail("expected a string key");
-      size_t key_pos = pos_;
+      key_pos.push_back(pos_);
       std::string key;
-      parse_string(key);
-      for (const auto& kv : v.object) {
-        if (kv.first == key) {
-          pos_ = key_pos;
-          fail("duplicate key \"" + key + "\"");
-        }
-      }
+      parse_string(key, true);
       skip_ws();
       if (pos_ >= s_.size() || s_[pos_] != ':') fail("expected ':'");
       ++pos_;
       skip_ws();
       v.object.emplace_back(std::move(key), JsonValue{});
+      // v.object is not resized while its member's value is parsed, so the key stays put.
+      path_.push_back({&v.object.back().first, 0});
       parse_value(v.object.back().second, depth);
+      path_.pop_back();
       skip_ws();
       if (pos_ >= s_.size()) fail("unexpected end of input in an object");
       if (s_[pos_] == ',') {
@@ -178,9 +239,14 @@ class Parser {
       }
       if (s_[pos_] == '}') {
         ++pos_;
-        return;
+        break;
       }
       fail("expected ',' or '}'");
+    }
+    const size_t dup = first_duplicate_key(v.object);
+    if (dup < v.object.size()) {
+      pos_ = key_pos[dup];
+      fail("duplicate key \"" + shown(v.object[dup].first) + "\"");
     }
   }
 
@@ -195,8 +261,10 @@ class Parser {
     }
     for (;;) {
       skip_ws();
+      path_.push_back({nullptr, v.array.size()});
       v.array.emplace_back();
       parse_value(v.array.back(), depth);
+      path_.pop_back();
       skip_ws();
       if (pos_ >= s_.size()) fail("unexpected end of input in an array");
       if (s_[pos_] == ',') {
@@ -248,8 +316,8 @@ class Parser {
   }
 
   // The whole text was UTF-8-validated before parsing, so raw bytes >= 0x80
-  // are copied through as they are.
-  void parse_string(std::string& out) {
+  // are copied through as they are. `is_key`: the string is an object key (for messages).
+  void parse_string(std::string& out, bool is_key) {
     ++pos_;  // '"'
     for (;;) {
       if (pos_ >= s_.size()) fail("unterminated string");
@@ -277,17 +345,32 @@ class Parser {
         case 'r': out += '\r'; break;
         case 't': out += '\t'; break;
         case 'u': {
-          // Like Python's json: a valid pair combines; a lone surrogate is kept
-          // (encoded as its 3-byte form) so both readers accept the same text.
+          // A valid surrogate pair combines; a lone surrogate is refused: it is
+          // no character, and the string could not be UTF-8 (nor a Python str
+          // that encodes) anywhere downstream.
+          const size_t escape = pos_ - 2;
           uint32_t cp = parse_hex4();
-          if (cp >= 0xD800 && cp <= 0xDBFF && s_.size() - pos_ >= 6 && s_[pos_] == '\\' && s_[pos_ + 1] == 'u') {
-            size_t save = pos_;
-            pos_ += 2;
-            uint32_t lo = parse_hex4();
-            if (lo >= 0xDC00 && lo <= 0xDFFF)
-              cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-            else
-              pos_ = save;
+          bool lone = cp >= 0xDC00 && cp <= 0xDFFF;
+          if (cp >= 0xD800 && cp <= 0xDBFF) {
+            lone = true;
+            if (s_.size() - pos_ >= 6 && s_[pos_] == '\\' && s_[pos_ + 1] == 'u') {
+              size_t save = pos_;
+              pos_ += 2;
+              uint32_t lo = parse_hex4();
+              if (lo >= 0xDC00 && lo <= 0xDFFF) {
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                lone = false;
+              } else {
+                pos_ = save;
+              }
+            }
+          }
+          if (lone) {
+            pos_ = escape;
+            fail_in("\\u escape " + std::string(s_.substr(escape, 6)) +
+                        " is a lone UTF-16 surrogate (not a character; a pair is \\ud800-\\udbff then "
+                        "\\udc00-\\udfff)",
+                    is_key ? key_of_path() : path());
           }
           append_utf8(out, cp);
           break;
@@ -342,10 +425,17 @@ class Parser {
     }
   }
 
+  /// One level of the JSON path: an object member (`key`) or an array element (`index`).
+  struct Step {
+    const std::string* key;
+    size_t index;
+  };
+
   std::string_view s_;
   const std::string& what_;
   size_t pos_ = 0;
   size_t values_ = 0;
+  std::vector<Step> path_;
 };
 
 }  // namespace

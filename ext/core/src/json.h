@@ -1,13 +1,16 @@
 // ext/core/src/json.h: a strict, bounded JSON parser for bundle manifests (internal).
 //
 // Strict RFC 8259: no NaN/Infinity, no comments, no trailing commas, no
-// duplicate object keys, no control characters in strings, and the input must
-// be valid UTF-8. It accepts what leapp.bundle's reader (Python's json with
-// duplicate keys and constants refused) accepts, up to the bounds below. Bounded: nesting depth and the
-// number of values are capped so a hostile manifest cannot exhaust the stack
-// or memory. Integers (no fraction, no exponent) keep their exact value when
-// it fits int64; larger ones are marked `int_overflow` so field checks can
-// report them as out of range instead of silently wrapping.
+// duplicate object keys, no control characters in strings, the input must be
+// valid UTF-8 and no \u escape may be a lone UTF-16 surrogate (a string is
+// Unicode text). It accepts what leapp.bundle's reader (Python's json with
+// these rules added) accepts, up to the bounds of leapp/bundle_format.h, so a
+// hostile manifest cannot exhaust the stack or memory. Every step is
+// O(n log n) or better in the input size (duplicate keys: one sort per
+// object). Errors name the byte offset and the JSON path of the value
+// ("ops[3].relocs[0]"). Integers (no fraction, no exponent) keep their exact
+// value when it fits int64; larger ones are marked `int_overflow` so field
+// checks can report them as out of range instead of silently wrapping.
 #pragma once
 
 #include <cstdint>
@@ -16,10 +19,12 @@
 #include <utility>
 #include <vector>
 
+#include "leapp/bundle_format.h"
+
 namespace leapp::detail {
 
-constexpr int kJsonMaxDepth = 512;
-constexpr size_t kJsonMaxValues = size_t(1) << 20;
+constexpr int kJsonMaxDepth = kBundleMaxJsonDepth;
+constexpr size_t kJsonMaxValues = size_t(kBundleMaxJsonValues);
 constexpr size_t kJsonMaxIntDigits = 4300;  ///< Python's int() limit, so both readers reject the same literals
 
 struct JsonValue {
@@ -40,11 +45,16 @@ struct JsonValue {
   const char* type_name() const;
 };
 
-/// Parses `text`; throws std::invalid_argument("<what>: <reason> at byte N").
+/// Parses `text`; throws std::invalid_argument("<what>: invalid JSON: <reason> at byte N[ in <path>]").
 JsonValue parse_json(std::string_view text, const std::string& what);
 
 /// True when `text` is well-formed UTF-8 (no overlongs, no surrogates, <= U+10FFFF);
 /// otherwise false and `bad_offset` is the first offending byte.
 bool valid_utf8(std::string_view text, size_t& bad_offset);
+
+/// `text` for an error message: control characters as \uXXXX, at most `limit`
+/// bytes (cut at a character boundary, then "..."). Keeps messages printable
+/// and whole (a NUL would end the text a C API sees).
+std::string shown(std::string_view text, size_t limit = 120);
 
 }  // namespace leapp::detail

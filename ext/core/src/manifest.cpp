@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -25,7 +26,7 @@ class Checker {
  public:
   explicit Checker(std::string prefix) : prefix_(std::move(prefix)) {}
 
-  void set_segment(const std::string& segment) { prefix_ = "leapp bundle '" + segment + "': "; }
+  void set_segment(const std::string& segment) { prefix_ = "leapp bundle '" + shown(segment) + "': "; }
 
   [[noreturn]] void fail(const std::string& path, const std::string& why) const {
     throw std::invalid_argument(prefix_ + path + " " + why);
@@ -112,6 +113,7 @@ void read_modules(const Checker& c, const JsonValue& root, const std::vector<std
                   Manifest& m) {
   c.each_object(root, "modules", [&](const JsonValue& mod, const std::string& path, size_t) {
     ModuleSpec spec;
+    std::map<std::pair<BinaryKind, int64_t>, size_t> seen;  // (kind, arch) -> first binary
     spec.name = c.string(mod, path, "name");
     const auto& binaries = c.array(mod, path, "binaries");
     if (binaries.empty()) c.fail(Checker::join(path, "binaries"), "is empty (a module needs at least one binary)");
@@ -125,12 +127,12 @@ void read_modules(const Checker& c, const JsonValue& root, const std::vector<std
       else if (kind == "cubin")
         bs.kind = BinaryKind::kCubin;
       else
-        c.fail(Checker::join(bpath, "kind"), "\"" + kind + "\" is not \"ptx\" or \"cubin\"");
+        c.fail(Checker::join(bpath, "kind"), "\"" + shown(kind) + "\" is not \"ptx\" or \"cubin\"");
       const int64_t arch = c.integer(bin, bpath, "arch", 10, kMaxI64);
-      for (size_t prev = 0; prev < spec.binaries.size(); ++prev)
-        if (spec.binaries[prev].kind == bs.kind && spec.binaries[prev].arch == arch)
-          c.fail(bpath, "is a second " + kind + " for arch " + std::to_string(arch) + " (first: binaries[" +
-                            std::to_string(prev) + "])");
+      auto first = seen.emplace(std::make_pair(bs.kind, arch), b);
+      if (!first.second)
+        c.fail(bpath, "is a second " + kind + " for arch " + std::to_string(arch) + " (first: binaries[" +
+                          std::to_string(first.first->second) + "])");
       // Archs beyond u32 fit no device: keep them unmatchable instead of truncating.
       bs.arch = arch > int64_t(kMaxU32) ? uint32_t(kMaxU32) : uint32_t(arch);
       bs.blob = c.index(bin, bpath, "blob", blobs.size(), "blobs");
@@ -164,7 +166,7 @@ void read_buffers(const Checker& c, const JsonValue& root, const std::vector<std
     BufferSpec spec;
     int64_t id = c.integer(b, path, "id", 0, kMaxI64);
     if (uint64_t(id) != i) c.fail(Checker::join(path, "id"), std::to_string(id) + " is not its index " + std::to_string(i));
-    spec.bytes = uint64_t(c.integer(b, path, "bytes", 1, kMaxI64));
+    spec.bytes = uint64_t(c.integer(b, path, "bytes", 1, int64_t(kBundleMaxBufferBytes)));
     const std::string role = c.string(b, path, "role");
     if (role == "input")
       spec.role = BufferRole::kInput;
@@ -175,7 +177,7 @@ void read_buffers(const Checker& c, const JsonValue& root, const std::vector<std
     else if (role == "constant")
       spec.role = BufferRole::kConstant;
     else
-      c.fail(Checker::join(path, "role"), "\"" + role + "\" is not input, output, scratch or constant");
+      c.fail(Checker::join(path, "role"), "\"" + shown(role) + "\" is not input, output, scratch or constant");
     if (spec.role == BufferRole::kInput || spec.role == BufferRole::kOutput)
       spec.io = uint32_t(std::min<int64_t>(c.integer(b, path, "io", 0, kMaxI64), kMaxU32));  // checked below
 
@@ -187,7 +189,7 @@ void read_buffers(const Checker& c, const JsonValue& root, const std::vector<std
       else if (init.string == "zero")
         spec.init = BufferInit::kZero;
       else
-        c.fail(ipath, "\"" + init.string + "\" is not \"none\", \"zero\", {\"blob\": n} or {\"input\": j}");
+        c.fail(ipath, "\"" + shown(init.string) + "\" is not \"none\", \"zero\", {\"blob\": n} or {\"input\": j}");
     } else if (init.type == Type::kObject && init.find("blob") && !init.find("input")) {
       spec.init = BufferInit::kBlob;
       spec.init_index = c.index(init, ipath, "blob", blobs.size(), "blobs");
@@ -217,6 +219,14 @@ void read_buffers(const Checker& c, const JsonValue& root, const std::vector<std
     }
     m.buffers.push_back(spec);
   });
+  // What the runtime allocates and holds per device (scratch also per stream).
+  // Each term is <= 2^40 and there are < 2^20 buffers: the sum cannot overflow.
+  uint64_t owned = 0;
+  for (const BufferSpec& b : m.buffers)
+    if (b.role == BufferRole::kScratch || b.role == BufferRole::kConstant) owned += b.bytes;
+  if (owned > kBundleMaxOwnedBytes)
+    c.fail("buffers", "hold " + std::to_string(owned) + " bytes of scratch and constant memory, more than " +
+                          std::to_string(kBundleMaxOwnedBytes) + " (2^40)");
 }
 
 void read_range(const Checker& c, const std::string& path, uint64_t offset, uint64_t bytes, uint64_t size,
@@ -305,7 +315,7 @@ void read_ops(const Checker& c, const JsonValue& root, const std::vector<std::st
       spec.dst = c.index(op, path, "buffer", m.buffers.size(), "buffers");
       check_writable(c, Checker::join(path, "buffer"), m, spec.dst);
       spec.dst_offset = uint64_t(c.integer(op, path, "offset", 0, kMaxI64));
-      spec.bytes = uint64_t(c.integer(op, path, "bytes", 1, kMaxI64));
+      spec.bytes = uint64_t(c.integer(op, path, "bytes", 1, int64_t(kBundleMaxBufferBytes)));
       spec.value = uint8_t(c.integer(op, path, "value", 0, 255));
       read_range(c, path, spec.dst_offset, spec.bytes, m.buffers[spec.dst].bytes,
                  ("buffer " + std::to_string(spec.dst)).c_str());
@@ -316,7 +326,7 @@ void read_ops(const Checker& c, const JsonValue& root, const std::vector<std::st
       spec.dst_offset = uint64_t(c.integer(op, path, "dst_offset", 0, kMaxI64));
       spec.src = c.index(op, path, "src", m.buffers.size(), "buffers");
       spec.src_offset = uint64_t(c.integer(op, path, "src_offset", 0, kMaxI64));
-      spec.bytes = uint64_t(c.integer(op, path, "bytes", 1, kMaxI64));
+      spec.bytes = uint64_t(c.integer(op, path, "bytes", 1, int64_t(kBundleMaxBufferBytes)));
       read_range(c, Checker::join(path, "dst"), spec.dst_offset, spec.bytes, m.buffers[spec.dst].bytes,
                  ("buffer " + std::to_string(spec.dst)).c_str());
       read_range(c, Checker::join(path, "src"), spec.src_offset, spec.bytes, m.buffers[spec.src].bytes,
@@ -327,7 +337,7 @@ void read_ops(const Checker& c, const JsonValue& root, const std::vector<std::st
                          std::to_string(spec.bytes) + ") onto the overlapping [" + std::to_string(spec.dst_offset) +
                          ", +" + std::to_string(spec.bytes) + ")");
     } else {
-      c.fail(Checker::join(path, "op"), "\"" + kind + "\" is not launch, memset or copy");
+      c.fail(Checker::join(path, "op"), "\"" + shown(kind) + "\" is not launch, memset or copy");
     }
     m.ops.push_back(std::move(spec));
   });
@@ -349,7 +359,7 @@ TensorSpec read_tensor_basics(const Checker& c, const JsonValue& t, const std::s
   spec.dtype = c.string(t, path, "dtype");
   size_t itemsize = dtype_itemsize(spec.dtype);
   if (itemsize == 0)
-    c.fail(Checker::join(path, "dtype"), "\"" + spec.dtype +
+    c.fail(Checker::join(path, "dtype"), "\"" + shown(spec.dtype) +
                                              "\" is not one of float32, float16, bfloat16, float64, int8, "
                                              "int16, int32, int64, uint8, bool");
   spec.shape = read_dims(c, t, path, "shape");
@@ -366,12 +376,13 @@ void read_signature_side(const Checker& c, const JsonValue& sig, const char* sid
                          std::vector<TensorSpec>& out) {
   const std::string spath = Checker::join("signature", side);
   const auto& entries = c.array(sig, "signature", side);
+  std::map<std::string, size_t> names;
   for (size_t j = 0; j < entries.size(); ++j) {
     const std::string path = Checker::at(spath, j);
     const JsonValue& t = c.typed(entries[j], path, Type::kObject, "an object");
     TensorSpec spec = read_tensor_basics(c, t, path);
-    for (const TensorSpec& other : out)
-      if (other.name == spec.name) c.fail(Checker::join(path, "name"), "\"" + spec.name + "\" is not unique");
+    if (!names.emplace(spec.name, j).second)
+      c.fail(Checker::join(path, "name"), "\"" + shown(spec.name) + "\" is not unique");
     spec.buffer = c.index(t, path, "buffer", m.buffers.size(), "buffers");
     const BufferSpec& buf = m.buffers[spec.buffer];
     if (buf.role != role || buf.io != j)
@@ -408,13 +419,13 @@ Manifest read_manifest(std::string_view json, const std::vector<std::string_view
   Manifest m;
   c.typed(root, "(root)", Type::kObject, "an object");
   const std::string format = c.string(root, "", "format");
-  if (format != kBundleManifestFormat) c.fail("format", "\"" + format + "\" is not \"leapp.warp.bundle\"");
+  if (format != kBundleManifestFormat) c.fail("format", "\"" + shown(format) + "\" is not \"leapp.warp.bundle\"");
   m.segment = c.string(root, "", "segment");
   c.set_segment(m.segment);
   m.source = c.string(root, "", "source");
   const JsonValue& producer = c.object(root, "", "producer");
   for (const auto& kv : producer.object) {
-    c.typed(kv.second, "producer." + kv.first, Type::kString, "a string");
+    c.typed(kv.second, "producer." + shown(kv.first, 80), Type::kString, "a string");
     m.producer.emplace_back(kv.first, kv.second.string);
   }
   read_modules(c, root, blobs, m);
@@ -446,19 +457,20 @@ Signature read_signature(std::string_view json) {
   sig.digest = c.string(root, "", "digest");
   bool hex = sig.digest.size() == 64;
   for (char ch : sig.digest) hex = hex && ((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'));
-  if (!hex) c.fail("digest", "must be 64 lowercase hex digits (a sha256), got \"" + sig.digest.substr(0, 80) + "\"");
+  if (!hex) c.fail("digest", "must be 64 lowercase hex digits (a sha256), got \"" + shown(sig.digest, 80) + "\"");
   sig.segment = c.string(root, "", "segment");
-  c = Checker("leapp signature of '" + sig.segment + "': ");
+  c = Checker("leapp signature of '" + shown(sig.segment) + "': ");
   sig.has_inputs = true;
   for (const char* side : {"inputs", "outputs"}) {
     const auto& arr = c.array(root, "", side);
     auto& out = std::string(side) == "inputs" ? sig.inputs : sig.outputs;
+    std::map<std::string, size_t> names;
     for (size_t j = 0; j < arr.size(); ++j) {
       const std::string path = Checker::at(side, j);
       c.typed(arr[j], path, Type::kObject, "an object");
       TensorSpec t = read_tensor_basics(c, arr[j], path);
-      for (const TensorSpec& other : out)
-        if (other.name == t.name) c.fail(Checker::join(path, "name"), "\"" + t.name + "\" is used twice");
+      if (!names.emplace(t.name, j).second)
+        c.fail(Checker::join(path, "name"), "\"" + shown(t.name) + "\" is used twice");
       out.push_back(std::move(t));
     }
   }

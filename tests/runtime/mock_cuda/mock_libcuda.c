@@ -207,6 +207,8 @@ static CUresult m_cuThreadExchangeStreamCaptureMode(int* mode) {
 
 // --- memory --------------------------------------------------------------------------------------------
 
+#define MOCK_DEVICE_BYTES ((size_t)16 << 30)  // a mock GPU holds 16 GiB: larger allocations fail as on a device
+
 // Every allocation: a 256-byte header {magic, size} in front of the 256-aligned block handed out.
 #define HEADER_BYTES 256
 static struct { uintptr_t start, end; }* g_quarantine = NULL;  // freed blocks (see the top of the file)
@@ -265,6 +267,7 @@ static int freed(const void* p, size_t n) {
 static CUresult m_cuMemAlloc(CUdeviceptr* p, size_t n) {
   if (!t_current) return 201;
   if (prohibited()) return 900;
+  if (n > MOCK_DEVICE_BYTES) return 2;  // CUDA_ERROR_OUT_OF_MEMORY, without asking the host for it
   void* mem = tracked_alloc(n, 1);
   if (!mem) return 2;  // CUDA_ERROR_OUT_OF_MEMORY
   memset(mem, 0xCD, n);  // like uninitialised device memory: never zero by accident

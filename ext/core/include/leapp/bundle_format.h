@@ -28,6 +28,17 @@ constexpr uint64_t kBundleMinSize = kBundleHeaderSize + kBundleTrailerSize;  // 
 constexpr uint32_t kBundleMaxBlobCount = 65536;
 constexpr uint64_t kBundleMaxManifestSize = 64ull << 20;  // 64 MiB
 constexpr uint64_t kBundleAlignment = 8;
+// Manifest JSON bounds (section 2, "JSON"): both readers refuse a manifest or a
+// signature string beyond them, at the same boundary.
+constexpr int kBundleMaxJsonDepth = 512;                   ///< nesting of arrays/objects, the top level being 1
+constexpr uint64_t kBundleMaxJsonValues = uint64_t(1) << 20;  ///< values in one document (keys not counted)
+// Declared sizes (section 2, "Resource bounds"): checked at parse time so no
+// hostile number reaches cuMemAlloc or a size computation. 2^40 bytes (1 TiB)
+// is several times any single GPU's memory, and 2^20 values of at most 2^40
+// sum to at most 2^60, so no sum or offset + length of checked fields can
+// overflow a u64 (or an i64).
+constexpr uint64_t kBundleMaxBufferBytes = uint64_t(1) << 40;  ///< buffers[i].bytes, memset/copy bytes, a blob's length
+constexpr uint64_t kBundleMaxOwnedBytes = uint64_t(1) << 40;   ///< sum of scratch + constant buffer bytes
 constexpr const char* kBundleManifestFormat = "leapp.warp.bundle";
 
 // --- packed structs ------------------------------------------------------------
