@@ -10,9 +10,12 @@
 // The bundle tensor's bytes are copied to the host once per tensor identity
 // (its StorageImpl, data pointer, sizes, strides and device, plus torch's
 // version counter, which in-place writes bump) and parsed once per digest.
-// The cache holds a weak reference to the StorageImpl, which keeps the
-// object's address from being reused by another storage, so a tensor freed
-// and reallocated at the same address is read anew. Every call checks the
+// The cache holds a strong reference to the storage (a bounded number of
+// entries), so its address cannot be reused by another storage while an entry
+// names it: a tensor freed and reallocated at the same address is read anew.
+// (Weak references were tried first: on the H200 with torch 2.11 the op then
+// crashed in a fresh process; strong, bounded references need no assumption
+// about how torch ends a storage's life.) Every call checks the
 // signature against the bundle; each thread remembers the last few (tensor
 // identity, signature) pairs that passed, so the hot path takes no lock and
 // compares a handful of words. Errors: bad inputs or bundles -> ValueError
@@ -86,9 +89,9 @@ leapp::CUstream current_stream(const c10::Device& device) {
 
 /// What identifies the bytes of a bundle tensor as the cache last read them.
 struct TensorIdentity {
-  // Weak: the bundle's memory is freed with the tensor, but the StorageImpl object stays
-  // allocated while this exists, so no other storage can have its address.
-  c10::weak_intrusive_ptr<c10::StorageImpl> storage{c10::intrusive_ptr<c10::StorageImpl>()};
+  // Strong: the storage (and so its address) stays while this exists, so no other storage can
+  // have its address. Entries are bounded (kCachedTensors, kRemembered per thread).
+  c10::Storage storage;
   const void* data = nullptr;
   int64_t numel = 0;
   int64_t stride = 0;
@@ -98,7 +101,7 @@ struct TensorIdentity {
 
   static TensorIdentity of(const at::Tensor& t) {
     TensorIdentity id;
-    id.storage = t.storage().getWeakStorageImpl();
+    id.storage = t.storage();
     id.data = t.const_data_ptr();
     id.numel = t.numel();
     id.stride = t.dim() == 1 ? t.stride(0) : 0;
@@ -111,24 +114,24 @@ struct TensorIdentity {
   /// Whether `t` (a 1-D strided tensor) is this tensor with the same bytes, as far as torch can tell.
   bool matches(const at::Tensor& t) const {
     const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-    return storage._unsafe_get_target() == impl->storage().unsafeGetStorageImpl() && data == t.const_data_ptr() &&
+    return storage.unsafeGetStorageImpl() == impl->storage().unsafeGetStorageImpl() && data == t.const_data_ptr() &&
            numel == t.numel() && stride == t.stride(0) && device == t.device() &&
            versioned == !t.is_inference() && (!versioned || version == impl->version_counter().current_version());
   }
 
-  bool expired() const { return storage.expired(); }
-
   /// The same view of the same storage (perhaps another version of its bytes).
   bool same_view(const TensorIdentity& o) const {
-    return storage._unsafe_get_target() == o.storage._unsafe_get_target() && data == o.data && numel == o.numel &&
+    return storage.unsafeGetStorageImpl() == o.storage.unsafeGetStorageImpl() && data == o.data && numel == o.numel &&
            stride == o.stride && device == o.device;
   }
 };
 
+constexpr size_t kCachedTensors = 64;  // bundle tensors kept read (a PT2 program holds one per segment)
+
 struct SignatureCache {
   std::mutex mutex;
   std::unordered_map<std::string, std::shared_ptr<const leapp::Signature>> by_text;
-  // bundle tensors read so far (expired ones are dropped when another is added)
+  // bundle tensors read so far, oldest first (at most kCachedTensors)
   std::vector<std::pair<TensorIdentity, std::shared_ptr<const leapp::Bundle>>> by_tensor;
 };
 
@@ -189,8 +192,9 @@ ReadBundle read_bundle(const at::Tensor& bundle, const leapp::Signature& sig, le
   std::lock_guard<std::mutex> lock(c.mutex);
   auto& v = c.by_tensor;
   v.erase(std::remove_if(v.begin(), v.end(),
-                         [&](const auto& e) { return e.first.expired() || e.first.same_view(r.tensor); }),
+                         [&](const auto& e) { return e.first.same_view(r.tensor); }),
           v.end());
+  if (v.size() >= kCachedTensors) v.erase(v.begin());  // the oldest goes, and with it its storage reference
   v.emplace_back(r.tensor, r.bundle);
   return r;
 }

@@ -108,18 +108,20 @@ def test_a_worker_that_dies_fails_its_node_and_the_next_node_still_runs(tmp_path
         #include <stdlib.h>
         __attribute__((constructor)) static void die(void) { fputs("broken op library\\n", stderr); abort(); }
     """)
-    monkeypatch.setenv("LEAPP_WARP_PT2_CUSTOM_OP_LIBRARY", str(lib))  # read by leapp.load's PT2 path
-    record = cr.session(tmp_path, cr.mlp_node("first", "pt2"), cr.mlp_node("second", "onnx"),
-                        cr.mlp_node("third", "pt2", input_name="obs3"))
+    # The ORT op library is loaded when an ONNX node's session is made (the torch one already at
+    # `import leapp`, before any node): so the worker dies while loading an ONNX node.
+    monkeypatch.setenv("LEAPP_WARP_ONNX_CUSTOM_OP_LIBRARY", str(lib))
+    record = cr.session(tmp_path, cr.mlp_node("first", "onnx"), cr.mlp_node("second", "pt2"),
+                        cr.mlp_node("third", "onnx", input_name="obs3"))
     with pytest.raises(ValidationError) as info:
         compile_session(record)
     text = str(info.value)
     assert text.startswith("Model validation failed for 2 node(s): ['first', 'third']"), text
-    assert "was killed by signal SIGABRT while loading first.pt2" in text, text
+    assert "was killed by signal SIGABRT while loading first.onnx" in text, text
     assert "broken op library" in text  # the worker's last output
     report = info.value.report
     assert report["second"].status == "passed", "a fresh worker goes on after the one that died"
-    assert report["third"].status == "error" and "while loading third.pt2" in report["third"].validation.reason
+    assert report["third"].status == "error" and "while loading third.onnx" in report["third"].validation.reason
 
 
 def test_a_worker_that_hangs_is_stopped_and_its_node_named(tmp_path, monkeypatch):
@@ -127,12 +129,12 @@ def test_a_worker_that_hangs_is_stopped_and_its_node_named(tmp_path, monkeypatch
         #include <unistd.h>
         __attribute__((constructor)) static void hang(void) { for (;;) pause(); }
     """)
-    monkeypatch.setenv("LEAPP_WARP_PT2_CUSTOM_OP_LIBRARY", str(lib))
-    record = cr.session(tmp_path, cr.mlp_node("stuck", "pt2"))
+    monkeypatch.setenv("LEAPP_WARP_ONNX_CUSTOM_OP_LIBRARY", str(lib))  # loaded with the node (see above)
+    record = cr.session(tmp_path, cr.mlp_node("stuck", "onnx"))
     with pytest.raises(ValidationError) as info:
         compile_session(record, validation_timeout=2.0)
     text = str(info.value)
-    assert "['stuck']" in text and "made no progress for 2 s and was stopped while loading stuck.pt2" in text, text
+    assert "['stuck']" in text and "made no progress for 2 s and was stopped while loading stuck.onnx" in text, text
 
 
 def test_the_worker_imports_neither_warp_nor_the_recorder(tmp_path):

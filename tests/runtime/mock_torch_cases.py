@@ -143,7 +143,10 @@ def test_in_place_write_to_the_bundle_is_seen(op):
 
 
 def test_reused_address_is_a_new_tensor(op):
-    """A bundle tensor freed and another allocated at its address is read anew, not taken for the old one."""
+    """A bundle tensor freed and another allocated at its address is read anew, not taken for the old one.
+
+    The cache holds its tensors' storages (at most 64, oldest dropped first), so an address can only be
+    reused once its entry is gone: 64 other bundle tensors push it out first."""
     data = example_bundle(5000, segment="mock/torch_reuse")
     sig = signature_of(data)
     broken = bytearray(data)
@@ -154,6 +157,11 @@ def test_reused_address_is_a_new_tensor(op):
         address = first.data_ptr()
         op([torch.ones(5000)], first, sig)
         del first
+        assert torch.empty(len(data), dtype=torch.uint8).data_ptr() != address, "the cache holds the storage"
+        others = [bt(data) for _ in range(64)]
+        for other in others:
+            op([torch.ones(5000)], other, sig)
+        del others
         second = torch.empty(len(data), dtype=torch.uint8)
         if second.data_ptr() == address:
             break
