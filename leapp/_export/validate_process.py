@@ -6,6 +6,13 @@ that aborts, an exit before the node's result) or makes no progress for
 ``timeout`` seconds, the node it was on gets an error that names the step and
 quotes the worker's last output, and a fresh worker goes on with the next node.
 
+A worker whose job finished cleanly is kept (one per exporting process) and
+given the next job whose worker would be started the same way (same
+interpreter, same environment, same ``leapp``): starting one (importing torch,
+ONNX Runtime, CUDA) costs seconds, and test suites compile dozens of times.
+Any other worker is killed and never reused; the kept one is killed when this
+interpreter exits.
+
 NOTE: the worker is ``sys.executable`` with the caller's environment, except
 that the directory holding this ``leapp`` is put first on ``PYTHONPATH`` (the
 worker checks it imported the same package). Its working directory is an
@@ -16,11 +23,15 @@ is there. It runs each node on the device the node was recorded on.
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -30,7 +41,7 @@ import leapp
 from leapp._export.validate_worker import MARK, on_cpu
 from leapp.runtime.pipeline import dtype_name
 
-__all__ = ["VALIDATION_TIMEOUT_S", "run_in_fresh_process"]
+__all__ = ["VALIDATION_TIMEOUT_S", "run_in_fresh_process", "stop_kept_worker"]
 
 VALIDATION_TIMEOUT_S = 600.0  # per step (loading a node, running one sample) of the worker
 _STARTUP_S = 300.0  # for the interpreter to import torch and leapp (at least the step timeout)
@@ -63,8 +74,91 @@ def _worker_env() -> dict[str, str]:
     return env
 
 
+class _Worker:
+    """A ``validate_worker --serve`` process; its startup output goes to ``log`` (the first job's)."""
+
+    def __init__(self, key: tuple, env: dict[str, str], log: Path) -> None:
+        global _SPAWNED
+        self.key = key
+        self.owner = os.getpid()  # a forked child must not kill its parent's worker at its exit
+        self.home = Path(tempfile.mkdtemp(prefix="leapp-validate-worker-"))  # empty working directory
+        cmd = [sys.executable, "-X", "faulthandler", "-m", "leapp._export.validate_worker", "--serve"]
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen(cmd, cwd=self.home, env=env, stdin=subprocess.PIPE, stdout=out,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        with _LOCK:
+            _SPAWNED += 1
+            _LIVE.add(self)
+
+    def send(self, job_dir: Path, first: int) -> bool:
+        """Hands it a job; False when it has already exited."""
+        try:
+            self.proc.stdin.write((json.dumps([str(job_dir), first]) + "\n").encode())
+            self.proc.stdin.flush()
+            return True
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        if os.getpid() != self.owner:
+            return
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        shutil.rmtree(self.home, ignore_errors=True)
+        with _LOCK:
+            _LIVE.discard(self)
+
+
+_LOCK = threading.Lock()
+_KEPT: _Worker | None = None  # idle, its last job finished cleanly; a job takes it out while it runs
+_LIVE: set[_Worker] = set()  # every worker not yet killed, for the exit handler
+_SPAWNED = 0  # workers started by this process (how the tests see reuse)
+
+
+def _take(key: tuple) -> _Worker | None:
+    """The kept worker when it was started with ``key`` and is alive; else None (and it is killed)."""
+    global _KEPT
+    with _LOCK:
+        worker, _KEPT = _KEPT, None
+    if worker is not None and (worker.key != key or worker.proc.poll() is not None):
+        worker.kill()
+        worker = None
+    return worker
+
+
+def _keep(worker: _Worker) -> None:
+    global _KEPT
+    with _LOCK:
+        if _KEPT is None:
+            _KEPT, worker = worker, None
+    if worker is not None:  # another thread's worker is kept already
+        worker.kill()
+
+
+def stop_kept_worker() -> None:
+    """Kills the kept worker, if any: the next validation starts a fresh one."""
+    global _KEPT
+    with _LOCK:
+        worker, _KEPT = _KEPT, None
+    if worker is not None:
+        worker.kill()
+
+
+@atexit.register
+def _kill_all() -> None:
+    with _LOCK:
+        workers = list(_LIVE)
+    for worker in workers:
+        worker.kill()
+
+
 class _Run:
-    """One worker process, from node ``first`` on."""
+    """One job for a worker: the nodes from ``first`` on."""
 
     def __init__(self, job_dir: Path, first: int, timeout: float) -> None:
         self.job_dir = job_dir
@@ -72,38 +166,57 @@ class _Run:
         self.timeout = timeout
         self.progress = job_dir / "progress"
         self.log = job_dir / f"worker-{first}.log"
+        self.finished = job_dir / f"finished-{first}"
         self.returncode: int | None = None
         self.timed_out = False
 
     def run(self) -> None:
-        self.progress.write_text("")
-        cmd = [sys.executable, "-X", "faulthandler", "-m", "leapp._export.validate_worker",
-               str(self.job_dir), str(self.first)]
-        with open(self.log, "wb") as log:
-            proc = subprocess.Popen(cmd, cwd=self.job_dir, env=_worker_env(), stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-            try:
-                self._wait(proc)
-            finally:
-                if proc.poll() is None:  # timed out, or the caller was interrupted: the worker goes too
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-        self.returncode = proc.returncode
+        env = _worker_env()
+        key = (sys.executable, tuple(sorted(env.items())), str(Path(leapp.__file__).resolve().parent))
+        worker = _take(key)
+        if worker is not None:
+            self.log.write_bytes(b"")
+            if self._attempt(worker) or self.steps() or self.timed_out:
+                return
+            # the kept worker exited before it took the job (killed while idle): not this job's doing
+        self.log.write_bytes(b"")
+        self._attempt(_Worker(key, env, self.log))
 
-    def _wait(self, proc: subprocess.Popen) -> None:
-        """Until the worker exits, or its current step has taken ``timeout`` (starting up: ``_STARTUP_S``)."""
+    def _attempt(self, worker: _Worker) -> bool:
+        """Runs the job on ``worker``: True when it finished cleanly (then the worker is kept)."""
+        self.progress.write_text("")
+        self.returncode, self.timed_out = None, False
+        done = False
+        try:
+            if worker.send(self.job_dir, self.first):
+                done = self._wait(worker.proc)
+            else:
+                worker.proc.wait()
+        finally:
+            if done:
+                _keep(worker)
+            else:  # failed, timed out, or the caller was interrupted: the worker goes and is never reused
+                worker.kill()
+        self.returncode = worker.proc.returncode
+        return done
+
+    def _wait(self, proc: subprocess.Popen) -> bool:
+        """Until the job finished (True), the worker exits, or its current step has taken ``timeout``
+        (starting up: ``_STARTUP_S``)."""
         seen, deadline = 0, time.monotonic() + max(self.timeout, _STARTUP_S)
         while True:
+            if self.finished.exists():
+                return True
             try:
                 proc.wait(timeout=0.2)
-                return
+                return False
             except subprocess.TimeoutExpired:
                 size = self.progress.stat().st_size if self.progress.exists() else 0
                 if size != seen:
                     seen, deadline = size, time.monotonic() + self.timeout
                 elif time.monotonic() >= deadline:
                     self.timed_out = True
-                    return
+                    return False
 
     def steps(self) -> list[str]:
         if not self.progress.exists():

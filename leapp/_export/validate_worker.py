@@ -1,6 +1,13 @@
 """leapp/_export/validate_worker.py: runs exported nodes in a fresh interpreter, as ``leapp.load`` does.
 
-``leapp._export.validate`` starts ``python -m leapp._export.validate_worker <job dir> <first>``.
+``leapp._export.validate_process`` starts ``python -m leapp._export.validate_worker --serve``
+and keeps it for later jobs: one line per job on stdin, ``["<job dir>", <first>]``
+(JSON); the worker runs it as ``main`` (below) does and then creates
+``<job dir>/finished-<first>``; EOF on stdin ends it. For each job its fds 1
+and 2 (so native output too) go to ``<job dir>/worker-<first>.log``, between
+jobs to /dev/null. A job that does not end cleanly ends the worker (see
+``STOPPED``), so only a worker whose last job finished is given another.
+``python -m leapp._export.validate_worker <job dir> <first>`` runs one job.
 The worker opens each node the way ``leapp.load`` does (pipeline.yaml, the sha256
 of every file, ``make_runner``), feeds it the recorded sample inputs and saves
 the outputs; the parent compares them with the eager outputs. It imports
@@ -28,6 +35,7 @@ unusable, so the parent goes on with a fresh worker.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -57,6 +65,9 @@ def on_cpu(t: torch.Tensor) -> torch.Tensor:
 class _Progress:
     def __init__(self, path: Path) -> None:
         self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - open for the worker's lifetime
+
+    def close(self) -> None:
+        self._file.close()
 
     def __call__(self, line: str) -> None:
         self._file.write(line + "\n")
@@ -114,6 +125,13 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return WRONG_LEAPP
     progress = _Progress(job_dir / "progress")
+    try:
+        return _run_job(job, job_dir, first, progress)
+    finally:
+        progress.close()
+
+
+def _run_job(job: dict, job_dir: Path, first: int, progress: _Progress) -> int:
     progress("start")
     folder = Path(job["folder"])
     description = None
@@ -136,8 +154,35 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _point_output_at(path: str) -> None:
+    """Sends fds 1 and 2 (Python's and native code's output alike) to ``path``, appending."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+    finally:
+        os.close(fd)
+
+
+def serve() -> int:
+    """Runs the jobs named on stdin, one at a time, until EOF or a job that did not end cleanly."""
+    for line in sys.stdin:
+        job_dir, first = json.loads(line)
+        _point_output_at(os.path.join(job_dir, f"worker-{first}.log"))
+        status = main([job_dir, str(first)])
+        if status != 0:
+            return status
+        _point_output_at(os.devnull)  # the job's folder is the parent's to delete once it sees the mark
+        marker = Path(job_dir) / f"finished-{first}"
+        marker.with_suffix(".tmp").touch()
+        os.replace(marker.with_suffix(".tmp"), marker)
+    return 0
+
+
 if __name__ == "__main__":
-    status = main()
+    status = serve() if sys.argv[1:] == ["--serve"] else main()
     if status == STOPPED:
         os._exit(status)  # no interpreter teardown: after a CUDA fault it can crash or hang
     sys.exit(status)

@@ -4,13 +4,16 @@ An artifact that works only next to the exporting process's state must fail
 validation: here a PT2/TorchScript node calls an op registered only in this
 (the test's) process, which ``torch.export.load`` / ``torch.jit.load`` of a
 fresh interpreter cannot resolve. The crash and hang cases load an op library
-(``LEAPP_WARP_PT2_CUSTOM_OP_LIBRARY``, which ``leapp.load`` honours) that aborts
-or blocks while it is loaded.
+(``LEAPP_WARP_ONNX_CUSTOM_OP_LIBRARY``, which ``leapp.load`` honours when it opens
+an ONNX node; the PT2 one is loaded by ``import leapp``, before any node) that
+aborts or blocks while it is loaded.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -22,11 +25,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import compile_records as cr
+from leapp._export import validate_process
 from leapp._export.compile import compile_session
 from leapp._export.validate import validate_node
 from leapp._export.validate_worker import on_cpu
 from leapp.errors import ValidationError
-from leapp.runtime import ops
 from leapp.runtime.pipeline import IOSpec, make_runner
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
@@ -89,9 +92,8 @@ def test_validate_node_of_an_artifact_outside_a_pipeline_runs_fresh(tmp_path):
 
 
 def _op_library(tmp_path, body: str):
-    """A library that misbehaves when loaded; this process registers the real op first, so only the
-    validation process, which starts fresh, loads it."""
-    ops.ensure_registered()
+    """A library that misbehaves when loaded; only the validation process opens ONNX nodes, so only it
+    loads it."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler to build the test library")
@@ -108,9 +110,7 @@ def test_a_worker_that_dies_fails_its_node_and_the_next_node_still_runs(tmp_path
         #include <stdlib.h>
         __attribute__((constructor)) static void die(void) { fputs("broken op library\\n", stderr); abort(); }
     """)
-    # The ORT op library is loaded when an ONNX node's session is made (the torch one already at
-    # `import leapp`, before any node): so the worker dies while loading an ONNX node.
-    monkeypatch.setenv("LEAPP_WARP_ONNX_CUSTOM_OP_LIBRARY", str(lib))
+    monkeypatch.setenv("LEAPP_WARP_ONNX_CUSTOM_OP_LIBRARY", str(lib))  # read by leapp.load's ONNX path
     record = cr.session(tmp_path, cr.mlp_node("first", "onnx"), cr.mlp_node("second", "pt2"),
                         cr.mlp_node("third", "onnx", input_name="obs3"))
     with pytest.raises(ValidationError) as info:
@@ -129,12 +129,13 @@ def test_a_worker_that_hangs_is_stopped_and_its_node_named(tmp_path, monkeypatch
         #include <unistd.h>
         __attribute__((constructor)) static void hang(void) { for (;;) pause(); }
     """)
-    monkeypatch.setenv("LEAPP_WARP_ONNX_CUSTOM_OP_LIBRARY", str(lib))  # loaded with the node (see above)
+    monkeypatch.setenv("LEAPP_WARP_ONNX_CUSTOM_OP_LIBRARY", str(lib))
     record = cr.session(tmp_path, cr.mlp_node("stuck", "onnx"))
     with pytest.raises(ValidationError) as info:
         compile_session(record, validation_timeout=2.0)
     text = str(info.value)
     assert "['stuck']" in text and "made no progress for 2 s and was stopped while loading stuck.onnx" in text, text
+    assert validate_process._KEPT is None and not validate_process._LIVE, "a stopped worker is killed, never kept"
 
 
 def test_the_worker_imports_neither_warp_nor_the_recorder(tmp_path):
@@ -172,3 +173,60 @@ def test_values_cross_to_the_worker_as_compact_cpu_tensors(rows, cols, start, tr
     got = on_cpu(t)
     assert torch.equal(got, t) and got.dtype == t.dtype and got.device.type == "cpu"
     assert got.is_contiguous() and got.untyped_storage().nbytes() == t.numel() * t.element_size()
+
+
+def _kept_pid() -> int | None:
+    worker = validate_process._KEPT
+    return worker.proc.pid if worker is not None else None
+
+
+def test_later_compiles_reuse_the_worker_and_it_runs_each_job_cleanly(tmp_path):
+    validate_process.stop_kept_worker()
+    spawned = validate_process._SPAWNED
+    compile_session(cr.session(tmp_path / "a", cr.mlp_node("policy", "onnx")))
+    pid = _kept_pid()
+    assert pid is not None and validate_process._SPAWNED == spawned + 1
+    # the same worker runs the second compile: a node that fails there still gets its own account
+    node = local_op_node("pt2")
+    with pytest.raises(ValidationError) as info:
+        compile_session(cr.session(tmp_path / "b", cr.mlp_node("act", "pt2"), node))
+    assert validate_process._SPAWNED == spawned + 1, "the kept worker was not reused"
+    assert "leapp_isolation_test" in info.value.report["local"].validation.reason
+    assert info.value.report["act"].status == "passed"
+    # ... and a worker whose node raised is never kept: it stopped, the next compile gets a fresh one
+    assert _kept_pid() is None
+    compile_session(cr.session(tmp_path / "c", cr.mlp_node("policy", "onnx")))
+    assert validate_process._SPAWNED == spawned + 2 and _kept_pid() not in (None, pid)
+
+
+def test_a_reused_worker_quotes_the_native_output_of_the_job_it_is_on(tmp_path, monkeypatch):
+    lib = _op_library(tmp_path, """
+        #include <stdio.h>
+        #include <stdlib.h>
+        __attribute__((constructor)) static void die(void) { fputs("broken op library\\n", stderr); abort(); }
+    """)
+    monkeypatch.setenv("LEAPP_WARP_ONNX_CUSTOM_OP_LIBRARY", str(lib))  # only ONNX nodes load it
+    validate_process.stop_kept_worker()
+    spawned = validate_process._SPAWNED
+    compile_session(cr.session(tmp_path / "a", cr.mlp_node("act", "pt2")))
+    with pytest.raises(ValidationError) as info:
+        compile_session(cr.session(tmp_path / "b", cr.mlp_node("first", "onnx")))
+    reason = info.value.report["first"].validation.reason
+    assert validate_process._SPAWNED == spawned + 1
+    assert "was killed by signal SIGABRT while loading first.onnx" in reason and "broken op library" in reason, reason
+    assert _kept_pid() is None
+
+
+def test_a_changed_environment_or_a_dead_kept_worker_gets_a_fresh_worker(tmp_path, monkeypatch):
+    validate_process.stop_kept_worker()
+    spawned = validate_process._SPAWNED
+    compile_session(cr.session(tmp_path / "a", cr.mlp_node("policy", "onnx")))
+    first = validate_process._KEPT
+    monkeypatch.setenv("LEAPP_VALIDATE_TEST_MARKER", "1")  # any variable: the worker would see it
+    compile_session(cr.session(tmp_path / "b", cr.mlp_node("policy", "onnx")))
+    assert validate_process._SPAWNED == spawned + 2 and first.proc.poll() is not None  # the old one is gone
+    # a kept worker that died while idle is replaced without charging the next job's nodes
+    os.kill(_kept_pid(), signal.SIGKILL)
+    validate_process._KEPT.proc.wait()
+    compile_session(cr.session(tmp_path / "c", cr.mlp_node("policy", "onnx")))
+    assert validate_process._SPAWNED == spawned + 3 and _kept_pid() is not None
