@@ -42,10 +42,13 @@ __all__ = [
     "NodeRunner",
     "Pipeline",
     "PipelineError",
+    "cuda_ep_options",
     "load",
     "load_pt2",
     "make_runner",
+    "onnx_providers",
     "sha256_file",
+    "torch_uses_tf32_matmul",
 ]
 
 
@@ -201,6 +204,33 @@ class TorchScriptRunner(NodeRunner):
         return self._check_outputs(list(outs))
 
 
+def torch_uses_tf32_matmul() -> bool:
+    """Whether torch computes float32 matmuls in TF32 (``torch.backends.cuda.matmul``; off by default)."""
+    matmul = torch.backends.cuda.matmul
+    precision = getattr(matmul, "fp32_precision", "none")  # torch >= 2.9; "none": allow_tf32 decides
+    if precision in ("tf32", "ieee"):
+        return precision == "tf32"
+    return bool(matmul.allow_tf32)
+
+
+def cuda_ep_options(device: torch.device) -> dict[str, str]:
+    """ONNX Runtime CUDA EP options that compute what eager torch computes on ``device``.
+
+    ORT's CUDA EP defaults to ``use_tf32=1``, torch to TF32 off for float32 matmul: an
+    MLP then differs from eager by ~5e-4 instead of ~2e-7 (measured on the H200). The
+    session follows torch's setting when it is made; ``device_id`` puts it on the node's
+    device (without it the EP uses device 0 whatever the node's device).
+    """
+    return {"device_id": str(device.index or 0), "use_tf32": "1" if torch_uses_tf32_matmul() else "0"}
+
+
+def onnx_providers(device: torch.device, available: list[str]) -> list:
+    """The providers of a node's session: CUDA EP (with ``cuda_ep_options``) for a CUDA node when available."""
+    if device.type == "cuda" and "CUDAExecutionProvider" in available:
+        return [("CUDAExecutionProvider", cuda_ep_options(device)), "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]
+
+
 class OnnxRunner(NodeRunner):
     """An ONNX Runtime session with leapp's op library; CUDA EP when present and the node ran on CUDA."""
 
@@ -218,8 +248,8 @@ class OnnxRunner(NodeRunner):
             options.register_custom_ops_library(str(library))
         elif needs_library:
             libraries.require_library("onnx")  # raises DESIGN.md's message
-        use_cuda = self.device.type == "cuda" and "CUDAExecutionProvider" in ort.get_available_providers()
-        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if use_cuda else ["CPUExecutionProvider"]
+        providers = onnx_providers(self.device, ort.get_available_providers())
+        use_cuda = providers[0] != "CPUExecutionProvider"
         try:
             self.session = ort.InferenceSession(str(self.path), options, providers=providers)
         except Exception as e:  # ORT raises its own Fail/InvalidGraph types
