@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -166,8 +167,12 @@ def test_dropping_any_field_is_refused_naming_it(generated, data):
     description, _ = _generated_text(generated)
     keys = [p for p in _paths(description) if isinstance(p[-1], str)]
     path = data.draw(st.sampled_from(keys))
-    del _parent(description, path)[path[-1]]
+    dropped = _parent(description, path).pop(path[-1])
     free_form = "producer" in path[:-1]  # producer maps: any keys, none required
+    if path[-1] == "feedback" and dropped is True:  # optional, but this edge goes back: it needs it
+        with pytest.raises(PipelineError, match=rf"p.yaml: {re.escape(pf.field_path(path[:-1]))}: .*'feedback: true'"):
+            validate_description(description, "p.yaml")
+        return
     if path[-1] in _OPTIONAL or free_form:
         validate_description(description)
         return
