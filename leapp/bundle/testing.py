@@ -18,6 +18,7 @@ from leapp.bundle.format import BLOB_ENTRY, BLOB_ENTRY_SIZE, HASH_SIZE, HEADER, 
 from leapp.bundle.writer import encode_manifest, pack
 
 __all__ = [
+    "LONE_SURROGATE_CASES",
     "EXAMPLE_ENTRY",
     "EXAMPLE_PTX",
     "example_manifest_and_blobs",
@@ -206,3 +207,16 @@ def write_unchecked(manifest: dict | bytes, blobs: Sequence[bytes]) -> bytes:
         raw = encode_manifest(manifest)
     return pack(raw, [bytes(b) for b in blobs])
 
+
+# (old, new, escape, where): manifest edits that leave one lone UTF-16 surrogate escape, the
+# escape both readers name and the field they name it in (tests of the two readers share them).
+LONE_SURROGATE_CASES = {
+    "segment": (b'"segment":"example/warp_segment_0"', b'"segment":"\\ud800"', "\\ud800", "segment"),
+    "low-alone": (b'"segment":"example/warp_segment_0"', b'"segment":"ab\\udc00"', "\\udc00", "segment"),
+    "high-then-char": (b'"segment":"example/warp_segment_0"', b'"segment":"\\ud800\\u0041"', "\\ud800", "segment"),
+    "two-highs": (b'"segment":"example/warp_segment_0"', b'"segment":"\\ud83d\\ud83d"', "\\ud83d", "segment"),
+    "tensor-name": (b'"name":"x"', b'"name":"x\\udfff"', "\\udfff", "signature.inputs[0].name"),
+    "array-element": (b'"shape":[4]', b'"shape":[4,"\\ud800"]', "\\ud800", "signature.inputs[0].shape[1]"),
+    "producer-key": (b'"warp":"1.19.0"', b'"w\\ud800":"1.19.0"', "\\ud800", "a key of producer"),
+    "top-key": (b'{"buffers"', b'{"\\udbff":0,"buffers"', "\\udbff", "a key of the top-level object"),
+}

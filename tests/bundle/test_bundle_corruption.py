@@ -10,6 +10,7 @@ import pytest
 from leapp.bundle import BundleError, parse_signature, read_bundle, signature_json, validate_manifest, write_bundle
 from leapp.bundle.format import BLOB_ENTRY, BLOB_ENTRY_SIZE, HEADER, HEADER_SIZE
 from leapp.bundle.testing import (
+    LONE_SURROGATE_CASES,
     example_bundle,
     example_manifest_and_blobs,
     reseal,
@@ -198,20 +199,9 @@ def test_nesting_of_512_levels_is_fine():
 LONE = "the escape {} is a lone UTF-16 surrogate (not a character; a pair is \\ud800-\\udbff then \\udc00-\\udfff)"
 
 
-@pytest.mark.parametrize(
-    ("old", "new", "where", "escape"),
-    [
-        (b'"segment":"example/warp_segment_0"', b'"segment":"\\ud800"', "segment", "\\ud800"),
-        (b'"segment":"example/warp_segment_0"', b'"segment":"a\\udc00"', "segment", "\\udc00"),
-        (b'"segment":"example/warp_segment_0"', b'"segment":"\\ud800\\u0041"', "segment", "\\ud800"),
-        (b'"segment":"example/warp_segment_0"', b'"segment":"\\ud83d\\ud83d"', "segment", "\\ud83d"),
-        (b'"name":"x"', b'"name":"x\\udfff"', "signature.inputs[0].name", "\\udfff"),
-        (b'"warp":"1.19.0"', b'"w\\ud800":"1.19.0"', "a key of producer", "\\ud800"),
-        (b'{"buffers"', b'{"\\udbff":0,"buffers"', "a key of the top-level object", "\\udbff"),
-    ],
-    ids=["segment", "low-alone", "high-then-char", "two-highs", "tensor-name", "producer-key", "top-key"],
-)
-def test_lone_surrogate_escapes_are_refused(old, new, where, escape):
+@pytest.mark.parametrize(("old", "new", "escape", "where"), list(LONE_SURROGATE_CASES.values()),
+                         ids=list(LONE_SURROGATE_CASES))
+def test_lone_surrogate_escapes_are_refused(old, new, escape, where):
     raw = encode_manifest(MANIFEST)
     assert old in raw
     assert rejected(write_unchecked(raw.replace(old, new, 1), BLOBS)) == (

@@ -20,6 +20,7 @@ from leapp.bundle import BundleError, read_bundle, signature_json, write_bundle
 from leapp.bundle.format import BLOB_ENTRY, BLOB_ENTRY_SIZE, HEADER_SIZE
 from leapp.bundle.writer import encode_manifest
 from leapp.bundle.testing import (
+    LONE_SURROGATE_CASES,
     example_bundle,
     example_manifest_and_blobs,
     reseal,
@@ -187,19 +188,8 @@ def test_blob_hash_and_ptx_content_errors():
 LONE = "is a lone UTF-16 surrogate (not a character; a pair is \\ud800-\\udbff then \\udc00-\\udfff)"
 
 
-@pytest.mark.parametrize(
-    ("old", "new", "escape", "where"),
-    [
-        (b'"segment":"example/warp_segment_0"', b'"segment":"\\ud800"', "\\ud800", "segment"),
-        (b'"segment":"example/warp_segment_0"', b'"segment":"ab\\uDC00"', "\\uDC00", "segment"),
-        (b'"segment":"example/warp_segment_0"', b'"segment":"\\ud800\\u0041"', "\\ud800", "segment"),
-        (b'"name":"x"', b'"name":"\\udfff"', "\\udfff", "signature.inputs[0].name"),
-        (b'"shape":[4]', b'"shape":[4,"\\ud800"]', "\\ud800", "signature.inputs[0].shape[1]"),
-        (b'"warp":"1.19.0"', b'"w\\ud800":"1.19.0"', "\\ud800", "a key of producer"),
-        (b'{"buffers"', b'{"\\udbff":0,"buffers"', "\\udbff", "a key of the top-level object"),
-    ],
-    ids=["segment", "low-alone", "high-then-char", "tensor-name", "array-element", "producer-key", "top-key"],
-)
+@pytest.mark.parametrize(("old", "new", "escape", "where"), list(LONE_SURROGATE_CASES.values()),
+                         ids=list(LONE_SURROGATE_CASES))
 def test_lone_surrogate_escapes_name_the_field(old, new, escape, where):
     raw = encode_manifest(MANIFEST)
     assert old in raw
