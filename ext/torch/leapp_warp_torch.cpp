@@ -12,10 +12,9 @@
 // version counter, which in-place writes bump) and parsed once per digest.
 // The cache holds a strong reference to the storage (a bounded number of
 // entries), so its address cannot be reused by another storage while an entry
-// names it: a tensor freed and reallocated at the same address is read anew.
-// (Weak references were tried first: on the H200 with torch 2.11 the op then
-// crashed in a fresh process; strong, bounded references need no assumption
-// about how torch ends a storage's life.) Every call checks the
+// names it: a tensor freed and reallocated at the same address is read anew
+// (strong, bounded references need no assumption about how torch ends a
+// storage's life; the price is up to that many bundles kept). Every call checks the
 // signature against the bundle; each thread remembers the last few (tensor
 // identity, signature) pairs that passed, so the hot path takes no lock and
 // compares a handful of words. Errors: bad inputs or bundles -> ValueError

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from leapp._export.backends import BACKENDS, SEGMENT_BACKENDS
 from leapp._export.exportable import BundleProvider, build_exportable
-from leapp._export.paths import contained_path
+from leapp._export.paths import artifact_path
 from leapp._export.pipeline_yaml import NodeArtifact, describe_pipeline, write_pipeline_yaml
 from leapp._export.report import CompileReport, NodeReport
 from leapp._export.validate import (
@@ -97,9 +97,9 @@ def compile_session(
     if not record.nodes:
         raise ExportError(f"session '{record.name}': no leapp.node was recorded, nothing to export")
     check_backends(record)
-    folder = contained_path(record.save_path, record.name, "", f"session '{record.name}'")
+    folder = artifact_path(record.save_path, record.name, "", f"session '{record.name}'")
     for node in record.nodes.values():  # names of hand-made records, before anything is written
-        contained_path(folder, node.name, "", f"node '{node.name}' ({node.source})")
+        artifact_path(folder, node.name, "", f"node '{node.name}' ({node.source})")
     folder.mkdir(parents=True, exist_ok=True)
     artifacts = [export_node(node, folder, bundles) for node in record.nodes.values()]
     write_pipeline_yaml(describe_pipeline(record, artifacts, folder), folder)

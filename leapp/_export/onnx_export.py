@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from leapp._export.exportable import ExportableNode
-from leapp._export.paths import contained_path
+from leapp._export.paths import artifact_path
 from leapp.errors import ExportError
 
 __all__ = [
@@ -146,7 +146,7 @@ def export_onnx(node: ExportableNode, out_dir: Path) -> tuple[Path, list[Path]]:
     import onnx
 
     record = node.record
-    path = contained_path(out_dir, record.name, ".onnx", f"node '{record.name}' ({record.source})")
+    path = artifact_path(out_dir, record.name, ".onnx", f"node '{record.name}' ({record.source})")
     program = to_onnx_program(node)
     size = sum(
         v.const_value.nbytes for v in program.model.graph.initializers.values() if v.const_value is not None

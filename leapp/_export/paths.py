@@ -3,7 +3,9 @@
 The recorder refuses bad names when they are declared (``leapp._recorder.names``);
 this is the second line, for records built without it: the name is checked
 again, and the path is resolved (symbolic links included) and must stay
-directly inside its folder before anything is written.
+directly inside its folder before anything is written. (Reading is the other
+side: ``leapp.pipeline_format.contained_path`` checks the relative paths an
+untrusted pipeline.yaml names.)
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from pathlib import Path
 from leapp._recorder.names import NAME_RULE, name_problem, shown
 from leapp.errors import ExportError
 
-__all__ = ["contained_path"]
+__all__ = ["artifact_path"]
 
 
-def contained_path(folder: Path | str, name: str, suffix: str, what: str) -> Path:
+def artifact_path(folder: Path | str, name: str, suffix: str, what: str) -> Path:
     """``folder/<name><suffix>`` (as given, not resolved), or ExportError if it could land elsewhere.
 
     ``what`` names the owner in the error (``"node 'obs' (f.py:3)"``, ``"session 'go2'"``).

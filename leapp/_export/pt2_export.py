@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from leapp._export.exportable import ExportableNode
-from leapp._export.paths import contained_path
+from leapp._export.paths import artifact_path
 from leapp.errors import ExportError
 
 __all__ = ["export_pt2", "to_exported_program"]
@@ -36,7 +36,7 @@ def to_exported_program(node: ExportableNode) -> torch.export.ExportedProgram:
 
 def export_pt2(node: ExportableNode, out_dir: Path) -> Path:
     """Writes ``<out_dir>/<node>.pt2`` and returns its path."""
-    path = contained_path(out_dir, node.record.name, ".pt2", f"node '{node.record.name}' ({node.record.source})")
+    path = artifact_path(out_dir, node.record.name, ".pt2", f"node '{node.record.name}' ({node.record.source})")
     program = to_exported_program(node)
     torch.export.save(program, path)
     return path

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from leapp._export.exportable import ExportableNode
-from leapp._export.paths import contained_path
+from leapp._export.paths import artifact_path
 from leapp.errors import ExportError
 
 __all__ = ["export_torchscript"]
@@ -23,7 +23,7 @@ __all__ = ["export_torchscript"]
 def export_torchscript(node: ExportableNode, out_dir: Path) -> Path:
     """Writes ``<out_dir>/<node>.pt`` and returns its path."""
     record = node.record
-    path = contained_path(out_dir, record.name, ".pt", f"node '{record.name}' ({record.source})")
+    path = artifact_path(out_dir, record.name, ".pt", f"node '{record.name}' ({record.source})")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", category=DeprecationWarning)  # torch.jit is deprecated but still works

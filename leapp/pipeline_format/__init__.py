@@ -8,37 +8,10 @@ rule for the paths the file names. It needs neither torch nor Warp.
 
 from __future__ import annotations
 
-from .format import (
-    MAX_DEPTH,
-    MAX_FILE_BYTES,
-    MAX_VALUES,
-    PIPELINE_FILE,
-    PIPELINE_FORMAT,
-    PIPELINE_VERSION,
-    SCHEMA_FILE,
-    PipelineError,
-    dtype_name,
-    schema,
-    sha256_file,
-)
+from .format import *  # noqa: F403 - the constants, limits, PipelineError and schema helpers
+from .format import __all__ as _FORMAT_NAMES
 from .paths import contained_path
 from .reader import field_path, parse_description, read_pipeline, validate_description
 
-__all__ = [
-    "PipelineError",
-    "PIPELINE_FILE",
-    "PIPELINE_FORMAT",
-    "PIPELINE_VERSION",
-    "SCHEMA_FILE",
-    "MAX_FILE_BYTES",
-    "MAX_DEPTH",
-    "MAX_VALUES",
-    "schema",
-    "dtype_name",
-    "sha256_file",
-    "contained_path",
-    "field_path",
-    "parse_description",
-    "read_pipeline",
-    "validate_description",
-]
+__all__ = [*_FORMAT_NAMES, "contained_path", "field_path", "parse_description", "read_pipeline",
+           "validate_description"]
