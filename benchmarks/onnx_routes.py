@@ -122,7 +122,8 @@ def table(results: dict) -> str:
     if "onnx_stream_mode" in first:
         lines += ["", f"leapp.load's ONNX node: {first['onnx_stream_mode']} ({first['onnx_stream_reason']}); "
                       f"session providers {first['onnx_session_providers']}"]
-    lines += ["", f"total {results['total_s']:.1f} s (exports {sum(e['export_s'] for e in results['sizes'].values()):.1f} s)"]
+    export_s = sum(e["export_s"] for e in results["sizes"].values())
+    lines += ["", f"total {results['total_s']:.1f} s (exports {export_s:.1f} s)"]
     return "\n".join(lines)
 
 

@@ -28,7 +28,8 @@ def run_routes(tmp_path: Path, *args: str, env: dict | None = None) -> tuple[str
         [sys.executable, str(SCRIPT), *args, "--json", str(out_json), "--out", str(tmp_path / "exports")],
         capture_output=True, text=True, timeout=600, cwd=str(ROOT), env={**os.environ, **(env or {})},
     )
-    assert proc.returncode == 0, f"onnx_routes.py exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, (f"onnx_routes.py exited {proc.returncode}\n{proc.stdout[-3000:]}\n"
+                                  f"{proc.stderr[-4000:]}")
     return proc.stdout, json.loads(out_json.read_text())
 
 
