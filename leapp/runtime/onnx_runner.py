@@ -188,8 +188,10 @@ class OnnxRunner(NodeRunner):
         self.ort_stream: int | None = None  # its handle as passed to ORT (ort_stream_handle)
         wants_cuda = (self.device.type == "cuda" and "CUDAExecutionProvider" in ort.get_available_providers()
                       and torch.cuda.is_available())
+        # the device ORT runs on (cuda_ep_options: device_id = index or 0), also for a node recorded on "cuda"
+        self.cuda_device = torch.device("cuda", self.device.index or 0) if self.device.type == "cuda" else None
         if wants_cuda:
-            self.session_stream = torch.cuda.current_stream(self.device)
+            self.session_stream = torch.cuda.current_stream(self.cuda_device)
             self.ort_stream = ort_stream_handle(self.session_stream.cuda_stream)
         self.session = self._open(wants_cuda)
         on_cuda = "CUDAExecutionProvider" in self.session.get_providers()
@@ -199,7 +201,7 @@ class OnnxRunner(NodeRunner):
                 self.session, on_cuda = retry, True
         if on_cuda and stream_accepted(self.session.get_provider_options(), self.ort_stream):
             self.stream_mode, self.stream_reason = "torch-stream", (
-                f"CUDA EP on torch's stream {self.session_stream.cuda_stream:#x} of {self.device}")
+                f"CUDA EP on torch's stream {self.session_stream.cuda_stream:#x} of {self.cuda_device}")
         elif on_cuda:
             self.stream_mode, self.stream_reason = "host-sync", (
                 "this onnxruntime's CUDA EP did not report user_compute_stream back (get_provider_options: "
@@ -218,7 +220,7 @@ class OnnxRunner(NodeRunner):
                                       "(missing CUDA or cuDNN libraries? ORT's log above says)")
                 warnings.warn(f"ONNX node {self.path.name} runs on ONNX Runtime's CPU EP: {self.stream_reason}",
                               RuntimeWarning, stacklevel=2)
-        self.io_device = self.device if on_cuda else torch.device("cpu")
+        self.io_device = self.cuda_device if on_cuda else torch.device("cpu")
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
         if len(self.input_names) != len(self.inputs) or len(self.output_names) != len(self.outputs):
@@ -276,21 +278,23 @@ class OnnxRunner(NodeRunner):
         session stream's event before this function drops the temporaries, so their memory is
         reused only by work ordered after the run: no ``record_stream`` is needed.
         """
-        guard = torch.cuda.device(self.device) if self._device_guard else contextlib.nullcontext()
+        guard = torch.cuda.device(self.io_device) if self._device_guard else contextlib.nullcontext()
         with guard:
             tensors, outs = self._prepare(inputs)
-            current = torch.cuda.current_stream(self.device)
+            current = torch.cuda.current_stream(self.io_device)
             handoff = needs_handoff(current.cuda_stream, self.ort_stream)
             if handoff:
                 if self._ready is None:
                     self._ready, self._done = torch.cuda.Event(), torch.cuda.Event()
                 self._ready.record(current)
                 self.session_stream.wait_event(self._ready)
-            self._bind(tensors, outs)  # after the wait: a bind that copies does so on the session stream
-            self.session.run_with_iobinding(self._binding, self._run_options)
-            if handoff:
-                self._done.record(self.session_stream)
-                current.wait_event(self._done)
+            try:
+                self._bind(tensors, outs)  # after the wait: a bind that copies does so on the session stream
+                self.session.run_with_iobinding(self._binding, self._run_options)
+            finally:  # also after a failed run: what it enqueued may still read the temporaries
+                if handoff:
+                    self._done.record(self.session_stream)
+                    current.wait_event(self._done)
         return outs
 
     def _call_synchronously(self, inputs) -> list[torch.Tensor]:
