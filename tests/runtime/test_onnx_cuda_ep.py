@@ -59,7 +59,8 @@ def test_warp_segment_node_runs_on_the_cuda_ep(n):
     binding = bind(session, x, y)
     torch.cuda.synchronize(dev)  # this session runs on a stream of its own, not torch's
     for _ in range(2):
-        session.run_with_iobinding(binding)  # default run options: ORT waits for its stream at the end
+        session.run_with_iobinding(binding)
+        torch.cuda.synchronize(dev)  # the session's stream is ORT's own: wait for the whole device
         torch.testing.assert_close(y, x * example_scale(n, dev), rtol=1e-6, atol=0)
         x.mul_(-0.5)
         torch.cuda.synchronize(dev)
