@@ -191,6 +191,9 @@ class OnnxRunner(NodeRunner):
         # the device ORT runs on (cuda_ep_options: device_id = index or 0), also for a node recorded on "cuda"
         self.cuda_device = torch.device("cuda", self.device.index or 0) if self.device.type == "cuda" else None
         if wants_cuda:
+            if self.cuda_device.index >= torch.cuda.device_count():
+                raise PipelineError(f"{self.path}: the node was exported on {self.device}, torch sees "
+                                    f"{torch.cuda.device_count()} CUDA device(s) here")
             self.session_stream = torch.cuda.current_stream(self.cuda_device)
             self.ort_stream = ort_stream_handle(self.session_stream.cuda_stream)
         self.session = self._open(wants_cuda)
