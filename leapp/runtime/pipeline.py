@@ -10,7 +10,9 @@ The same per-node runners serve ``leapp._export.validate``, so validation
 exercises exactly what users load.
 
 NOTE: all values crossing node boundaries are torch tensors; ONNX nodes are
-fed through IO binding (no numpy round trip, every dtype including bfloat16).
+fed through IO binding (no numpy round trip, every dtype including bfloat16) and,
+on the CUDA EP, run on torch's stream without host synchronisation
+(``leapp.runtime.onnx_runner``, whose names this module re-exports).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ __all__ = [
     "PIPELINE_VERSION",
     "IOSpec",
     "NodeRunner",
+    "OnnxRunner",
     "Pipeline",
     "PipelineError",
     "cuda_ep_options",
@@ -50,6 +53,19 @@ __all__ = [
     "sha256_file",
     "torch_uses_tf32_matmul",
 ]
+
+
+_ONNX_RUNNER_NAMES = frozenset({"OnnxRunner", "cuda_ep_options", "onnx_providers", "torch_uses_tf32_matmul",
+                                "_ONNX_TYPES", "_onnx_type"})
+
+
+def __getattr__(name: str):
+    """The ONNX runner's names, from leapp.runtime.onnx_runner (imported on first use: it imports this module)."""
+    if name in _ONNX_RUNNER_NAMES:
+        from leapp.runtime import onnx_runner
+
+        return getattr(onnx_runner, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _dtype(name: str, where: str) -> torch.dtype:
@@ -204,109 +220,6 @@ class TorchScriptRunner(NodeRunner):
         return self._check_outputs(list(outs))
 
 
-def torch_uses_tf32_matmul() -> bool:
-    """Whether torch computes float32 matmuls in TF32 (``torch.backends.cuda.matmul``; off by default)."""
-    matmul = torch.backends.cuda.matmul
-    precision = getattr(matmul, "fp32_precision", "none")  # torch >= 2.9; "none": allow_tf32 decides
-    if precision in ("tf32", "ieee"):
-        return precision == "tf32"
-    return bool(matmul.allow_tf32)
-
-
-def cuda_ep_options(device: torch.device) -> dict[str, str]:
-    """ONNX Runtime CUDA EP options that compute what eager torch computes on ``device``.
-
-    ORT's CUDA EP defaults to ``use_tf32=1``, torch to TF32 off for float32 matmul: an
-    MLP then differs from eager by ~5e-4 instead of ~2e-7 (measured on the H200). The
-    session follows torch's setting when it is made; ``device_id`` puts it on the node's
-    device (without it the EP uses device 0 whatever the node's device).
-    """
-    return {"device_id": str(device.index or 0), "use_tf32": "1" if torch_uses_tf32_matmul() else "0"}
-
-
-def onnx_providers(device: torch.device, available: list[str]) -> list:
-    """The providers of a node's session: CUDA EP (with ``cuda_ep_options``) for a CUDA node when available."""
-    if device.type == "cuda" and "CUDAExecutionProvider" in available:
-        return [("CUDAExecutionProvider", cuda_ep_options(device)), "CPUExecutionProvider"]
-    return ["CPUExecutionProvider"]
-
-
-class OnnxRunner(NodeRunner):
-    """An ONNX Runtime session with leapp's op library; CUDA EP when present and the node ran on CUDA."""
-
-    backend = "onnx"
-
-    def __init__(self, path, inputs, outputs, device, needs_library: bool):
-        super().__init__(path, inputs, outputs, device)
-        import onnxruntime as ort
-
-        from leapp.runtime import libraries
-
-        options = ort.SessionOptions()
-        library = libraries.library_path("onnx")
-        if library.is_file():
-            options.register_custom_ops_library(str(library))
-        elif needs_library:
-            libraries.require_library("onnx")  # raises DESIGN.md's message
-        providers = onnx_providers(self.device, ort.get_available_providers())
-        use_cuda = providers[0] != "CPUExecutionProvider"
-        try:
-            self.session = ort.InferenceSession(str(self.path), options, providers=providers)
-        except Exception as e:  # ORT raises its own Fail/InvalidGraph types
-            raise PipelineError(f"onnxruntime could not load {self.path}: {e}") from e
-        self.io_device = self.device if use_cuda else torch.device("cpu")
-        self.input_names = [i.name for i in self.session.get_inputs()]
-        self.output_names = [o.name for o in self.session.get_outputs()]
-        if len(self.input_names) != len(self.inputs) or len(self.output_names) != len(self.outputs):
-            raise PipelineError(
-                f"{self.path}: the model has inputs {self.input_names} and outputs {self.output_names}, "
-                f"pipeline.yaml lists {[s.name for s in self.inputs]} and {[s.name for s in self.outputs]}"
-            )
-
-    def __call__(self, inputs):
-        binding = self.session.io_binding()
-        device_type = "cuda" if self.io_device.type == "cuda" else "cpu"
-        device_id = self.io_device.index or 0
-        keep = []
-        for name, tensor in zip(self.input_names, inputs):
-            t = tensor.to(self.io_device).contiguous()
-            keep.append(t)
-            binding.bind_input(name, device_type, device_id, _onnx_type(t.dtype), list(t.shape), t.data_ptr())
-        outs = []
-        for name, spec in zip(self.output_names, self.outputs):
-            t = torch.empty(spec.shape, dtype=spec.dtype, device=self.io_device)
-            outs.append(t)
-            binding.bind_output(name, device_type, device_id, _onnx_type(spec.dtype), list(spec.shape), t.data_ptr())
-        if device_type == "cuda":
-            torch.cuda.current_stream(self.io_device).synchronize()
-        self.session.run_with_iobinding(binding)
-        if device_type == "cuda":
-            binding.synchronize_outputs()  # ORT's stream has written our torch-owned output buffers
-        del keep
-        return self._check_outputs(outs)
-
-
-_ONNX_TYPES = {
-    torch.float32: 1,
-    torch.uint8: 2,
-    torch.int8: 3,
-    torch.int16: 5,
-    torch.int32: 6,
-    torch.int64: 7,
-    torch.bool: 9,
-    torch.float16: 10,
-    torch.float64: 11,
-    torch.bfloat16: 16,
-}
-
-
-def _onnx_type(dtype: torch.dtype) -> int:
-    try:
-        return _ONNX_TYPES[dtype]
-    except KeyError:
-        raise PipelineError(f"dtype {dtype_name(dtype)} cannot cross an ONNX boundary in leapp") from None
-
-
 def make_runner(
     backend: str,
     path: str | Path,
@@ -319,6 +232,8 @@ def make_runner(
     """The runner of one artifact; ``has_segments`` makes a missing native op library an error;
     ``cuda_graphs`` replays CUDA PT2 nodes from captured graphs (see leapp.runtime.cuda_graphs)."""
     if backend == "onnx":
+        from leapp.runtime.onnx_runner import OnnxRunner
+
         return OnnxRunner(path, inputs, outputs, device, needs_library=has_segments)
     if backend == "pt2":
         if has_segments:

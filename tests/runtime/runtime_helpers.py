@@ -44,13 +44,16 @@ def warp_segment_model(bundle: bytes, signature: str | None = None, *, dynamic: 
     return model.SerializeToString()
 
 
-def ort_session(model: bytes, providers=("CPUExecutionProvider",)):
+def ort_session(model: bytes, providers=("CPUExecutionProvider",), config: dict | None = None):
+    """A session with leapp's op library; ``config``: session config entries (``session.disable_cpu_ep_fallback``)."""
     import onnxruntime as ort
 
     from leapp.runtime import libraries
 
     options = ort.SessionOptions()
     options.register_custom_ops_library(str(libraries.require_library("onnx")))
+    for key, value in (config or {}).items():
+        options.add_session_config_entry(key, value)
     return ort.InferenceSession(model, options, providers=list(providers))
 
 

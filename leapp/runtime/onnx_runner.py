@@ -1,0 +1,314 @@
+"""leapp/runtime/onnx_runner.py: an ONNX node of ``leapp.load`` run by ONNX Runtime (CPU or CUDA EP).
+
+A CUDA node on the CUDA EP runs **on torch's stream, without waiting on the host**:
+
+- The session is created with ``user_compute_stream`` = torch's current stream of the
+  node's device at load time (torch's default stream, handle 0, is passed as
+  ``cudaStreamLegacy``, see ``ort_stream_handle``), so every CUDA kernel of the session,
+  the ``WarpSegment`` replays included (``KernelContext::GetGPUComputeStream``), is
+  enqueued on that stream in order with torch's work.
+- Each run passes ``disable_synchronize_execution_providers=1``: the CUDA EP's
+  ``OnRunEnd`` then skips its ``cudaStreamSynchronize``; outputs are ready in stream
+  order, like any torch op's.
+- A call made while torch's current stream is another one hands off on the device:
+  an event recorded on the current stream is waited on by the session stream, and
+  one recorded on the session stream after the run is waited on by the current stream.
+
+What ORT itself synchronises, read in its sources (file and function names), is listed
+in docs/runtime.md, "ONNX nodes on the CUDA EP". If ORT does not report the stream back
+in ``get_provider_options`` (a build whose CUDA EP ignores ``user_compute_stream``), the
+runner keeps the old, safe schedule: wait for torch's stream on the host, run, wait for
+the device (``stream_mode == "host-sync"``, with a warning).
+
+The CPU EP path (onnxruntime without CUDA, or a CPU node) is unchanged: host tensors in
+and out, ``libleapp_warp_ort.so`` stages segment I/O through pinned memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from leapp.pipeline_format import dtype_name
+from leapp.runtime.pipeline import NodeRunner, PipelineError
+
+__all__ = [
+    "CUDA_STREAM_LEGACY",
+    "DISABLE_SYNC_RUN_OPTION",
+    "OnnxRunner",
+    "cuda_ep_options",
+    "needs_handoff",
+    "onnx_providers",
+    "ort_stream_handle",
+    "run_config",
+    "stream_accepted",
+    "torch_uses_tf32_matmul",
+]
+
+CUDA_STREAM_LEGACY = 1  # cudaStreamLegacy: the legacy default stream, named by a non-null handle
+DISABLE_SYNC_RUN_OPTION = "disable_synchronize_execution_providers"  # onnxruntime_run_options_config_keys.h
+
+
+def torch_uses_tf32_matmul() -> bool:
+    """Whether torch computes float32 matmuls in TF32 (``torch.backends.cuda.matmul``; off by default)."""
+    matmul = torch.backends.cuda.matmul
+    precision = getattr(matmul, "fp32_precision", "none")  # torch >= 2.9; "none": allow_tf32 decides
+    if precision in ("tf32", "ieee"):
+        return precision == "tf32"
+    return bool(matmul.allow_tf32)
+
+
+def ort_stream_handle(torch_stream_handle: int) -> int:
+    """The ``user_compute_stream`` handle for a torch stream handle.
+
+    torch's default stream is handle 0, the legacy default stream. ORT reads a null
+    ``user_compute_stream`` as "none given" (``CUDAExecutionProviderInfo::FromProviderOptions``
+    sets ``has_user_compute_stream = user_compute_stream != nullptr``) and would run on a
+    stream of its own; ``cudaStreamLegacy`` names the same legacy stream with a non-null handle.
+    """
+    return int(torch_stream_handle) or CUDA_STREAM_LEGACY
+
+
+def needs_handoff(current_torch_stream_handle: int, session_ort_stream_handle: int) -> bool:
+    """Whether a call on torch's current stream must hand off to the session's stream through events."""
+    return ort_stream_handle(current_torch_stream_handle) != session_ort_stream_handle
+
+
+def cuda_ep_options(device: torch.device, stream_handle: int | None = None) -> dict[str, str]:
+    """ONNX Runtime CUDA EP options that compute what eager torch computes on ``device``.
+
+    ORT's CUDA EP defaults to ``use_tf32=1``, torch to TF32 off for float32 matmul: an
+    MLP then differs from eager by ~5e-4 instead of ~2e-7 (measured on the H200). The
+    session follows torch's setting when it is made; ``device_id`` puts it on the node's
+    device (without it the EP uses device 0 whatever the node's device).
+    ``stream_handle`` (an ``ort_stream_handle``) makes the session run on that stream;
+    ``has_user_compute_stream`` is set too, for ORT versions that read the flag.
+    """
+    options = {"device_id": str(device.index or 0), "use_tf32": "1" if torch_uses_tf32_matmul() else "0"}
+    if stream_handle is not None:
+        if stream_handle <= 0:
+            raise ValueError(f"user_compute_stream must be a non-null stream handle, got {stream_handle}")
+        options.update(has_user_compute_stream="1", user_compute_stream=str(int(stream_handle)))
+    return options
+
+
+def onnx_providers(device: torch.device, available: Sequence[str], stream_handle: int | None = None) -> list:
+    """The providers of a node's session: CUDA EP (with ``cuda_ep_options``) for a CUDA node when available."""
+    if device.type == "cuda" and "CUDAExecutionProvider" in available:
+        return [("CUDAExecutionProvider", cuda_ep_options(device, stream_handle)), "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]
+
+
+def stream_accepted(provider_options: Mapping[str, Mapping[str, str]], stream_handle: int) -> bool:
+    """Whether the session's CUDA EP reports running on ``stream_handle`` (``get_provider_options``)."""
+    cuda = provider_options.get("CUDAExecutionProvider") or {}
+    return str(cuda.get("has_user_compute_stream", "0")) == "1" and str(cuda.get("user_compute_stream")) == str(
+        int(stream_handle))
+
+
+def run_config(host_sync: bool) -> dict[str, str]:
+    """The run-option entries of a call: without ``host_sync``, ORT does not wait for the CUDA stream."""
+    return {} if host_sync else {DISABLE_SYNC_RUN_OPTION: "1"}
+
+
+def _run_options(ort, host_sync: bool):
+    options = ort.RunOptions()
+    for key, value in run_config(host_sync).items():
+        options.add_run_config_entry(key, value)
+    return options
+
+
+_ONNX_TYPES = {
+    torch.float32: 1,
+    torch.uint8: 2,
+    torch.int8: 3,
+    torch.int16: 5,
+    torch.int32: 6,
+    torch.int64: 7,
+    torch.bool: 9,
+    torch.float16: 10,
+    torch.float64: 11,
+    torch.bfloat16: 16,
+}
+
+
+def _onnx_type(dtype: torch.dtype) -> int:
+    try:
+        return _ONNX_TYPES[dtype]
+    except KeyError:
+        raise PipelineError(f"dtype {dtype_name(dtype)} cannot cross an ONNX boundary in leapp") from None
+
+
+_preloaded = False
+
+
+def _preload_cuda_libraries(ort) -> bool:
+    """``onnxruntime.preload_dlls()`` once per process (ORT >= 1.21): loads the CUDA and cuDNN libraries
+    its CUDA EP needs from the nvidia wheels when nothing (e.g. torch of the same CUDA major) has."""
+    global _preloaded
+    preload = getattr(ort, "preload_dlls", None)
+    if _preloaded or preload is None:
+        return False
+    _preloaded = True
+    with contextlib.suppress(Exception):  # it prints what it could not load; the retry below tells
+        preload()
+    return True
+
+
+class OnnxRunner(NodeRunner):
+    """An ONNX Runtime session with leapp's op library; CUDA EP when present and the node ran on CUDA.
+
+    ``stream_mode``: ``"torch-stream"`` (CUDA EP on torch's stream, no host wait), ``"host-sync"``
+    (CUDA EP that did not take the stream: waits on the host as before) or ``"cpu-ep"``;
+    ``stream_reason`` says why. One IO binding per runner is rebound each call; a lock makes
+    calls from several threads take turns (it is held while enqueueing, never across a wait
+    for the GPU in ``torch-stream`` mode).
+    """
+
+    backend = "onnx"
+
+    def __init__(self, path, inputs, outputs, device, needs_library: bool):
+        super().__init__(path, inputs, outputs, device)
+        import onnxruntime as ort
+
+        from leapp.runtime import libraries
+
+        self._ort = ort
+        self._library = None
+        library = libraries.library_path("onnx")
+        if library.is_file():
+            self._library = str(library)
+        elif needs_library:
+            libraries.require_library("onnx")  # raises DESIGN.md's message
+        self.session_stream: torch.cuda.Stream | None = None  # torch's stream the session runs on
+        self.ort_stream: int | None = None  # its handle as passed to ORT (ort_stream_handle)
+        wants_cuda = (self.device.type == "cuda" and "CUDAExecutionProvider" in ort.get_available_providers()
+                      and torch.cuda.is_available())
+        # the device ORT runs on (cuda_ep_options: device_id = index or 0), also for a node recorded on "cuda"
+        self.cuda_device = torch.device("cuda", self.device.index or 0) if self.device.type == "cuda" else None
+        if wants_cuda:
+            if self.cuda_device.index >= torch.cuda.device_count():
+                raise PipelineError(f"{self.path}: the node was exported on {self.device}, torch sees "
+                                    f"{torch.cuda.device_count()} CUDA device(s) here")
+            self.session_stream = torch.cuda.current_stream(self.cuda_device)
+            self.ort_stream = ort_stream_handle(self.session_stream.cuda_stream)
+        self.session = self._open(wants_cuda)
+        on_cuda = "CUDAExecutionProvider" in self.session.get_providers()
+        if wants_cuda and not on_cuda and _preload_cuda_libraries(ort):
+            retry = self._open(True)  # ORT starts its CUDA EP without a failure when CUDA libraries are missing
+            if "CUDAExecutionProvider" in retry.get_providers():
+                self.session, on_cuda = retry, True
+        if on_cuda and stream_accepted(self.session.get_provider_options(), self.ort_stream):
+            self.stream_mode, self.stream_reason = "torch-stream", (
+                f"CUDA EP on torch's stream {self.session_stream.cuda_stream:#x} of {self.cuda_device}")
+        elif on_cuda:
+            self.stream_mode, self.stream_reason = "host-sync", (
+                "this onnxruntime's CUDA EP did not report user_compute_stream back (get_provider_options: "
+                f"{dict(self.session.get_provider_options().get('CUDAExecutionProvider', {}))}); "
+                "each call waits for torch's stream and for the device on the host")
+            warnings.warn(f"ONNX node {self.path.name}: {self.stream_reason}", RuntimeWarning, stacklevel=2)
+        else:
+            self.stream_mode = "cpu-ep"
+            if self.device.type != "cuda":
+                self.stream_reason = f"node on {self.device}"
+            elif not wants_cuda:
+                self.stream_reason = (f"providers available: {ort.get_available_providers()}, "
+                                      f"torch.cuda.is_available() {torch.cuda.is_available()}")
+            else:
+                self.stream_reason = ("onnxruntime's CUDA EP did not start, also after onnxruntime.preload_dlls() "
+                                      "(missing CUDA or cuDNN libraries? ORT's log above says)")
+                warnings.warn(f"ONNX node {self.path.name} runs on ONNX Runtime's CPU EP: {self.stream_reason}",
+                              RuntimeWarning, stacklevel=2)
+        self.io_device = self.cuda_device if on_cuda else torch.device("cpu")
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        if len(self.input_names) != len(self.inputs) or len(self.output_names) != len(self.outputs):
+            raise PipelineError(
+                f"{self.path}: the model has inputs {self.input_names} and outputs {self.output_names}, "
+                f"pipeline.yaml lists {[s.name for s in self.inputs]} and {[s.name for s in self.outputs]}"
+            )
+        self._binding = self.session.io_binding()
+        self._run_options = _run_options(ort, host_sync=self.stream_mode != "torch-stream")
+        self._output_types = [_onnx_type(spec.dtype) for spec in self.outputs]
+        self._lock = threading.Lock()
+        self._ready = self._done = None  # hand-off events, made on first use
+        # ORT's OnRunStart calls cudaSetDevice(device_id): put the caller's device back where there are several
+        self._device_guard = on_cuda and torch.cuda.device_count() > 1
+
+    def _open(self, cuda: bool):
+        ort = self._ort
+        options = ort.SessionOptions()
+        if self._library is not None:
+            options.register_custom_ops_library(self._library)
+        available = ort.get_available_providers() if cuda else ["CPUExecutionProvider"]
+        providers = onnx_providers(self.device, available, self.ort_stream if cuda else None)
+        try:  # enable_fallback=0: a CUDA EP that fails must raise, not silently become the CPU EP
+            return ort.InferenceSession(str(self.path), options, providers=providers, enable_fallback=0)
+        except Exception as e:  # ORT raises its own Fail/InvalidGraph types
+            raise PipelineError(f"onnxruntime could not load {self.path}: {e}") from e
+
+    def __call__(self, inputs):
+        with self._lock:
+            if self.stream_mode == "torch-stream":
+                return self._check_outputs(self._call_on_stream(inputs))
+            return self._check_outputs(self._call_synchronously(inputs))
+
+    def _bind(self, tensors: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> None:
+        """Points the runner's binding at this call's tensors (a name bound again replaces its value)."""
+        binding = self._binding
+        device_type = "cuda" if self.io_device.type == "cuda" else "cpu"
+        device_id = self.io_device.index or 0
+        for name, t in zip(self.input_names, tensors):
+            binding.bind_input(name, device_type, device_id, _onnx_type(t.dtype), list(t.shape), t.data_ptr())
+        for name, spec, kind, t in zip(self.output_names, self.outputs, self._output_types, outs):
+            binding.bind_output(name, device_type, device_id, kind, list(spec.shape), t.data_ptr())
+
+    def _prepare(self, inputs) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Contiguous inputs on the I/O device and fresh outputs, made on torch's current stream."""
+        tensors = [t.to(self.io_device).contiguous() for t in inputs]
+        outs = [torch.empty(spec.shape, dtype=spec.dtype, device=self.io_device) for spec in self.outputs]
+        return tensors, outs
+
+    def _call_on_stream(self, inputs) -> list[torch.Tensor]:
+        """CUDA EP on the session's stream; nothing waits on the host.
+
+        Temporaries (inputs copied to the device or made contiguous) and the outputs are
+        allocated on torch's current stream. With a hand-off, the current stream waits for the
+        session stream's event before this function drops the temporaries, so their memory is
+        reused only by work ordered after the run: no ``record_stream`` is needed.
+        """
+        guard = torch.cuda.device(self.io_device) if self._device_guard else contextlib.nullcontext()
+        with guard:
+            tensors, outs = self._prepare(inputs)
+            current = torch.cuda.current_stream(self.io_device)
+            handoff = needs_handoff(current.cuda_stream, self.ort_stream)
+            if handoff:
+                if self._ready is None:
+                    self._ready, self._done = torch.cuda.Event(), torch.cuda.Event()
+                self._ready.record(current)
+                self.session_stream.wait_event(self._ready)
+            try:
+                self._bind(tensors, outs)  # after the wait: a bind that copies does so on the session stream
+                self.session.run_with_iobinding(self._binding, self._run_options)
+            finally:  # also after a failed run: what it enqueued may still read the temporaries
+                if handoff:
+                    self._done.record(self.session_stream)
+                    current.wait_event(self._done)
+        return outs
+
+    def _call_synchronously(self, inputs) -> list[torch.Tensor]:
+        """The CPU EP (host tensors) and a CUDA EP that ignored the stream: ORT runs when torch's work is done
+        and returns when its own is."""
+        tensors, outs = self._prepare(inputs)
+        on_cuda = self.io_device.type == "cuda"
+        if on_cuda:
+            torch.cuda.current_stream(self.io_device).synchronize()
+        self._bind(tensors, outs)
+        self.session.run_with_iobinding(self._binding, self._run_options)
+        if on_cuda:
+            self._binding.synchronize_outputs()  # cudaDeviceSynchronize: ORT's streams wrote our outputs
+        return outs
