@@ -87,12 +87,21 @@ def routes(folder: Path, n: int, device: str) -> tuple[dict, dict, dict]:
     return on_current, on_other, facts
 
 
-def measure(folder: Path, n: int, device: str, calls: int, warmup: int) -> dict:
+def timed(name: str, fn, calls: int, warmup: int) -> dict:
+    """``replay.time_calls`` of one route; a failure names the route (CUDA errors surface at a later sync)."""
+    try:
+        return replay.time_calls(fn, calls, warmup)
+    except Exception as e:
+        raise RuntimeError(f"route {name!r}: {type(e).__name__}: {e}") from e
+
+
+def measure(folder: Path, n: int, device: str, calls: int, warmup: int, only: set | None = None) -> dict:
     on_current, on_other, facts = routes(folder, n, device)
-    results = {name: replay.time_calls(fn, calls, warmup) for name, fn in on_current.items()}
+    wanted = (lambda name: only is None or name in only)
+    results = {name: timed(name, fn, calls, warmup) for name, fn in on_current.items() if wanted(name)}
     side = torch.cuda.Stream(device)
     with torch.cuda.stream(side):  # time_calls records its events on this stream, the call hands off
-        results.update({name: replay.time_calls(fn, calls, warmup) for name, fn in on_other.items()})
+        results.update({name: timed(name, fn, calls, warmup) for name, fn in on_other.items() if wanted(name)})
     return {"routes": results, **facts}
 
 
@@ -113,7 +122,7 @@ def table(results: dict) -> str:
         if "routes" not in entry:
             lines.append(f"| {n} | (dry run: {'; '.join(entry['dry_run_checked'])}) | not measured | | | | |")
             continue
-        floor = entry["routes"]["floor"]["median_us"]
+        floor = entry["routes"].get("floor", {}).get("median_us", float("nan"))  # --only may leave it out
         for name, m in entry["routes"].items():
             error = entry["max_abs_error"].get(name if name != "onnx-cuda-ep-handoff" else "onnx-cuda-ep")
             lines.append(f"| {n} | {name} | {m['median_us']:.1f} | {m['p90_us']:.1f} | {m['wall_median_us']:.1f} | "
@@ -147,7 +156,7 @@ def run(args) -> dict:
             entry["dry_run_checked"] = dry_run(folder)
         else:
             with wp.ScopedStream(wp.stream_from_torch(torch.cuda.current_stream())):  # the floor on torch's stream
-                entry.update(measure(folder, n, device, args.calls, args.warmup))
+                entry.update(measure(folder, n, device, args.calls, args.warmup, args.only))
         results["sizes"][str(n)] = entry
     results["total_s"] = time.perf_counter() - started
     return results
@@ -163,6 +172,8 @@ def parse_args(argv=None):
     p.add_argument("--calls", type=int, default=None, help="timed calls per route (default 1000; --quick 100)")
     p.add_argument("--warmup", type=int, default=None, help="warm-up calls per route (default 100; --quick 20)")
     p.add_argument("--out", help="export folder (default: a new temporary folder)")
+    p.add_argument("--only", type=lambda s: set(s.split(",")), default=None,
+                   help="comma-separated routes to time (default: all), e.g. onnx-cuda-ep,floor")
     args = p.parse_args(argv)
     args.calls = args.calls or (100 if args.quick else 1000)
     args.warmup = args.warmup or (20 if args.quick else 100)
