@@ -6,6 +6,7 @@
 //    leapp::warp_segment in torch's dispatcher. RTLD_LOCAL is enough: the package's
 //    proxy executor finds the op through the dispatcher, never through dlsym.
 //    This must happen before the package is loaded (the loader resolves the op then).
+//    "-" loads nothing (a package without leapp ops, for diagnosis).
 // 2. torch::inductor::AOTIModelPackageLoader(PACKAGE, "model", false, 1, device index).
 // 3. Inputs from IN_DIR/inputs.txt, one line per input in the node's order:
 //    "<file> <dtype> <rank> <dim>...", the file holding the raw C-order bytes.
@@ -100,7 +101,7 @@ int main(int argc, char** argv) {
     std::cerr << "usage: aoti_run OP_LIBRARY PACKAGE DEVICE IN_DIR OUT_DIR\n";
     return 2;
   }
-  if (dlopen(argv[1], RTLD_NOW | RTLD_LOCAL) == nullptr) {
+  if (std::string(argv[1]) != "-" && dlopen(argv[1], RTLD_NOW | RTLD_LOCAL) == nullptr) {
     std::cerr << "aoti_run: cannot load the op library: " << dlerror() << '\n';
     return 2;
   }
