@@ -128,8 +128,8 @@ def package(export_dir: str | Path, node: str, out: str | Path | None = None, *,
         FileNotFoundError: no pipeline.yaml in ``export_dir``.
         PipelineError: an unknown node, a node that is not PT2, a changed or missing artifact, a
             pipeline.yaml that breaks its rules, or a .pt2 torch cannot load.
-        ExportError: a bad output path, a compiler that links a private C++ runtime, or a failed
-            AOTInductor compile (each naming the node).
+        ExportError: a bad output path, a compiler whose private C++ runtime cannot be replaced by
+            the shared one (naming it), or a failed AOTInductor compile (naming the node).
     """
     import torch
     import torch._inductor.config as inductor_config

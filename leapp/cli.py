@@ -580,9 +580,9 @@ def _parser() -> argparse.ArgumentParser:
         "(after registering leapp::warp_segment: import leapp, or dlopen libleapp_warp_torch.so). "
         "Prints the package's path.",
     )
-    aoti_parser.add_argument("export_dir", help="an export folder with pipeline.yaml")
-    aoti_parser.add_argument("node", help="the name of a PT2 node in it")
-    aoti_parser.add_argument("-o", "--output", default=None,
+    aoti_parser.add_argument("export_dir", metavar="EXPORT_DIR", help="an export folder with pipeline.yaml")
+    aoti_parser.add_argument("node", metavar="NODE", help="the name of a PT2 node in it")
+    aoti_parser.add_argument("-o", "--output", metavar="OUT", default=None,
                              help="the package file (ending in .pt2) or a folder; default EXPORT_DIR/NODE.aoti.pt2")
     return parser
 

@@ -123,7 +123,11 @@ def probe_compiler(compiler: str) -> CxxRuntimeProbe:
         plain, detail = _link(compiler, folder, "plain.so", [])
         if plain is None:
             return CxxRuntimeProbe(compiler, private=False, fix=None, detail=detail)
-        if RUNTIME_SYMBOL not in defined_dynamic_symbols(plain):
+        try:
+            symbols = defined_dynamic_symbols(plain)
+        except ValueError as e:  # not ELF (another platform): nothing this check knows how to read
+            return CxxRuntimeProbe(compiler, private=False, fix=None, detail=str(e))
+        if RUNTIME_SYMBOL not in symbols:
             return CxxRuntimeProbe(compiler, private=False, fix=[])
         fixed, detail = _link(compiler, folder, "fixed.so", [f"-l:{SHARED_RUNTIME_LIBRARY}"])
         if fixed is None:
