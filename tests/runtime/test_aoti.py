@@ -15,6 +15,7 @@ The refusals (unknown node, ONNX node, changed artifact, hostile names) need no 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import re
@@ -44,6 +45,7 @@ N = 64
 SEGMENTS = 2
 
 
+@functools.cache
 def _compile_records():
     """tests/export/compile_records.py (hand-made recorder output), loaded by path: it lives in another test folder."""
     spec = importlib.util.spec_from_file_location("_aoti_compile_records", HERE.parent / "export" / "compile_records.py")
