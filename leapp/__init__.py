@@ -22,18 +22,18 @@ from typing import TYPE_CHECKING, Any
 # What import does do, when torch is installed, is register the
 # `leapp::warp_segment` op (`_register_torch_op` at the end), like torchvision.
 if TYPE_CHECKING:
-    from leapp import annotate
+    from leapp import annotate, aoti
     from leapp._recorder.node import NodeScope as _NodeScope
     from leapp._recorder.session import Session
 
-__all__ = ["trace", "start", "stop", "compile_graph", "node", "load", "annotate", "Session"]
+__all__ = ["trace", "start", "stop", "compile_graph", "node", "load", "annotate", "aoti", "Session"]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "annotate":
+    if name in ("annotate", "aoti"):  # leapp.aoti imports torch's Inductor: only when used
         import importlib  # noqa: PLC0415
 
-        return importlib.import_module("leapp.annotate")
+        return importlib.import_module(f"leapp.{name}")
     if name == "Session":
         from leapp._recorder.session import Session  # noqa: PLC0415
 

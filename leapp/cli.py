@@ -1,4 +1,4 @@
-"""leapp/cli.py: the ``leapp`` command: ``leapp inspect PATH`` and ``leapp doctor``.
+"""leapp/cli.py: the ``leapp`` command: ``leapp inspect PATH``, ``leapp doctor`` and ``leapp aoti EXPORT_DIR NODE``.
 
 NOTE: ``inspect`` reads artifacts without running them, so it works where
 there is no GPU, no Warp and no torch: bundles through ``leapp.bundle``, ONNX
@@ -27,7 +27,7 @@ from leapp.bundle.describe import describe_bundle, format_bytes
 from leapp.bundle.format import HEADER, MAGIC
 from leapp.pipeline_format import PIPELINE_FILE, PipelineError, contained_path, read_pipeline, sha256_file
 
-__all__ = ["main", "inspect_path", "doctor"]
+__all__ = ["main", "inspect_path", "doctor", "aoti"]
 
 ONNX_DOMAIN = "leapp.warp"
 ONNX_OP = "WarpSegment"
@@ -533,6 +533,30 @@ def doctor(out: TextIO | None = None) -> int:
     return report.problems
 
 
+# --- aoti ------------------------------------------------------------------------------------------------
+
+
+def aoti(export_dir: str, node: str, out: str | None = None, err: TextIO | None = None) -> int:
+    """``leapp aoti``: writes the AOTInductor package of a PT2 node (``leapp.aoti.package``); prints its path.
+
+    Returns 0, or 1 after printing the reason (bad folder, node, artifact, output path or compile).
+    """
+    from leapp import aoti as _aoti  # noqa: PLC0415 - its package() imports torch; other commands need none
+    from leapp.errors import LeappError  # noqa: PLC0415
+
+    err = err if err is not None else sys.stderr
+    try:
+        path = _aoti.package(export_dir, node, out)
+    except ImportError as e:
+        print(f"leapp aoti: error: AOTInductor packages need torch with Inductor ({type(e).__name__}: {e})", file=err)
+        return 1
+    except (LeappError, FileNotFoundError) as e:
+        print(f"leapp aoti: error: {e}", file=err)
+        return 1
+    print(path)
+    return 0
+
+
 # --- entry point -----------------------------------------------------------------------------------------
 
 
@@ -548,6 +572,18 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("path", help="a .lwb bundle, .onnx, .pt2 or .pt file, or an export folder with pipeline.yaml")
     commands.add_parser("doctor", help="report the CUDA driver, devices and op libraries",
                         description="Report the CUDA driver, devices, op libraries and package versions.")
+    aoti_parser = commands.add_parser(
+        "aoti",
+        help="compile a PT2 node of an export folder into an AOTInductor package",
+        description="Compile PT2 node NODE of EXPORT_DIR with AOTInductor (torch._inductor.aoti_compile_and_package) "
+        "into a .pt2 package that torch._inductor.aoti_load_package and C++'s AOTIModelPackageLoader load "
+        "(after registering leapp::warp_segment: import leapp, or dlopen libleapp_warp_torch.so). "
+        "Prints the package's path.",
+    )
+    aoti_parser.add_argument("export_dir", metavar="EXPORT_DIR", help="an export folder with pipeline.yaml")
+    aoti_parser.add_argument("node", metavar="NODE", help="the name of a PT2 node in it")
+    aoti_parser.add_argument("-o", "--output", metavar="OUT", default=None,
+                             help="the package file (ending in .pt2) or a folder; default EXPORT_DIR/NODE.aoti.pt2")
     return parser
 
 
@@ -557,6 +593,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "inspect":
             return 1 if inspect_path(args.path) else 0
+        if args.command == "aoti":
+            return aoti(args.export_dir, args.node, args.output)
         return 1 if doctor() else 0
     except BrokenPipeError:  # `leapp inspect x | head`: stop quietly, as other command-line tools do
         import os
