@@ -273,7 +273,9 @@ def methods(folder: Path, n: int, device: str) -> dict:
     # The binding holds raw pointers: the lambda keeps the host tensors alive (a dangling binding
     # corrupted the heap once they were collected).
     out["onnx-cpu-ep"] = lambda host=(host_x, host_y): session.run_with_iobinding(binding)
-    out["floor"] = lambda: wp.capture_launch(floor_graph, stream=replay_stream)
+    # The graph holds raw addresses too: keep its buffers alive with it (a caller that kept only this
+    # entry freed tmp into Warp's mempool and the replay faulted: illegal address, onnx_routes.py on the H200).
+    out["floor"] = lambda keep=(x, xw, tmp, y): wp.capture_launch(floor_graph, stream=replay_stream)
     return out
 
 
