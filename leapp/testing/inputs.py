@@ -157,7 +157,7 @@ def tensors(shape: tuple[int, ...], dtype: torch.dtype, device: str | torch.devi
         elements, np_dtype = st.integers(lo, hi), np.int64
 
     def from_numpy(a: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(a)).to(dtype).to(device)
+        return torch.from_numpy(np.array(a, order="C")).to(dtype).to(device)  # (ascontiguousarray makes 0-d 1-d)
 
     def dense(seed: int) -> torch.Tensor:
         gen = torch.Generator().manual_seed(seed)
