@@ -164,8 +164,12 @@ class _Checker:
         if mismatch.error:
             lines.append("localisation: not attempted (the export raised instead of returning outputs).")
         else:
-            found = localise(self.fn, mismatch.inputs, mismatch.eager, route, self.rtol, self.atol)
-            lines.extend(found.lines(route.pipeline, route.route.name))
+            try:
+                found = localise(self.fn, mismatch.inputs, mismatch.eager, route, self.rtol, self.atol)
+            except Exception as e:  # noqa: BLE001 - the mismatch above must still be reported
+                lines.append(f"localisation failed: {type(e).__name__}: {e}")
+            else:
+                lines.extend(found.lines(route.pipeline, route.route.name))
         return "\n".join(lines)
 
     def result(self) -> EquivalenceResult:
@@ -264,7 +268,11 @@ def assert_equivalent(
             raise
         found = cx.Counterexample(checker.export, mismatch.route, checker.selected, rtol, atol, mismatch.inputs)
         path = cx.save(found, cx.counterexample_dir(counterexample_dir))
-        raise AssertionError(checker.report(mismatch, path)) from None
+        text = checker.report(mismatch, path)
+        if error is not mismatch:  # a group: hypothesis saw several failures, or one that did not always reproduce
+            text += (f"\nhypothesis raised {type(error).__name__} ({str(error).splitlines()[0] if str(error) else ''}); "
+                     "the first mismatch is reported above")
+        raise AssertionError(text) from None
     checker.warn_skipped()
     return checker.result()
 

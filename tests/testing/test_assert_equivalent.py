@@ -188,3 +188,18 @@ def test_load_takes_an_onnx_execution_provider(torch_export):
     with pytest.raises(PipelineError, match=r"onnx_ep='gpu': expected None \(the node's device\), or one of "
                                             r"\['cpu', 'cuda'\]"):
         load(torch_export, onnx_ep="gpu")
+
+
+def test_outputs_are_compared_by_shape_dtype_values_and_nan_positions():
+    from leapp.testing.outputs import compare_output
+
+    nan = float("nan")
+    eager = torch.tensor([1.0, nan, 3.0])
+    assert compare_output("o", torch.tensor([1.0, nan, 3.0005]), eager, rtol=1e-3, atol=0).ok
+    moved = compare_output("o", torch.tensor([nan, 2.0, 3.0]), eager, rtol=1e-3, atol=0)
+    assert not moved.ok and moved.max_abs == float("inf")
+    assert "2 of 3 elements outside" in moved.detail and "first at index [0]: export nan, eager 1" in moved.detail
+    assert "got float64[3], eager float32[3]" in compare_output("o", eager.double(), eager, 1, 1).describe()
+    assert "got float32[1, 3], eager float32[3]" in compare_output("o", eager[None], eager, 1, 1).describe()
+    ints = compare_output("i", torch.tensor([1, 2]), torch.tensor([1, 3]), rtol=1.0, atol=5.0)
+    assert not ints.ok and "first at index [1]: export 2, eager 3" in ints.detail, "integers compare exactly"
