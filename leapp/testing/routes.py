@@ -201,7 +201,7 @@ def open_route(route: Route, folder: Path) -> tuple[OpenRoute | None, str | None
     if route.onnx_ep == "cuda":
         for node in pipeline.nodes.values():
             session = getattr(node.runner, "session", None)
-            if session is not None and session.get_providers()[0] != "CUDAExecutionProvider":
+            if session is not None and "CUDAExecutionProvider" not in session.get_providers():
                 return None, (f"ONNX Runtime opened node '{node.name}' on {session.get_providers()} instead of "
                               "the CUDA EP (its warning says why; CUDA or cuDNN libraries are often missing)")
     return OpenRoute(route, pipeline), None
