@@ -203,3 +203,23 @@ def test_outputs_are_compared_by_shape_dtype_values_and_nan_positions():
     assert "got float32[1, 3], eager float32[3]" in compare_output("o", eager[None], eager, 1, 1).describe()
     ints = compare_output("i", torch.tensor([1, 2]), torch.tensor([1, 3]), rtol=1.0, atol=5.0)
     assert not ints.ok and "first at index [1]: export 2, eager 3" in ints.detail, "integers compare exactly"
+
+
+def test_the_cuda_graphs_route_refills_fixed_inputs_and_copies_outputs(torch_export):
+    """What the route does around leapp.load(cuda_graphs=True), checked on the CPU: the same input tensors
+    every call (what lets a CUDA graph replay), three calls the first time, outputs copied out."""
+    from leapp.runtime.pipeline import load
+    from leapp.testing.routes import OpenRoute
+
+    calls = []
+    pipeline = load(torch_export)
+    route = OpenRoute(ROUTES["load-cuda-graphs"], pipeline)
+    original = pipeline.run
+    pipeline.run = lambda **kw: calls.append({k: v for k, v in kw.items()}) or original(**kw)
+    for value in (1.0, 2.0):
+        x = torch.full((P.N, 3), value)
+        out = route.run({"x": x, "y": x})
+        torch.testing.assert_close(out["output"], P.step(x, x))
+    assert len(calls) == 4, "direct call, capture, replay; then one replay"
+    assert all(c["x"] is calls[0]["x"] and c["y"] is calls[0]["y"] for c in calls), "one fixed tensor per input"
+    assert calls[0]["x"] is not calls[0]["y"]
