@@ -1,6 +1,7 @@
 """leapp/_recorder/node.py: ``leapp.node`` and one execution of a node inside a session.
 
-Outside a session ``leapp.node`` costs one context-variable read: the
+Outside a session ``leapp.node`` costs two context-variable reads (the
+session, then the observer of ``leapp.testing``'s observation mode): the
 decorator calls the function directly and the context manager does nothing.
 Inside, each execution is a ``NodeRun`` that owns a scoped dispatch mode
 (popped on exit, also when the body raised) and, in the capture pass, the FX
@@ -23,6 +24,7 @@ from .dtypes import array_base, check_boundary_dtype, is_warp_array, spec_for_ar
 from .fx_graph import GraphRecorder, NodeDispatchMode
 from .model import NodeRecord, Sample, SegmentRecord, TensorSpec
 from .names import NAME_RULE, name_problem, shown
+from .observe import ObservedRun, current_observer
 from .session import MAX_SAMPLES, NodeState, Session, current_session
 from .source import user_location
 
@@ -213,9 +215,13 @@ def declare_outputs(node: str, values: dict) -> Any:
 
 
 def _declare(node: str, values: dict, api: str, declare) -> Any:
-    """Both annotations: a no-op outside a session, else each value declared on the node's active run."""
+    """Both annotations: a no-op outside a session (observed in observation mode), else each value declared
+    on the node's active run."""
     session = current_session()
     if session is None:
+        observer = current_observer()
+        if observer is not None:
+            observer.declare(node, values, outputs=declare is NodeRun.declare_output, where=user_location())
         return _unpack(list(values.values()))
     where = user_location()
     run = _active_run(session, node, api, where)
@@ -242,12 +248,18 @@ class NodeScope:
 
     def __enter__(self) -> NodeScope:
         session = current_session()
-        self._runs.append(None if session is None else self._begin(session, user_location()))
+        if session is not None:
+            self._runs.append(self._begin(session, user_location()))
+        else:
+            observer = current_observer()
+            self._runs.append(None if observer is None else observer.begin(self.name))
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         run = self._runs.pop() if self._runs else None
-        if run is not None:
+        if isinstance(run, ObservedRun):
+            run.end(failed=exc is not None)
+        elif run is not None:
             _end(run, exc is not None)
         return False
 
@@ -273,7 +285,10 @@ class NodeScope:
         def traced(*args, **kwargs):
             session = current_session()
             if session is None:
-                return fn(*args, **kwargs)
+                observer = current_observer()
+                if observer is None:
+                    return fn(*args, **kwargs)
+                return _observed_call(observer, self.name, fn, signature, source, args, kwargs)
             run = self._begin(session, source)
             try:
                 bound = signature.bind(*args, **kwargs)
@@ -289,6 +304,30 @@ class NodeScope:
             return result
 
         return traced
+
+
+def _observed_call(observer, name: str, fn: Callable, signature, source: str, args, kwargs) -> Any:
+    """The decorated function called as outside a session, its arguments and result observed under the
+    names the recorder gives them (``_declare_structure`` / ``_declare_result``)."""
+    run = observer.begin(name)
+    try:
+        try:
+            arguments = signature.bind(*args, **kwargs).arguments
+        except TypeError:
+            arguments = {}  # fn raises the caller's TypeError itself, as outside a session
+        where = f"{source} (arguments of {fn.__qualname__})"
+        for pname, value in arguments.items():
+            _declare_structure(run, pname, value, where)  # observed only: fn gets the caller's own objects
+        result = fn(*args, **kwargs)
+        try:
+            _declare_result(run, result, f"{source} (return value of {fn.__qualname__})")
+        except TraceError as e:  # what a trace would refuse is noted, not raised, in eager code
+            run.observation.notes.append(str(e))
+    except BaseException:
+        run.end(failed=True)
+        raise
+    run.end(failed=False)
+    return result
 
 
 _CHECKED: set[tuple[str, str]] = set()  # declarations without backend_params already found valid

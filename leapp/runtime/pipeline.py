@@ -49,6 +49,7 @@ __all__ = [
     "load",
     "load_pt2",
     "make_runner",
+    "onnx_ep_device",
     "onnx_providers",
     "sha256_file",
     "torch_uses_tf32_matmul",
@@ -220,6 +221,22 @@ class TorchScriptRunner(NodeRunner):
         return self._check_outputs(list(outs))
 
 
+ONNX_EPS = ("cpu", "cuda")
+
+
+def onnx_ep_device(device: str, onnx_ep: str | None) -> str:
+    """The device an ONNX node's session is opened for (``OnnxRunner`` picks the execution provider from
+    it): the node's recorded device, or the one ``onnx_ep`` asks for: ``"cpu"`` the CPU EP, ``"cuda"``
+    the CUDA EP on the node's CUDA device (``cuda:0`` for a node recorded on the CPU)."""
+    if onnx_ep is None:
+        return device
+    if onnx_ep == "cpu":
+        return "cpu"
+    if onnx_ep == "cuda":
+        return device if torch.device(device).type == "cuda" else "cuda:0"
+    raise PipelineError(f"onnx_ep={onnx_ep!r}: expected None (the node's device), or one of {list(ONNX_EPS)}")
+
+
 def make_runner(
     backend: str,
     path: str | Path,
@@ -228,13 +245,15 @@ def make_runner(
     device: str = "cpu",
     has_segments: bool = False,
     cuda_graphs: bool = False,
+    onnx_ep: str | None = None,
 ) -> NodeRunner:
     """The runner of one artifact; ``has_segments`` makes a missing native op library an error;
-    ``cuda_graphs`` replays CUDA PT2 nodes from captured graphs (see leapp.runtime.cuda_graphs)."""
+    ``cuda_graphs`` replays CUDA PT2 nodes from captured graphs (see leapp.runtime.cuda_graphs);
+    ``onnx_ep`` opens an ONNX node for another execution provider (``onnx_ep_device``)."""
     if backend == "onnx":
         from leapp.runtime.onnx_runner import OnnxRunner
 
-        return OnnxRunner(path, inputs, outputs, device, needs_library=has_segments)
+        return OnnxRunner(path, inputs, outputs, onnx_ep_device(device, onnx_ep), needs_library=has_segments)
     if backend == "pt2":
         if has_segments:
             from leapp.runtime import libraries
@@ -329,13 +348,19 @@ def verify_file(folder: Path, rel: str, expected: str, where: str, field: str = 
     return path
 
 
-def load(path: str | Path, *, cuda_graphs: bool = False) -> Pipeline:
+def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = None) -> Pipeline:
     """Loads an exported pipeline folder; checks digests and opens every node with its runtime.
 
     ``cuda_graphs=True`` replays each CUDA PT2 node from a CUDA graph once it has been called
     twice with the same input tensors: one graph launch instead of the dispatcher and a launch
     per kernel. Its outputs are then the graph's own tensors, overwritten by the next call of
     that node (docs/runtime.md, "CUDA graphs").
+
+    ``onnx_ep`` chooses the ONNX Runtime execution provider of every ONNX node instead of its
+    recorded device: ``"cpu"`` (CPU EP; outputs on the host) or ``"cuda"`` (CUDA EP on the node's
+    CUDA device, ``cuda:0`` for a CPU node; where ONNX Runtime has no CUDA EP the session gets the
+    CPU EP, as a CUDA node does by default: ``node.runner.stream_mode`` tells). For tests
+    (``leapp.testing`` routes); the default is what users run.
 
     Raises:
         FileNotFoundError: the folder has no pipeline.yaml.
@@ -344,6 +369,7 @@ def load(path: str | Path, *, cuda_graphs: bool = False) -> Pipeline:
             digests), or an artifact its runtime cannot open (naming the node and the file).
         RuntimeLibraryNotFound: a node with Warp segments needs a missing op library.
     """
+    onnx_ep_device("cpu", onnx_ep)  # an unknown onnx_ep is refused before anything is opened
     folder, desc = read_pipeline(path)
     name = desc["name"]
     yaml_file = folder / PIPELINE_FILE
@@ -360,7 +386,7 @@ def load(path: str | Path, *, cuda_graphs: bool = False) -> Pipeline:
         try:
             runner = make_runner(
                 entry["backend"], artifact, inputs, outputs, entry["device"], has_segments=bool(segments),
-                cuda_graphs=cuda_graphs,
+                cuda_graphs=cuda_graphs, onnx_ep=onnx_ep,
             )
         except RuntimeLibraryNotFound:
             raise
