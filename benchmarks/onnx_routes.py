@@ -14,6 +14,7 @@ synchronised before the next: the latency a control loop sees), after a warm-up:
   pt2                   leapp.load(folder).run_node("seg_pt2", x=x)
   pt2-cuda-graphs       leapp.load(folder, cuda_graphs=True).run_node("seg_pt2", x=x), the same x every call
   floor                 the two kernels captured as one CUDA graph and replayed: replay.py's method
+  onnx-cuda-ep-bare*    bare CUDA EP sessions (see bare_cuda_ep_sessions): ONNX Runtime's own cost
 
 The ONNX routes through leapp.load are named by what the runner got: without a CUDA EP in the
 installed onnxruntime the node runs on the CPU EP and the row says so. Every leapp.load route's
@@ -77,6 +78,7 @@ def routes(folder: Path, n: int, device: str) -> tuple[dict, dict, dict]:
     on_other = {}
     if runner.stream_mode == "torch-stream":
         on_other["onnx-cuda-ep-handoff"] = on_current[onnx]
+        on_current.update(bare_cuda_ep_sessions(folder / "seg_onnx.onnx", x, runner.ort_stream))
     errors = {}
     for name in (onnx, "pt2", "pt2-cuda-graphs"):
         for _ in range(3):  # pt2-cuda-graphs: a direct call, a capture, a replay
@@ -85,6 +87,44 @@ def routes(folder: Path, n: int, device: str) -> tuple[dict, dict, dict]:
     facts = {"onnx_stream_mode": runner.stream_mode, "onnx_stream_reason": runner.stream_reason,
              "onnx_session_providers": runner.session.get_providers(), "max_abs_error": errors}
     return on_current, on_other, facts
+
+
+def bare_cuda_ep_sessions(model: Path, x: torch.Tensor, ort_stream: int) -> dict:
+    """Bare CUDA EP sessions of the ONNX node, with device tensors bound once, to split the
+    runner's cost from ONNX Runtime's own:
+
+    onnx-cuda-ep-bare              ORT's own stream, ORT's default run (it synchronises the stream at
+                                   the end), torch's stream synchronised before each run
+    onnx-cuda-ep-bare-user-stream  user_compute_stream = the runner's stream and
+                                   disable_synchronize_execution_providers=1, as leapp.load runs it
+    """
+    import onnxruntime as ort
+
+    from leapp.runtime import libraries
+    from leapp.runtime.onnx_runner import cuda_ep_options, run_config
+
+    y = torch.empty_like(x)
+    out = {}
+    for name, stream in (("onnx-cuda-ep-bare", None), ("onnx-cuda-ep-bare-user-stream", ort_stream)):
+        options = ort.SessionOptions()
+        options.register_custom_ops_library(str(libraries.library_path("onnx")))
+        session = ort.InferenceSession(str(model), options,
+                                       providers=[("CUDAExecutionProvider", cuda_ep_options(x.device, stream))])
+        binding = session.io_binding()
+        binding.bind_input(session.get_inputs()[0].name, "cuda", x.device.index or 0, 1, [x.numel()], x.data_ptr())
+        binding.bind_output(session.get_outputs()[0].name, "cuda", x.device.index or 0, 1, [y.numel()], y.data_ptr())
+        run_options = ort.RunOptions()
+        for key, value in run_config(host_sync=stream is None).items():
+            run_options.add_run_config_entry(key, value)
+
+        def call(session=session, binding=binding, run_options=run_options, own_stream=stream is None,
+                 keep=(x, y)):
+            if own_stream:
+                torch.cuda.current_stream().synchronize()  # ORT's stream is not torch's
+            session.run_with_iobinding(binding, run_options)
+
+        out[name] = call
+    return out
 
 
 def timed(name: str, fn, calls: int, warmup: int) -> dict:

@@ -88,7 +88,8 @@ def test_quick_gpu_run(tmp_path):
     names = list(entry["routes"])
     if "CUDAExecutionProvider" in ort.get_available_providers():
         assert entry["onnx_stream_mode"] == "torch-stream", entry["onnx_stream_reason"]
-        assert names == ["onnx-cuda-ep", "onnx-cpu-ep", "pt2", "pt2-cuda-graphs", "floor", "onnx-cuda-ep-handoff"]
+        assert names == ["onnx-cuda-ep", "onnx-cpu-ep", "pt2", "pt2-cuda-graphs", "floor", "onnx-cuda-ep-bare",
+                         "onnx-cuda-ep-bare-user-stream", "onnx-cuda-ep-handoff"]
     else:
         assert names == ["onnx-leapp.load (cpu-ep)", "onnx-cpu-ep", "pt2", "pt2-cuda-graphs", "floor"]
     assert all(m["calls"] == 50 and 0 < m["median_us"] <= m["p90_us"] for m in entry["routes"].values())
