@@ -15,6 +15,7 @@ synchronised before the next: the latency a control loop sees), after a warm-up:
   pt2-cuda-graphs       leapp.load(folder, cuda_graphs=True).run_node("seg_pt2", x=x), the same x every call
   floor                 the two kernels captured as one CUDA graph and replayed: replay.py's method
   onnx-cuda-ep-bare*    bare CUDA EP sessions (see bare_cuda_ep_sessions): ONNX Runtime's own cost
+  aoti                  (--aoti) the PT2 node's AOTInductor package (leapp aoti), aoti_load_package
 
 The ONNX routes through leapp.load are named by what the runner got: without a CUDA EP in the
 installed onnxruntime the node runs on the CPU EP and the row says so. Every leapp.load route's
@@ -59,7 +60,23 @@ def expected(x: torch.Tensor) -> torch.Tensor:
     return x * replay.SCALE + x
 
 
-def routes(folder: Path, n: int, device: str) -> tuple[dict, dict, dict]:
+def aoti_route(folder: Path, x: torch.Tensor) -> tuple[dict, dict]:
+    """``leapp aoti``'s package of the PT2 node, loaded by ``torch._inductor.aoti_load_package``
+    (its default multi-runner loader, as a user loads it): {"aoti": call}, {"aoti_compile_s": ...}."""
+    import leapp.aoti
+
+    start = time.perf_counter()
+    path = leapp.aoti.package(folder, "seg_pt2")
+    compile_s = time.perf_counter() - start
+    model = torch._inductor.aoti_load_package(str(path))
+    def call():
+        out = model(x)
+        return {"y": out if isinstance(out, torch.Tensor) else out[0]}
+
+    return {"aoti": call}, {"aoti_compile_s": compile_s, "aoti_bytes": path.stat().st_size}
+
+
+def routes(folder: Path, n: int, device: str, aoti: bool = False) -> tuple[dict, dict, dict]:
     """(name -> zero-argument call on torch's current stream, name -> call made on another stream,
     facts about the ONNX runner). Every input is prepared beforehand."""
     base = replay.methods(folder, n, device)  # floor and the ORT CPU EP session, as replay.py measures them
@@ -79,13 +96,17 @@ def routes(folder: Path, n: int, device: str) -> tuple[dict, dict, dict]:
     if runner.stream_mode == "torch-stream":
         on_other["onnx-cuda-ep-handoff"] = on_current[onnx]
         on_current.update(bare_cuda_ep_sessions(folder / "seg_onnx.onnx", x, runner.ort_stream))
+    aoti_facts = {}
+    if aoti:
+        calls, aoti_facts = aoti_route(folder, x)
+        on_current.update(calls)
     errors = {}
-    for name in (onnx, "pt2", "pt2-cuda-graphs"):
+    for name in (onnx, "pt2", "pt2-cuda-graphs", *(["aoti"] if aoti else [])):
         for _ in range(3):  # pt2-cuda-graphs: a direct call, a capture, a replay
             y = on_current[name]()["y"]
         errors[name] = (y.to(x.device) - expected(x)).abs().max().item()
     facts = {"onnx_stream_mode": runner.stream_mode, "onnx_stream_reason": runner.stream_reason,
-             "onnx_session_providers": runner.session.get_providers(), "max_abs_error": errors}
+             "onnx_session_providers": runner.session.get_providers(), "max_abs_error": errors, **aoti_facts}
     return on_current, on_other, facts
 
 
@@ -135,8 +156,9 @@ def timed(name: str, fn, calls: int, warmup: int) -> dict:
         raise RuntimeError(f"route {name!r}: {type(e).__name__}: {e}") from e
 
 
-def measure(folder: Path, n: int, device: str, calls: int, warmup: int, only: set | None = None) -> dict:
-    on_current, on_other, facts = routes(folder, n, device)
+def measure(folder: Path, n: int, device: str, calls: int, warmup: int, only: set | None = None,
+            aoti: bool = False) -> dict:
+    on_current, on_other, facts = routes(folder, n, device, aoti)
     wanted = (lambda name: only is None or name in only)
     results = {name: timed(name, fn, calls, warmup) for name, fn in on_current.items() if wanted(name)}
     side = torch.cuda.Stream(device)
@@ -171,6 +193,9 @@ def table(results: dict) -> str:
     if "onnx_stream_mode" in first:
         lines += ["", f"leapp.load's ONNX node: {first['onnx_stream_mode']} ({first['onnx_stream_reason']}); "
                       f"session providers {first['onnx_session_providers']}"]
+    for n, entry in results["sizes"].items():
+        if "aoti_compile_s" in entry:
+            lines.append(f"N={n}: AOTInductor package {entry['aoti_bytes']} bytes, compiled in {entry['aoti_compile_s']:.1f} s")
     export_s = sum(e["export_s"] for e in results["sizes"].values())
     lines += ["", f"total {results['total_s']:.1f} s (exports {export_s:.1f} s)"]
     return "\n".join(lines)
@@ -196,7 +221,7 @@ def run(args) -> dict:
             entry["dry_run_checked"] = dry_run(folder)
         else:
             with wp.ScopedStream(wp.stream_from_torch(torch.cuda.current_stream())):  # the floor on torch's stream
-                entry.update(measure(folder, n, device, args.calls, args.warmup, args.only))
+                entry.update(measure(folder, n, device, args.calls, args.warmup, args.only, args.aoti))
         results["sizes"][str(n)] = entry
     results["total_s"] = time.perf_counter() - started
     return results
@@ -212,6 +237,8 @@ def parse_args(argv=None):
     p.add_argument("--calls", type=int, default=None, help="timed calls per route (default 1000; --quick 100)")
     p.add_argument("--warmup", type=int, default=None, help="warm-up calls per route (default 100; --quick 20)")
     p.add_argument("--out", help="export folder (default: a new temporary folder)")
+    p.add_argument("--aoti", action="store_true",
+                   help="also time the PT2 node's AOTInductor package (leapp aoti; about a minute of compiling per size)")
     p.add_argument("--only", type=lambda s: set(s.split(",")), default=None,
                    help="comma-separated routes to time (default: all), e.g. onnx-cuda-ep,floor")
     args = p.parse_args(argv)
