@@ -610,7 +610,8 @@ class _PrintCmakeDir(argparse.Action):
         if not (folder / "leappConfig.cmake").is_file():
             parser.exit(1, f"leapp: {folder}/leappConfig.cmake is missing: this build has no C++ pipeline library "
                            "(it needs ONNX Runtime's headers: bash scripts/fetch-ort-headers.sh, then reinstall)\n")
-        parser.exit(0, f"{folder}\n")
+        print(folder)  # stdout: cmake -Dleapp_DIR="$(leapp --cmake-dir)"
+        parser.exit(0)
 
 
 def _write_json(export_dir: str) -> int:

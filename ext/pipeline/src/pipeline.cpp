@@ -81,7 +81,34 @@ std::vector<std::string> keys(const std::map<std::string, V>& m) {
   return out;
 }
 
+/// leapp/runtime/pipeline.py::verify_file, same order and texts: contained, present, same sha256.
+std::string verify_file(const Description& d, const std::string& where, const std::string& rel,
+                        const std::string& expected, const std::string& field) {
+  std::string path = contained_path(d.folder, rel, field + " (" + where + ")");
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) throw PipelineError(where + ": artifact " + path + " is missing");
+  std::string actual = sha256_file(path);
+  if (actual != expected)
+    throw PipelineError(where + ": artifact " + path + " has sha256 " + actual + " but pipeline.yaml records " +
+                        expected + "; the file changed after export");
+  return path;
+}
+
+/// Every artifact and extra file of every node, as leapp.load checks them before opening a node.
+void verify_files(const Description& d) {
+  for (size_t i = 0; i < d.nodes.size(); ++i) {
+    const NodeDescription& n = d.nodes[i];
+    const std::string where = "pipeline '" + d.name + "' node '" + n.name + "'";
+    const std::string field = d.file + ": nodes[" + std::to_string(i) + "]";
+    verify_file(d, where, n.artifact, n.sha256, field + ".artifact");
+    for (size_t f = 0; f < n.files.size(); ++f)
+      verify_file(d, where, n.files[f].first, n.files[f].second, field + ".files[" + std::to_string(f) + "].path");
+  }
+}
+
 }  // namespace
+
+void Pipeline::check(const std::string& export_dir) { verify_files(read_description(export_dir)); }
 
 size_t TensorInfo::byte_size() const {
   size_t n = element_size;
@@ -142,16 +169,8 @@ struct Pipeline::Impl {
 void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
   const std::string where = "pipeline '" + description.name + "' node '" + d.name + "'";
   const std::string field = description.file + ": nodes[" + std::to_string(index) + "]";
-  // leapp/runtime/pipeline.py::verify_file, same order and texts
   auto verify = [&](const std::string& rel, const std::string& expected, const std::string& what) {
-    std::string path = contained_path(description.folder, rel, what + " (" + where + ")");
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(path, ec)) throw PipelineError(where + ": artifact " + path + " is missing");
-    std::string actual = sha256_file(path);
-    if (actual != expected)
-      throw PipelineError(where + ": artifact " + path + " has sha256 " + actual + " but pipeline.yaml records " +
-                          expected + "; the file changed after export");
-    return path;
+    return verify_file(description, where, rel, expected, what);
   };
   Node node;
   node.info.name = d.name;

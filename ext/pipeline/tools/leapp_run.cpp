@@ -24,6 +24,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: leapp-run EXPORT_DIR --in IN_DIR --out OUT_DIR [--time N] [--device cpu|cuda] [--threads N]\n"
+    "       leapp-run EXPORT_DIR --check   (the wiring and the artifacts' sha256 only; exit 1 with the reason)\n"
     "  IN_DIR/<input>.bin: each pipeline input, raw little-endian C-order bytes; writes OUT_DIR/<output>.bin.\n"
     "  --time N: run N more times and print each node's median time. --device cuda: device buffers, ONNX Runtime's\n"
     "  CUDA EP on one stream (default cpu: host buffers, CPU EP).\n";
@@ -65,6 +66,7 @@ double median(std::vector<double> v) {
 int run(int argc, char** argv) {
   std::string export_dir, in_dir, out_dir, device = "cpu";
   long repeat = 0, threads = 0;
+  bool check_only = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -82,12 +84,18 @@ int run(int argc, char** argv) {
     else if (a == "--time") repeat = count(value());
     else if (a == "--threads") threads = count(value());
     else if (a == "--device") device = value();
+    else if (a == "--check") check_only = true;
     else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       return 0;
     } else if (!a.empty() && a[0] == '-') throw UsageError{"unknown option " + a};
     else if (export_dir.empty()) export_dir = a;
     else throw UsageError{"one EXPORT_DIR, got '" + export_dir + "' and '" + a + "'"};
+  }
+  if (check_only && !export_dir.empty()) {  // the wiring and the artifacts' digests, no runtime opened
+    leapp::Pipeline::check(export_dir);
+    std::printf("%s: ok\n", export_dir.c_str());
+    return 0;
   }
   if (export_dir.empty() || in_dir.empty() || out_dir.empty()) throw UsageError{"EXPORT_DIR, --in and --out are required"};
   if (device != "cpu" && device != "cuda") throw UsageError{"--device: cpu or cuda, got '" + device + "'"};

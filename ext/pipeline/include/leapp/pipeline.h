@@ -62,6 +62,8 @@ class Pipeline {
  public:
   /// Opens EXPORT_DIR (or its pipeline.yaml/pipeline.json): reads and checks the wiring and every artifact, opens every node.
   static std::unique_ptr<Pipeline> open(const std::string& export_dir, const PipelineOptions& options = {});
+  /// Checks the wiring and every artifact (containment, sha256) without opening a runtime; throws PipelineError.
+  static void check(const std::string& export_dir);
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
