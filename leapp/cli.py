@@ -562,6 +562,8 @@ def aoti(export_dir: str, node: str, out: str | None = None, err: TextIO | None 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="leapp", description="leapp: exported PyTorch + Warp pipelines.")
+    parser.add_argument("--cmake-dir", action=_PrintCmakeDir,
+                        help="print the folder holding leappConfig.cmake (find_package(leapp): docs/deploy.md) and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     inspect = commands.add_parser(
         "inspect",
@@ -584,7 +586,43 @@ def _parser() -> argparse.ArgumentParser:
     aoti_parser.add_argument("node", metavar="NODE", help="the name of a PT2 node in it")
     aoti_parser.add_argument("-o", "--output", metavar="OUT", default=None,
                              help="the package file (ending in .pt2) or a folder; default EXPORT_DIR/NODE.aoti.pt2")
+    write_json = commands.add_parser(
+        "write-json",
+        help="write pipeline.json, the JSON twin of pipeline.yaml that the C++ runner reads",
+        description="Read EXPORT_DIR/pipeline.yaml (checked as leapp.load checks it) and write EXPORT_DIR/pipeline.json: "
+        "the same description plus the sha256 of pipeline.yaml (docs/pipeline-format.md, 'pipeline.json'). "
+        "Exports made by this leapp have it already; run this after editing pipeline.yaml or for older exports.",
+    )
+    write_json.add_argument("export_dir", metavar="EXPORT_DIR", help="an export folder with pipeline.yaml")
     return parser
+
+
+class _PrintCmakeDir(argparse.Action):
+    """``leapp --cmake-dir``: like ``--version``, it prints and exits without a command."""
+
+    def __init__(self, option_strings, dest, help=None):  # noqa: A002 - argparse's name
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from leapp.runtime.libraries import native_dir
+
+        folder = native_dir() / "cmake"
+        if not (folder / "leappConfig.cmake").is_file():
+            parser.exit(1, f"leapp: {folder}/leappConfig.cmake is missing: this build has no C++ pipeline library "
+                           "(it needs ONNX Runtime's headers: bash scripts/fetch-ort-headers.sh, then reinstall)\n")
+        print(folder)  # stdout: cmake -Dleapp_DIR="$(leapp --cmake-dir)"
+        parser.exit(0)
+
+
+def _write_json(export_dir: str) -> int:
+    from leapp.pipeline_format import PipelineError, write_twin
+
+    try:
+        print(write_twin(export_dir))
+    except (PipelineError, FileNotFoundError) as e:
+        print(f"leapp write-json: {e}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -595,6 +633,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1 if inspect_path(args.path) else 0
         if args.command == "aoti":
             return aoti(args.export_dir, args.node, args.output)
+        if args.command == "write-json":
+            return _write_json(args.export_dir)
         return 1 if doctor() else 0
     except BrokenPipeError:  # `leapp inspect x | head`: stop quietly, as other command-line tools do
         import os

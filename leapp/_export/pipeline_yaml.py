@@ -44,6 +44,7 @@ from leapp.pipeline_format import (
     dtype_name,
     parse_description,
     sha256_file,
+    write_twin,
 )
 
 __all__ = ["NodeArtifact", "describe_pipeline", "dump_pipeline_yaml", "write_pipeline_yaml", "producer_versions"]
@@ -237,9 +238,11 @@ def dump_pipeline_yaml(description: dict) -> str:
 
 
 def write_pipeline_yaml(description: dict, folder: Path) -> Path:
-    """Writes ``folder/pipeline.yaml`` (``dump_pipeline_yaml``)."""
+    """Writes ``folder/pipeline.yaml`` (``dump_pipeline_yaml``) and its JSON twin ``pipeline.json``
+    (``leapp.pipeline_format.twin``: the same description for the C++ runner, bound to this file's sha256)."""
     path = Path(folder) / PIPELINE_FILE
     text = dump_pipeline_yaml(description)
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
+    write_twin(folder, description)
     return path

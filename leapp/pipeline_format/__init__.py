@@ -12,6 +12,7 @@ from .format import *  # noqa: F403 - the constants, limits, PipelineError and s
 from .format import __all__ as _FORMAT_NAMES
 from .paths import contained_path
 from .reader import field_path, parse_description, read_pipeline, validate_description
+from .twin import TWIN_DIGEST_KEY, TWIN_FILE, twin_text, write_twin
 
 __all__ = [*_FORMAT_NAMES, "contained_path", "field_path", "parse_description", "read_pipeline",
-           "validate_description"]
+           "validate_description", "TWIN_DIGEST_KEY", "TWIN_FILE", "twin_text", "write_twin"]

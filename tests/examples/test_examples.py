@@ -70,7 +70,7 @@ def max_error(stdout: str, prefix: str) -> float:
 
 
 def check_cpu_export(folder: Path, files: list[str]) -> None:
-    assert sorted(p.name for p in folder.iterdir()) == sorted(files + ["pipeline.yaml"])
+    assert sorted(p.name for p in folder.iterdir()) == sorted(files + ["pipeline.json", "pipeline.yaml"])
     text = io.StringIO()
     assert inspect_path(folder, out=text) == 0, f"leapp inspect found problems:\n{text.getvalue()}"
     import leapp

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from test_examples import report_statuses, run_example
 
-FILES = ["action.onnx", "obs.pt2", "pipeline.yaml", "policy.onnx"]
+FILES = ["action.onnx", "obs.pt2", "pipeline.json", "pipeline.yaml", "policy.onnx"]
 
 
 @pytest.mark.cuda

@@ -56,7 +56,7 @@ def test_compile_without_validation_writes_artifacts_and_pipeline_yaml(tmp_path)
     report = compile_session(record, validate=False, bundles=bundles)
 
     folder = tmp_path / "go2"
-    assert sorted(p.name for p in folder.iterdir()) == ["obs.pt2", "pipeline.yaml", "policy.onnx", "proj.onnx"]
+    assert sorted(p.name for p in folder.iterdir()) == ["obs.pt2", "pipeline.json", "pipeline.yaml", "policy.onnx", "proj.onnx"]
     desc = yaml.safe_load((folder / "pipeline.yaml").read_text())
     assert desc["format"] == "leapp.pipeline" and desc["version"] == 1 and desc["name"] == "go2"
     assert [n["name"] for n in desc["nodes"]] == ["obs", "proj", "policy"]

@@ -63,4 +63,4 @@ def test_relative_save_path_exports_inside(tmp_path, monkeypatch):
     record = cr.session("exports", cr.mlp_node("policy", "torchscript"))
     record.save_path = "exports"
     compile_session(record, validate=False)
-    assert _tree(tmp_path) == ["exports", "exports/demo", "exports/demo/pipeline.yaml", "exports/demo/policy.pt"]
+    assert _tree(tmp_path) == ["exports", "exports/demo", "exports/demo/pipeline.json", "exports/demo/pipeline.yaml", "exports/demo/policy.pt"]

@@ -64,7 +64,7 @@ def test_good_names_export_inside_the_session_folder(name, tmp_path):
         for _ in range(2):
             _node_body(torch.ones(2), name, export_with="torchscript")
     session.compile(validate=False)
-    assert sorted(p.name for p in (tmp_path / name).iterdir()) == sorted([f"{name}.pt", "pipeline.yaml"])
+    assert sorted(p.name for p in (tmp_path / name).iterdir()) == sorted([f"{name}.pt", "pipeline.json", "pipeline.yaml"])
     assert [p.name for p in tmp_path.iterdir()] == [name]
 
 

@@ -24,7 +24,7 @@ import torch
 import yaml
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
-FILES = ["action.onnx", "obs.pt2", "pipeline.yaml", "policy.pt2"]
+FILES = ["action.onnx", "obs.pt2", "pipeline.json", "pipeline.yaml", "policy.pt2"]
 _FRESH_PROCESS = textwrap.dedent(
     """
     import sys

@@ -329,7 +329,7 @@ def test_hostile_node_name_cannot_place_the_package(export_dir, tmp_path, capsys
     folder = _variant(export_dir, tmp_path, rename)
     err = _refused(capsys, folder, hostile)
     assert f"node '{hostile}' of {folder}: invalid name" in err, err
-    assert sorted(p.name for p in tmp_path.rglob("*")) == sorted(["variant", "obs.pt2", "pipeline.yaml"])
+    assert sorted(p.name for p in tmp_path.rglob("*")) == sorted(["variant", "obs.pt2", "pipeline.json", "pipeline.yaml"])
 
 
 def test_output_paths(export_dir, tmp_path):

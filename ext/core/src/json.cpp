@@ -114,7 +114,8 @@ size_t first_duplicate_key(const std::vector<std::pair<std::string, JsonValue>>&
 
 class Parser {
  public:
-  Parser(std::string_view text, const std::string& what) : s_(text), what_(what) {}
+  Parser(std::string_view text, const std::string& what, const JsonLimits& limits)
+      : s_(text), what_(what), limits_(limits) {}
 
   JsonValue parse_document() {
     JsonValue v;
@@ -167,8 +168,8 @@ class Parser {
   }
 
   void count_value() {
-    if (++values_ > kJsonMaxValues)
-      fail("more than " + std::to_string(kJsonMaxValues) + " values (the limit of docs/bundle-format.md)");
+    if (++values_ > limits_.max_values)
+      fail("more than " + std::to_string(limits_.max_values) + " values (the limit of " + limits_.document + ")");
   }
 
   void parse_value(JsonValue& v, int depth) {
@@ -203,7 +204,7 @@ class Parser {
   }
 
   void check_depth(int depth) {
-    if (depth > kJsonMaxDepth) fail("nesting deeper than " + std::to_string(kJsonMaxDepth) + " levels");
+    if (depth > limits_.max_depth) fail("nesting deeper than " + std::to_string(limits_.max_depth) + " levels");
   }
 
   void parse_object(JsonValue& v, int depth) {
@@ -420,6 +421,7 @@ class Parser {
     if (r.ec == std::errc::result_out_of_range) {
       v.int_overflow = true;
       v.integer = 0;
+      v.string.assign(first, last);  // the literal, for messages that show the value
     } else if (r.ec != std::errc() || r.ptr != last) {
       fail("invalid integer");
     }
@@ -433,6 +435,7 @@ class Parser {
 
   std::string_view s_;
   const std::string& what_;
+  JsonLimits limits_;
   size_t pos_ = 0;
   size_t values_ = 0;
   std::vector<Step> path_;
@@ -441,10 +444,14 @@ class Parser {
 }  // namespace
 
 JsonValue parse_json(std::string_view text, const std::string& what) {
+  return parse_json(text, what, JsonLimits{});
+}
+
+JsonValue parse_json(std::string_view text, const std::string& what, const JsonLimits& limits) {
   size_t bad = 0;
   if (!valid_utf8(text, bad))
     throw std::invalid_argument(what + ": not valid UTF-8 at byte " + std::to_string(bad));
-  return Parser(text, what).parse_document();
+  return Parser(text, what, limits).parse_document();
 }
 
 }  // namespace leapp::detail

@@ -35,7 +35,7 @@ struct JsonValue {
   bool int_overflow = false;  ///< kInt whose value does not fit int64
   int64_t integer = 0;
   double number = 0.0;
-  std::string string;
+  std::string string;  ///< kString's text; for an int_overflow kInt, its decimal literal
   std::vector<JsonValue> array;
   std::vector<std::pair<std::string, JsonValue>> object;  ///< in document order, keys unique
 
@@ -44,6 +44,16 @@ struct JsonValue {
   /// "object", "array", "string", "integer", "number", "boolean" or "null".
   const char* type_name() const;
 };
+
+/// Bounds of one document; the defaults are the bundle manifest's (docs/bundle-format.md).
+struct JsonLimits {
+  int max_depth = kJsonMaxDepth;        ///< nesting of arrays/objects, the top level being 1
+  size_t max_values = kJsonMaxValues;   ///< values in the document, keys not counted
+  const char* document = "docs/bundle-format.md";  ///< named in the error when a bound is exceeded
+};
+
+/// Parses `text` within `limits`; throws as below.
+JsonValue parse_json(std::string_view text, const std::string& what, const JsonLimits& limits);
 
 /// Parses `text`; throws std::invalid_argument("<what>: invalid JSON: <reason> at byte N[ in <path>]").
 JsonValue parse_json(std::string_view text, const std::string& what);

@@ -1,0 +1,95 @@
+// leapp/pipeline.h: run a leapp export folder from C++ (docs/deploy.md).
+//
+//   auto pipeline = leapp::Pipeline::open("exports/go2");            // checks what leapp.load checks
+//   for (const leapp::TensorInfo& t : pipeline->inputs()) ...         // names, dtypes, shapes
+//   pipeline->run({{"quat", quat_ptr}, ...}, {{"actions", out_ptr}});  // caller-owned buffers
+//
+// The folder's wiring is read from pipeline.json, the JSON twin of pipeline.yaml (one schema:
+// leapp/pipeline_format/pipeline.schema.json); artifacts are checked (containment, sha256) as
+// leapp.load checks them and refused with the same texts. ONNX nodes run in ONNX Runtime (found
+// and loaded at run time) with leapp's WarpSegment op library registered. Errors are
+// leapp::PipelineError. No CUDA link dependency: device mode uses the driver through dlopen.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace leapp {
+
+/// An export folder is inconsistent or was refused, or a run got wrong inputs (texts as leapp.load's).
+class PipelineError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A named value at a boundary: torch's dtype name ("float32"), static shape, C-order bytes.
+struct TensorInfo {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  size_t element_size = 0;
+  size_t byte_size() const;
+};
+
+/// One node as the wiring describes it, and how this process runs it.
+struct NodeInfo {
+  std::string name;
+  std::string backend;   ///< "onnx" (runs here), "pt2" or "torchscript" (refused at open)
+  std::string artifact;  ///< the resolved path of its artifact
+  std::string device;    ///< the device it was exported on ("cpu", "cuda:0")
+  std::string execution; ///< "ort-cpu" or "ort-cuda"
+  std::vector<TensorInfo> inputs, outputs;
+};
+
+/// Where the caller's buffers live. kDevice runs every node on ONNX Runtime's CUDA EP on `stream`.
+enum class Memory { kHost, kDevice };
+
+struct PipelineOptions {
+  Memory memory = Memory::kHost;
+  int device_index = 0;          ///< kDevice: the CUDA device of the buffers
+  void* stream = nullptr;        ///< kDevice: the CUstream (= cudaStream_t) all work is enqueued on; nullptr: the legacy default stream
+  std::string onnxruntime_library;  ///< libonnxruntime.so to load; "" = search (docs/deploy.md)
+  std::string ort_op_library;       ///< libleapp_warp_ort.so to register; "" = search
+  int intra_op_threads = 0;         ///< ORT's intra-op threads (0: ORT's default)
+};
+
+class Pipeline {
+ public:
+  /// Opens EXPORT_DIR (or its pipeline.yaml/pipeline.json): reads and checks the wiring and every artifact, opens every node.
+  static std::unique_ptr<Pipeline> open(const std::string& export_dir, const PipelineOptions& options = {});
+  /// Checks the wiring and every artifact (containment, sha256) without opening a runtime; throws PipelineError.
+  static void check(const std::string& export_dir);
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  const std::string& name() const;
+  const std::vector<TensorInfo>& inputs() const;   ///< the pipeline's inputs, in pipeline.yaml order
+  const std::vector<TensorInfo>& outputs() const;  ///< the pipeline's outputs
+  const std::vector<NodeInfo>& nodes() const;      ///< in execution order
+
+  /// Runs every node; every pipeline input and output by name, each a buffer of byte_size() in options.memory.
+  /// kDevice: enqueued on options.stream; returns without waiting (synchronize() waits).
+  void run(const std::map<std::string, const void*>& inputs, const std::map<std::string, void*>& outputs);
+  /// Runs one node alone on its own inputs and outputs (NodeInfo), by name.
+  void run_node(const std::string& node, const std::map<std::string, const void*>& inputs,
+                const std::map<std::string, void*>& outputs);
+  /// Waits until the work enqueued on options.stream is done (kHost: returns at once).
+  void synchronize();
+  /// Seconds each node took in the last run() (host wall clock; kDevice: each node is synchronised when timing is on).
+  void set_timing(bool on);
+  const std::vector<double>& last_node_seconds() const;
+
+  struct Impl;
+
+ private:
+  explicit Pipeline(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace leapp

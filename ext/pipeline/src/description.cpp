@@ -1,0 +1,319 @@
+// ext/pipeline/src/description.cpp: see description.h. Each refusal repeats the text of
+// leapp/pipeline_format/reader.py or paths.py (tests/runtime/test_cpp_pipeline.py compares them).
+#include "description.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "json.h"
+#include "leapp/pipeline.h"
+#include "pyrepr.h"
+#include "schema.h"
+#include "sha256.h"
+
+namespace fs = std::filesystem;
+
+namespace leapp::pipeline_detail {
+namespace {
+
+using leapp::detail::JsonValue;
+using T = JsonValue::Type;
+
+// leapp/pipeline_format/format.py
+constexpr const char* kFormat = "leapp.pipeline";
+constexpr int64_t kVersion = 1;
+constexpr size_t kMaxFileBytes = size_t(16) << 20;
+constexpr int kMaxDepth = 32;
+constexpr size_t kMaxValues = 200000;
+
+[[noreturn]] void fail(const std::string& text) { throw PipelineError(text); }
+
+/// Python's str(Path(p)): '//' and '.' components collapsed, no trailing '/'.
+std::string shown_path(const std::string& p) {
+  if (p.empty()) return ".";
+  std::string out = p[0] == '/' ? "/" : "";
+  size_t start = 0;
+  while (start <= p.size()) {
+    size_t end = p.find('/', start);
+    if (end == std::string::npos) end = p.size();
+    std::string part = p.substr(start, end - start);
+    if (!part.empty() && part != ".") out += (out.empty() || out == "/" ? "" : "/") + part;
+    start = end + 1;
+  }
+  return out.empty() ? "." : out;
+}
+
+bool is_regular_file(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string read_bounded(const std::string& path, size_t limit) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(path + ": cannot be read: " + std::strerror(errno));
+  std::string data(limit + 1, '\0');
+  f.read(data.data(), std::streamsize(data.size()));
+  data.resize(size_t(f.gcount()));
+  return data;
+}
+
+std::string spec_text(const Spec& s) {
+  std::string out = s.dtype + "[";
+  for (size_t i = 0; i < s.shape.size(); ++i) out += (i ? ", " : "") + std::to_string(s.shape[i]);
+  return out + "]";
+}
+
+Spec spec_of(const JsonValue& v) {
+  Spec s;
+  s.name = v.find("name")->string;
+  s.dtype = v.find("dtype")->string;
+  for (const JsonValue& d : v.find("shape")->array) s.shape.push_back(d.integer);
+  return s;
+}
+
+/// The description's fields, after the schema has accepted it (every required key is there, typed).
+Description convert(const JsonValue& root) {
+  Description d;
+  d.name = root.find("name")->string;
+  for (const JsonValue& n : root.find("nodes")->array) {
+    NodeDescription node;
+    node.name = n.find("name")->string;
+    node.backend = n.find("backend")->string;
+    node.artifact = n.find("artifact")->string;
+    node.sha256 = n.find("sha256")->string;
+    node.device = n.find("device")->string;
+    for (const JsonValue& f : n.find("files")->array) node.files.emplace_back(f.find("path")->string, f.find("sha256")->string);
+    for (const JsonValue& s : n.find("inputs")->array) node.inputs.push_back(spec_of(s));
+    for (const JsonValue& s : n.find("outputs")->array) node.outputs.push_back(spec_of(s));
+    node.segments = n.find("segments")->array.size();
+    d.nodes.push_back(std::move(node));
+  }
+  for (const JsonValue& e : root.find("edges")->array) {
+    const JsonValue* feedback = e.find("feedback");
+    d.edges.push_back(Edge{e.find("from_node")->string, e.find("from_output")->string, e.find("to_node")->string,
+                           e.find("to_input")->string, feedback && feedback->boolean});
+  }
+  for (const JsonValue& i : root.find("inputs")->array) {
+    PipelineInput in{spec_of(i), {}};
+    for (const JsonValue& c : i.find("consumers")->array) in.consumers.emplace_back(c.find("node")->string, c.find("input")->string);
+    d.inputs.push_back(std::move(in));
+  }
+  for (const JsonValue& o : root.find("outputs")->array)
+    d.outputs.push_back(PipelineOutput{spec_of(o), o.find("node")->string, o.find("output")->string});
+  return d;
+}
+
+/// reader._unique: name -> index; refuses a name given twice.
+std::map<std::string, size_t> unique(const std::vector<const std::string*>& names, const std::string& field,
+                                     const std::string& file, const std::string& what) {
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto [it, fresh] = index.emplace(*names[i], i);
+    if (!fresh)
+      fail(file + ": " + field + "[" + std::to_string(i) + "].name: " + what + " " + repr_str(*names[i]) + " is also " +
+           field + "[" + std::to_string(it->second) + "]");
+  }
+  return index;
+}
+
+template <class Entries>
+std::vector<const std::string*> names_of(const Entries& entries) {
+  std::vector<const std::string*> out;
+  for (const auto& e : entries) out.push_back(&e.name);
+  return out;
+}
+
+/// reader._check_references, in the same order and with the same texts.
+void check_references(const Description& d, const std::string& file) {
+  auto node_index = unique(names_of(d.nodes), "nodes", file, "node");
+  std::vector<std::string> node_names;
+  for (const auto& n : d.nodes) node_names.push_back(n.name);
+  for (size_t n = 0; n < d.nodes.size(); ++n) {
+    unique(names_of(d.nodes[n].inputs), "nodes[" + std::to_string(n) + "].inputs", file, "input");
+    unique(names_of(d.nodes[n].outputs), "nodes[" + std::to_string(n) + "].outputs", file, "output");
+  }
+  std::map<std::pair<std::string, std::string>, std::string> fed;
+  auto port = [&](const std::string& field, const std::string& node, const std::string& name, bool inputs,
+                  const char* node_key, const char* name_key) -> const Spec& {
+    auto it = node_index.find(node);
+    if (it == node_index.end())
+      fail(file + ": " + field + "." + node_key + ": no node " + repr_str(node) + " (nodes: " + repr_names(node_names) + ")");
+    const auto& side = inputs ? d.nodes[it->second].inputs : d.nodes[it->second].outputs;
+    // a Python dict keeps the last of two equal names; _unique has refused duplicates above
+    for (const Spec& s : side)
+      if (s.name == name) return s;
+    std::vector<std::string> names;
+    for (const Spec& s : side) names.push_back(s.name);
+    fail(file + ": " + field + "." + name_key + ": node " + repr_str(node) + " has no " + (inputs ? "input " : "output ") +
+         repr_str(name) + " (" + (inputs ? "inputs: " : "outputs: ") + repr_names(names) + ")");
+  };
+  auto feed = [&](const std::string& field, const std::string& node, const std::string& name) {
+    auto [it, fresh] = fed.emplace(std::make_pair(node, name), field);
+    if (!fresh)
+      fail(file + ": " + field + ": input " + repr_str(name) + " of node " + repr_str(node) + " is already fed by " + it->second);
+  };
+  auto same = [&](const std::string& field, const Spec& a, const Spec& b, const char* text) {
+    if (a.dtype != b.dtype || a.shape != b.shape)
+      fail(file + ": " + field + ": " + text + " " + spec_text(a) + " to " + spec_text(b));
+  };
+  for (size_t e = 0; e < d.edges.size(); ++e) {
+    const Edge& edge = d.edges[e];
+    std::string field = "edges[" + std::to_string(e) + "]";
+    const Spec& src = port(field, edge.from_node, edge.from_output, false, "from_node", "from_output");
+    const Spec& dst = port(field, edge.to_node, edge.to_input, true, "to_node", "to_input");
+    same(field, src, dst, "joins");
+    bool forward = node_index[edge.from_node] < node_index[edge.to_node];
+    if (edge.feedback) {
+      if (forward)
+        fail(file + ": " + field + ".feedback: an edge to a later node is not feedback (nodes run in the listed order)");
+    } else if (!forward) {
+      fail(file + ": " + field + ": goes from " + repr_str(edge.from_node) + " back to " + repr_str(edge.to_node) +
+           " without 'feedback: true' (nodes run in the listed order)");
+    } else {
+      feed(field, edge.to_node, edge.to_input);
+    }
+  }
+  std::vector<const std::string*> input_names;
+  for (const auto& i : d.inputs) input_names.push_back(&i.spec.name);
+  unique(input_names, "inputs", file, "pipeline input");
+  for (size_t i = 0; i < d.inputs.size(); ++i)
+    for (size_t c = 0; c < d.inputs[i].consumers.size(); ++c) {
+      std::string field = "inputs[" + std::to_string(i) + "].consumers[" + std::to_string(c) + "]";
+      const auto& [node, input] = d.inputs[i].consumers[c];
+      const Spec& spec = port(field, node, input, true, "node", "input");
+      same(field, d.inputs[i].spec, spec, "feeds");
+      feed(field, node, input);
+    }
+  for (size_t n = 0; n < d.nodes.size(); ++n)
+    for (size_t i = 0; i < d.nodes[n].inputs.size(); ++i) {
+      const std::string& name = d.nodes[n].inputs[i].name;
+      if (!fed.count({d.nodes[n].name, name}))
+        fail(file + ": nodes[" + std::to_string(n) + "].inputs[" + std::to_string(i) + "]: input " + repr_str(name) +
+             " of node " + repr_str(d.nodes[n].name) + " is fed by no edge and no pipeline input");
+    }
+  std::vector<const std::string*> output_names;
+  for (const auto& o : d.outputs) output_names.push_back(&o.spec.name);
+  unique(output_names, "outputs", file, "pipeline output");
+  for (size_t o = 0; o < d.outputs.size(); ++o) {
+    std::string field = "outputs[" + std::to_string(o) + "]";
+    const Spec& spec = port(field, d.outputs[o].node, d.outputs[o].output, false, "node", "output");
+    same(field, spec, d.outputs[o].spec, "returns");
+  }
+}
+
+/// reader.validate_description: format, version, schema, cross-references.
+void validate(const JsonValue& root, const std::string& file) {
+  if (root.type != T::kObject) fail(file + ": expected a mapping at the top level, got " + describe(root));
+  const JsonValue* format = root.find("format");
+  if (!format || format->type != T::kString || format->string != kFormat)
+    fail(file + ": not a leapp pipeline description (format must be " + repr_str(kFormat) + ")");
+  const JsonValue* version = root.find("version");
+  if (!version || version->type != T::kInt || version->int_overflow || version->integer != kVersion)
+    fail(file + ": unsupported pipeline.yaml version " + (version ? repr(*version, false) : "None") +
+         " (this leapp reads " + std::to_string(kVersion) + ")");
+  std::string problem = schema_error(root);
+  if (!problem.empty()) fail(file + ": " + problem);
+}
+
+std::string regenerate_hint(const std::string& folder) {
+  return "run `leapp write-json " + folder + "` to write it from pipeline.yaml (docs/pipeline-format.md, 'pipeline.json')";
+}
+
+}  // namespace
+
+std::string join_shown(const std::string& folder, const std::string& name) {
+  return folder == "." ? name : folder == "/" ? "/" + name : folder + "/" + name;
+}
+
+std::string contained_path(const std::string& folder, const std::string& rel, const std::string& where) {
+  if (rel.empty()) fail(where + ": expected a non-empty relative path, got " + repr_str(rel));
+  bool dotdot = false;
+  for (size_t start = 0; start <= rel.size();) {
+    size_t end = rel.find('/', start);
+    if (end == std::string::npos) end = rel.size();
+    dotdot = dotdot || rel.compare(start, end - start, "..") == 0 && end - start == 2;
+    start = end + 1;
+  }
+  if (rel.find('\0') != std::string::npos || rel[0] == '/' || dotdot)
+    fail(where + ": path " + repr_str(rel) + " leaves the pipeline folder " + folder +
+         " (paths are relative, without '..')");
+  std::error_code ec;
+  fs::path base = fs::weakly_canonical(fs::absolute(folder, ec), ec);
+  fs::path path = ec ? fs::path() : fs::weakly_canonical(fs::absolute(fs::path(folder) / rel, ec), ec);
+  struct stat st;
+  if (!ec && ::stat(path.c_str(), &st) != 0 && errno == ELOOP) ec = std::make_error_code(std::errc::too_many_symbolic_link_levels);
+  if (ec)  // Python: "Symlink loop from '...'"
+    fail(where + ": path " + repr_str(rel) + " cannot be resolved in " + folder + ": Symlink loop from " +
+         repr_str((fs::path(folder) / rel).string()));
+  bool inside = false;
+  for (fs::path p = path.parent_path(); !p.empty(); p = p.parent_path()) {
+    if (p == base) {
+      inside = true;
+      break;
+    }
+    if (p == p.root_path()) break;
+  }
+  if (!inside)
+    fail(where + ": path " + repr_str(rel) + " leaves the pipeline folder " + folder + " (it resolves to " +
+         path.string() + ")");
+  return path.string();
+}
+
+std::string sha256_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(path + ": cannot be read: " + std::strerror(errno));
+  std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto digest = leapp::detail::sha256(data.data(), data.size());
+  return leapp::detail::to_hex(digest.data(), digest.size());
+}
+
+Description read_description(const std::string& arg) {
+  std::string folder = shown_path(arg);
+  if (is_regular_file(folder)) {  // Python: a file's parent (pipeline.yaml given instead of its folder)
+    size_t slash = folder.rfind('/');
+    folder = slash == std::string::npos ? "." : slash == 0 ? "/" : folder.substr(0, slash);
+  }
+  const std::string yaml_file = join_shown(folder, kPipelineYaml);
+  const std::string file = join_shown(folder, kPipelineJson);
+  if (!is_regular_file(yaml_file)) fail("no pipeline.yaml in " + folder);
+  contained_path(folder, kPipelineYaml, yaml_file);
+  if (!is_regular_file(file))
+    fail("no pipeline.json in " + folder + " (the JSON twin of pipeline.yaml that leapp's C++ runner reads; exports "
+         "made before leapp wrote it have none): " + regenerate_hint(folder));
+  contained_path(folder, kPipelineJson, file);
+  std::string data = read_bounded(file, kMaxFileBytes);
+  if (data.size() > kMaxFileBytes)
+    fail(file + ": larger than " + std::to_string(kMaxFileBytes) + " bytes (leapp writes a few KiB per node)");
+  JsonValue root;
+  try {
+    root = leapp::detail::parse_json(data, file, {kMaxDepth, kMaxValues, "docs/pipeline-format.md"});
+  } catch (const std::invalid_argument& e) {
+    fail(e.what());
+  }
+  // the twin must be of the pipeline.yaml beside it: checked first, a stale twin is not worth validating
+  if (root.type == T::kObject) {
+    const JsonValue* digest = root.find(kTwinDigestKey);
+    std::string actual = sha256_file(yaml_file);
+    if (!digest || digest->type != T::kString)
+      fail(file + ": " + kTwinDigestKey + ": missing (the sha256 of the pipeline.yaml it was made from): " +
+           regenerate_hint(folder));
+    if (digest->string != actual)
+      fail(file + ": " + kTwinDigestKey + ": " + repr(*digest, true) + " is not the sha256 of " + yaml_file + " (" +
+           actual + "): pipeline.yaml changed after pipeline.json was written; " + regenerate_hint(folder));
+  }
+  validate(root, file);
+  Description d = convert(root);
+  check_references(d, file);
+  d.folder = folder;
+  d.yaml_file = yaml_file;
+  d.file = file;
+  return d;
+}
+
+}  // namespace leapp::pipeline_detail

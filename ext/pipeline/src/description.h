@@ -1,0 +1,65 @@
+// ext/pipeline/src/description.h: pipeline.json read and checked as leapp.pipeline_format checks pipeline.yaml (internal).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace leapp::pipeline_detail {
+
+struct Spec {
+  std::string name, dtype;
+  std::vector<int64_t> shape;
+};
+
+struct NodeDescription {
+  std::string name, backend, artifact, sha256, device;
+  std::vector<std::pair<std::string, std::string>> files;  ///< (path, sha256): ONNX external data
+  std::vector<Spec> inputs, outputs;
+  size_t segments = 0;
+};
+
+struct Edge {
+  std::string from_node, from_output, to_node, to_input;
+  bool feedback = false;
+};
+
+struct PipelineInput {
+  Spec spec;
+  std::vector<std::pair<std::string, std::string>> consumers;  ///< (node, input)
+};
+
+struct PipelineOutput {
+  Spec spec;
+  std::string node, output;
+};
+
+struct Description {
+  std::string folder;     ///< the folder as Python's str(Path(arg)) shows it
+  std::string yaml_file;  ///< folder/pipeline.yaml as shown
+  std::string file;       ///< folder/pipeline.json as shown: the file the messages name
+  std::string name;
+  std::vector<NodeDescription> nodes;
+  std::vector<Edge> edges;
+  std::vector<PipelineInput> inputs;
+  std::vector<PipelineOutput> outputs;
+};
+
+constexpr const char* kPipelineYaml = "pipeline.yaml";
+constexpr const char* kPipelineJson = "pipeline.json";
+constexpr const char* kTwinDigestKey = "pipeline_yaml_sha256";
+
+/// Reads `path` (an export folder or a file in it); throws leapp::PipelineError.
+Description read_description(const std::string& path);
+
+/// leapp.pipeline_format.contained_path: the resolved folder/rel, or PipelineError naming `where`.
+std::string contained_path(const std::string& folder, const std::string& rel, const std::string& where);
+
+/// Lower-case hex sha256 of a file (read in chunks).
+std::string sha256_file(const std::string& path);
+
+/// Python's str(Path(a) / b) for display.
+std::string join_shown(const std::string& folder, const std::string& name);
+
+}  // namespace leapp::pipeline_detail

@@ -1,0 +1,404 @@
+// ext/pipeline/src/pipeline.cpp: Pipeline::open and run (see leapp/pipeline.h).
+//
+// Mirrors leapp/runtime/pipeline.py::load: wiring read and checked (description.cpp), then per node:
+// artifact and extra files contained and digested, the node opened by its runtime. Values between
+// nodes live in buffers owned here, in the caller's memory kind: a consumer's input is bound to its
+// producer's output buffer (no copy; on the device, no host round trip), a pipeline output that no
+// edge reads is bound straight to the caller's buffer.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "description.h"
+#include "leapp/cuda_driver.h"
+#include "leapp/pipeline.h"
+#include "ort_runtime.h"
+#include "pyrepr.h"
+
+namespace leapp {
+
+using namespace pipeline_detail;
+
+namespace {
+
+struct DtypeInfo {
+  const char* name;
+  size_t size;
+  int onnx;  ///< ONNXTensorElementDataType, 0: cannot cross an ONNX boundary (leapp/runtime/onnx_runner.py)
+};
+
+constexpr DtypeInfo kDtypes[] = {
+    {"bool", 1, 9},         {"uint8", 1, 2},     {"int8", 1, 3},        {"int16", 2, 5},         {"int32", 4, 6},
+    {"int64", 8, 7},        {"uint16", 2, 0},    {"uint32", 4, 0},      {"uint64", 8, 0},        {"float16", 2, 10},
+    {"bfloat16", 2, 16},    {"float32", 4, 1},   {"float64", 8, 11},    {"complex32", 4, 0},     {"complex64", 8, 0},
+    {"complex128", 16, 0},  {"float8_e4m3fn", 1, 0}, {"float8_e4m3fnuz", 1, 0}, {"float8_e5m2", 1, 0},
+    {"float8_e5m2fnuz", 1, 0}};
+
+const DtypeInfo& dtype_info(const std::string& name) {
+  for (const DtypeInfo& d : kDtypes)
+    if (name == d.name) return d;
+  throw PipelineError("unknown dtype " + repr_str(name));  // the schema's enum has refused it already
+}
+
+TensorInfo tensor_info(const Spec& s) { return TensorInfo{s.name, s.dtype, s.shape, dtype_info(s.dtype).size}; }
+
+std::string spec_text(const TensorInfo& t) {
+  std::string out = t.dtype + "[";
+  for (size_t i = 0; i < t.shape.size(); ++i) out += (i ? ", " : "") + std::to_string(t.shape[i]);
+  return out + "]";
+}
+
+/// A buffer owned by the pipeline: host memory or device memory from the driver.
+struct OwnedBuffer {
+  std::vector<uint64_t> host;  // 8-byte aligned
+  CUdeviceptr device = 0;
+  void* data() { return device ? reinterpret_cast<void*>(device) : host.data(); }
+};
+
+void check_names(const std::vector<TensorInfo>& specs, const std::vector<std::string>& given, const std::string& where,
+                 const char* what) {
+  std::vector<std::string> expected, missing, unknown;
+  for (const TensorInfo& s : specs) expected.push_back(s.name);
+  for (const std::string& e : expected)
+    if (std::find(given.begin(), given.end(), e) == given.end()) missing.push_back(e);
+  for (const std::string& g : given)
+    if (std::find(expected.begin(), expected.end(), g) == expected.end()) unknown.push_back(g);
+  if (missing.empty() && unknown.empty()) return;
+  std::sort(unknown.begin(), unknown.end());
+  std::string parts;
+  if (!missing.empty()) parts += "missing " + repr_names(missing);
+  if (!unknown.empty()) parts += std::string(parts.empty() ? "" : ", ") + "unexpected " + repr_names(unknown);
+  throw PipelineError(where + ": " + what + " " + parts + "; expected " + repr_names(expected));
+}
+
+template <class V>
+std::vector<std::string> keys(const std::map<std::string, V>& m) {
+  std::vector<std::string> out;
+  for (const auto& kv : m) out.push_back(kv.first);
+  return out;
+}
+
+/// leapp/runtime/pipeline.py::verify_file, same order and texts: contained, present, same sha256.
+std::string verify_file(const Description& d, const std::string& where, const std::string& rel,
+                        const std::string& expected, const std::string& field) {
+  std::string path = contained_path(d.folder, rel, field + " (" + where + ")");
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) throw PipelineError(where + ": artifact " + path + " is missing");
+  std::string actual = sha256_file(path);
+  if (actual != expected)
+    throw PipelineError(where + ": artifact " + path + " has sha256 " + actual + " but pipeline.yaml records " +
+                        expected + "; the file changed after export");
+  return path;
+}
+
+/// Every artifact and extra file of every node, as leapp.load checks them before opening a node.
+void verify_files(const Description& d) {
+  for (size_t i = 0; i < d.nodes.size(); ++i) {
+    const NodeDescription& n = d.nodes[i];
+    const std::string where = "pipeline '" + d.name + "' node '" + n.name + "'";
+    const std::string field = d.file + ": nodes[" + std::to_string(i) + "]";
+    verify_file(d, where, n.artifact, n.sha256, field + ".artifact");
+    for (size_t f = 0; f < n.files.size(); ++f)
+      verify_file(d, where, n.files[f].first, n.files[f].second, field + ".files[" + std::to_string(f) + "].path");
+  }
+}
+
+}  // namespace
+
+void Pipeline::check(const std::string& export_dir) { verify_files(read_description(export_dir)); }
+
+size_t TensorInfo::byte_size() const {
+  size_t n = element_size;
+  for (int64_t d : shape) n *= size_t(d);
+  return n;
+}
+
+struct Node {
+  NodeInfo info;
+  std::unique_ptr<Ort::Session> session;
+  std::unique_ptr<Ort::IoBinding> binding;
+  std::vector<std::string> input_names, output_names;  // the model's, bound by position as leapp.load does
+  std::vector<int> output_types, input_types;
+  std::vector<std::pair<int, std::string>> sources;  // per input: (producer node, output) or (-1, pipeline input)
+};
+
+struct Pipeline::Impl {
+  Description description;
+  PipelineOptions options;
+  std::unique_ptr<Ort::Env> env;
+  std::vector<TensorInfo> inputs, outputs;
+  std::vector<NodeInfo> node_infos;
+  std::vector<Node> nodes;
+  std::map<std::pair<int, std::string>, OwnedBuffer> values;  // (node, output) -> buffer
+  std::set<std::pair<int, std::string>> read_by_edges;
+  std::unique_ptr<Ort::MemoryInfo> memory;
+  std::unique_ptr<Ort::RunOptions> run_options;  // made once ORT is loaded (its constructor calls the API)
+  bool timing = false;
+  std::vector<double> seconds;
+  CUcontext context = nullptr;
+
+  ~Impl() {
+    nodes.clear();
+    if (options.memory == Memory::kDevice) {
+      const CudaDriver& d = driver();
+      for (auto& kv : values)
+        if (kv.second.device) d.cuMemFree(kv.second.device);
+    }
+  }
+
+  void make_current() const {
+    if (context) LEAPP_CHECK_CU(driver().cuCtxSetCurrent(context));
+  }
+
+  CUstream stream() const {
+    return options.stream ? reinterpret_cast<CUstream>(options.stream) : cu_stream_legacy();
+  }
+
+  Ort::Value tensor(const TensorInfo& t, int onnx_type, void* data) const {
+    return Ort::Value::CreateTensor(*memory, data, t.byte_size(), t.shape.data(), t.shape.size(),
+                                    ONNXTensorElementDataType(onnx_type));
+  }
+
+  void open_node(size_t index, const NodeDescription& d);
+  void run_one(Node& node, const std::vector<void*>& in, const std::vector<void*>& out);
+};
+
+void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
+  const std::string where = "pipeline '" + description.name + "' node '" + d.name + "'";
+  const std::string field = description.file + ": nodes[" + std::to_string(index) + "]";
+  auto verify = [&](const std::string& rel, const std::string& expected, const std::string& what) {
+    return verify_file(description, where, rel, expected, what);
+  };
+  Node node;
+  node.info.name = d.name;
+  node.info.backend = d.backend;
+  node.info.device = d.device;
+  node.info.artifact = verify(d.artifact, d.sha256, field + ".artifact");
+  for (size_t i = 0; i < d.files.size(); ++i)
+    verify(d.files[i].first, d.files[i].second, field + ".files[" + std::to_string(i) + "].path");
+  for (const Spec& s : d.inputs) node.info.inputs.push_back(tensor_info(s));
+  for (const Spec& s : d.outputs) node.info.outputs.push_back(tensor_info(s));
+  if (d.backend != "onnx")
+    throw PipelineError(where + ": a " + d.backend + " node (" + d.artifact + "); leapp's C++ runner runs ONNX nodes "
+                        "only. Export the node with export_with='onnx', or compile it with `leapp aoti " +
+                        description.folder + " " + d.name + "` and load the package with libtorch's "
+                        "AOTIModelPackageLoader (docs/aoti.md)");
+  std::string library = ort_op_library(options.ort_op_library);
+  if (library.empty() && d.segments)
+    throw PipelineError(where + ": the node has Warp segments and leapp's ONNX Runtime op library "
+                        "libleapp_warp_ort.so was not found (next to libleapp_pipeline.so, or "
+                        "$LEAPP_WARP_ONNX_CUSTOM_OP_LIBRARY)");
+  const std::string cannot_open =
+      where + ": cannot open " + node.info.artifact + " (onnx; is the file corrupt or truncated?): PipelineError: ";
+  try {
+    Ort::SessionOptions so;
+    if (options.intra_op_threads > 0) so.SetIntraOpNumThreads(options.intra_op_threads);
+    if (!library.empty()) so.RegisterCustomOpsLibrary(library.c_str());
+    if (options.memory == Memory::kDevice) {
+      OrtCUDAProviderOptionsV2* cuda = nullptr;
+      Ort::ThrowOnError(Ort::GetApi().CreateCUDAProviderOptions(&cuda));
+      std::unique_ptr<OrtCUDAProviderOptionsV2, void (*)(OrtCUDAProviderOptionsV2*)> guard(
+          cuda, [](OrtCUDAProviderOptionsV2* p) { Ort::GetApi().ReleaseCUDAProviderOptions(p); });
+      // use_tf32 off: float32 matmuls as torch computes them by default (leapp/runtime/onnx_runner.py)
+      std::string device_id = std::to_string(options.device_index);
+      const char* k[] = {"device_id", "use_tf32", "has_user_compute_stream"};
+      const char* v[] = {device_id.c_str(), "0", "1"};
+      Ort::ThrowOnError(Ort::GetApi().UpdateCUDAProviderOptions(cuda, k, v, 3));
+      Ort::ThrowOnError(Ort::GetApi().UpdateCUDAProviderOptionsWithValue(cuda, "user_compute_stream", stream()));
+      so.AppendExecutionProvider_CUDA_V2(*cuda);
+      node.info.execution = "ort-cuda";
+    } else {
+      node.info.execution = "ort-cpu";
+    }
+    try {
+      node.session = std::make_unique<Ort::Session>(*env, node.info.artifact.c_str(), so);
+    } catch (const Ort::Exception& e) {
+      throw PipelineError("onnxruntime could not load " + node.info.artifact + ": " + ort_error_text(e));
+    }
+    Ort::AllocatorWithDefaultOptions allocator;
+    for (size_t i = 0; i < node.session->GetInputCount(); ++i)
+      node.input_names.push_back(node.session->GetInputNameAllocated(i, allocator).get());
+    for (size_t i = 0; i < node.session->GetOutputCount(); ++i)
+      node.output_names.push_back(node.session->GetOutputNameAllocated(i, allocator).get());
+    if (node.input_names.size() != d.inputs.size() || node.output_names.size() != d.outputs.size()) {
+      std::vector<std::string> ins, outs;
+      for (const Spec& s : d.inputs) ins.push_back(s.name);
+      for (const Spec& s : d.outputs) outs.push_back(s.name);
+      throw PipelineError(node.info.artifact + ": the model has inputs " + repr_names(node.input_names) +
+                          " and outputs " + repr_names(node.output_names) + ", pipeline.yaml lists " +
+                          repr_names(ins) + " and " + repr_names(outs));
+    }
+    for (const TensorInfo& t : node.info.outputs) {
+      int type = dtype_info(t.dtype).onnx;
+      if (!type) throw PipelineError("dtype " + t.dtype + " cannot cross an ONNX boundary in leapp");
+      node.output_types.push_back(type);
+    }
+    for (const TensorInfo& t : node.info.inputs) {
+      int type = dtype_info(t.dtype).onnx;
+      if (!type) throw PipelineError("dtype " + t.dtype + " cannot cross an ONNX boundary in leapp");
+      node.input_types.push_back(type);
+    }
+    node.binding = std::make_unique<Ort::IoBinding>(*node.session);
+  } catch (const PipelineError& e) {
+    throw PipelineError(cannot_open + e.what());
+  } catch (const Ort::Exception& e) {
+    throw PipelineError(cannot_open + ort_error_text(e));
+  }
+  node_infos.push_back(node.info);
+  nodes.push_back(std::move(node));
+}
+
+void Pipeline::Impl::run_one(Node& node, const std::vector<void*>& in, const std::vector<void*>& out) {
+  auto start = std::chrono::steady_clock::now();
+  try {
+    for (size_t i = 0; i < in.size(); ++i)
+      node.binding->BindInput(node.input_names[i].c_str(), tensor(node.info.inputs[i], node.input_types[i], in[i]));
+    for (size_t i = 0; i < out.size(); ++i)
+      node.binding->BindOutput(node.output_names[i].c_str(), tensor(node.info.outputs[i], node.output_types[i], out[i]));
+    node.session->Run(*run_options, *node.binding);
+  } catch (const Ort::Exception& e) {
+    throw PipelineError("Pipeline '" + description.name + "' node '" + node.info.name + "' (" +
+                        std::filesystem::path(node.info.artifact).filename().string() + "): " + ort_error_text(e));
+  }
+  if (timing) {
+    if (options.memory == Memory::kDevice) LEAPP_CHECK_CU(driver().cuStreamSynchronize(stream()));
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+}
+
+Pipeline::Pipeline(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Pipeline::~Pipeline() = default;
+
+std::unique_ptr<Pipeline> Pipeline::open(const std::string& export_dir, const PipelineOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->description = read_description(export_dir);
+  const Description& d = impl->description;
+  load_onnxruntime(options.onnxruntime_library);
+  impl->env = std::make_unique<Ort::Env>(ORT_LOGGING_LEVEL_WARNING, "leapp");
+  impl->run_options = std::make_unique<Ort::RunOptions>();
+  if (options.memory == Memory::kDevice) {
+    std::vector<std::string> providers = Ort::GetAvailableProviders();
+    if (std::find(providers.begin(), providers.end(), "CUDAExecutionProvider") == providers.end())
+      throw PipelineError("pipeline '" + d.name + "': device buffers need ONNX Runtime's CUDA execution provider, "
+                          "which " + load_onnxruntime("") + " does not have (providers: " + repr_names(providers) +
+                          "); install onnxruntime-gpu, or open with host buffers (CPU EP)");
+    const CudaDriver& drv = driver();  // throws DriverUnavailable with the reason
+    CUdevice device = 0;
+    LEAPP_CHECK_CU(drv.cuInit(0));
+    LEAPP_CHECK_CU(drv.cuDeviceGet(&device, options.device_index));
+    LEAPP_CHECK_CU(drv.cuDevicePrimaryCtxRetain(&impl->context, device));  // the runtime API's (ORT's) context
+    impl->make_current();
+    impl->memory = std::make_unique<Ort::MemoryInfo>("Cuda", OrtDeviceAllocator, options.device_index, OrtMemTypeDefault);
+    // outputs are ready in stream order; ORT need not wait for the stream (leapp/runtime/onnx_runner.py)
+    impl->run_options->AddConfigEntry("disable_synchronize_execution_providers", "1");
+  } else {
+    impl->memory = std::make_unique<Ort::MemoryInfo>(Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeDefault));
+  }
+  for (size_t i = 0; i < d.nodes.size(); ++i) impl->open_node(i, d.nodes[i]);
+  std::map<std::string, int> index;
+  for (size_t i = 0; i < d.nodes.size(); ++i) index[d.nodes[i].name] = int(i);
+  for (Node& node : impl->nodes) node.sources.resize(node.info.inputs.size());
+  auto input_slot = [&](const std::string& node, const std::string& input) -> std::pair<int, std::string>& {
+    Node& n = impl->nodes[size_t(index[node])];
+    for (size_t i = 0; i < n.info.inputs.size(); ++i)
+      if (n.info.inputs[i].name == input) return n.sources[i];
+    throw PipelineError("internal: unchecked wiring");
+  };
+  for (const Edge& e : d.edges)
+    if (!e.feedback) {  // feedback: state the caller carries between runs, a pipeline input within one
+      input_slot(e.to_node, e.to_input) = {index[e.from_node], e.from_output};
+      impl->read_by_edges.insert({index[e.from_node], e.from_output});
+    }
+  for (const PipelineInput& in : d.inputs) {
+    impl->inputs.push_back(tensor_info(in.spec));
+    for (const auto& [node, input] : in.consumers) input_slot(node, input) = {-1, in.spec.name};
+  }
+  for (const PipelineOutput& out : d.outputs) impl->outputs.push_back(tensor_info(out.spec));
+  for (size_t n = 0; n < impl->nodes.size(); ++n)
+    for (const TensorInfo& t : impl->nodes[n].info.outputs) {
+      OwnedBuffer& b = impl->values[{int(n), t.name}];
+      if (options.memory == Memory::kDevice)
+        LEAPP_CHECK_CU(driver().cuMemAlloc(&b.device, std::max<size_t>(t.byte_size(), 1)));
+      else
+        b.host.resize((t.byte_size() + 7) / 8 + 1);
+    }
+  return std::unique_ptr<Pipeline>(new Pipeline(std::move(impl)));
+}
+
+const std::string& Pipeline::name() const { return impl_->description.name; }
+const std::vector<TensorInfo>& Pipeline::inputs() const { return impl_->inputs; }
+const std::vector<TensorInfo>& Pipeline::outputs() const { return impl_->outputs; }
+const std::vector<NodeInfo>& Pipeline::nodes() const { return impl_->node_infos; }
+void Pipeline::set_timing(bool on) { impl_->timing = on; }
+const std::vector<double>& Pipeline::last_node_seconds() const { return impl_->seconds; }
+
+void Pipeline::run(const std::map<std::string, const void*>& inputs, const std::map<std::string, void*>& outputs) {
+  Impl& p = *impl_;
+  const std::string where = "Pipeline '" + p.description.name + "'";
+  check_names(p.inputs, keys(inputs), where, "inputs");
+  check_names(p.outputs, keys(outputs), where, "outputs");
+  p.make_current();
+  p.seconds.clear();
+  std::map<std::pair<int, std::string>, void*> direct;  // pipeline outputs no edge reads: the caller's buffer
+  for (const PipelineOutput& o : p.description.outputs) {
+    int n = 0;
+    while (p.nodes[size_t(n)].info.name != o.node) ++n;
+    if (!p.read_by_edges.count({n, o.output})) direct[{n, o.output}] = outputs.at(o.spec.name);
+  }
+  for (size_t n = 0; n < p.nodes.size(); ++n) {
+    Node& node = p.nodes[n];
+    std::vector<void*> in, out;
+    for (const auto& [producer, name] : node.sources)
+      in.push_back(producer < 0 ? const_cast<void*>(inputs.at(name)) : p.values.at({producer, name}).data());
+    for (const TensorInfo& t : node.info.outputs) {
+      auto it = direct.find({int(n), t.name});
+      out.push_back(it != direct.end() ? it->second : p.values.at({int(n), t.name}).data());
+    }
+    p.run_one(node, in, out);
+  }
+  for (size_t o = 0; o < p.description.outputs.size(); ++o) {  // outputs that edges also read: one copy, same memory
+    const PipelineOutput& po = p.description.outputs[o];
+    int n = 0;
+    while (p.nodes[size_t(n)].info.name != po.node) ++n;
+    if (direct.count({n, po.output})) continue;
+    void* src = p.values.at({n, po.output}).data();
+    size_t bytes = p.outputs[o].byte_size();
+    if (p.options.memory == Memory::kDevice)
+      LEAPP_CHECK_CU(driver().cuMemcpyDtoDAsync(CUdeviceptr(outputs.at(po.spec.name)), CUdeviceptr(src), bytes, p.stream()));
+    else
+      std::memcpy(outputs.at(po.spec.name), src, bytes);
+  }
+}
+
+void Pipeline::run_node(const std::string& name, const std::map<std::string, const void*>& inputs,
+                        const std::map<std::string, void*>& outputs) {
+  Impl& p = *impl_;
+  auto it = std::find_if(p.nodes.begin(), p.nodes.end(), [&](const Node& n) { return n.info.name == name; });
+  if (it == p.nodes.end()) {
+    std::vector<std::string> names;
+    for (const Node& n : p.nodes) names.push_back(n.info.name);
+    throw PipelineError("Pipeline '" + p.description.name + "': no node " + repr_str(name) + " (nodes: " +
+                        repr_names(names) + ")");
+  }
+  const std::string where = "Pipeline '" + p.description.name + "' node '" + name + "'";
+  check_names(it->info.inputs, keys(inputs), where, "inputs");
+  check_names(it->info.outputs, keys(outputs), where, "outputs");
+  p.make_current();
+  p.seconds.clear();
+  std::vector<void*> in, out;
+  for (const TensorInfo& t : it->info.inputs) in.push_back(const_cast<void*>(inputs.at(t.name)));
+  for (const TensorInfo& t : it->info.outputs) out.push_back(outputs.at(t.name));
+  p.run_one(*it, in, out);
+}
+
+void Pipeline::synchronize() {
+  if (impl_->options.memory != Memory::kDevice) return;
+  impl_->make_current();
+  LEAPP_CHECK_CU(driver().cuStreamSynchronize(impl_->stream()));
+}
+
+}  // namespace leapp

@@ -1,0 +1,31 @@
+// ext/pipeline/src/pyrepr.h: Python's repr() and reprlib's short repr of JSON values (internal).
+//
+// The C++ reader must refuse a bad pipeline description with the same text as
+// leapp.pipeline_format (Python), whose messages show values with repr() and with
+// a reprlib.Repr (maxstring=maxother=60, maxlist=maxdict=4, maxlevel=2).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "json.h"
+
+namespace leapp::pipeline_detail {
+
+using leapp::detail::JsonValue;
+
+/// repr(s) of a Python str holding the UTF-8 text `s`.
+std::string repr_str(std::string_view s);
+/// repr(value) (full), or reprlib's short form when `short_form`.
+std::string repr(const JsonValue& value, bool short_form);
+/// repr(list_of_str): ['a', 'b'].
+std::string repr_names(const std::vector<std::string>& names);
+/// str(value) for an int or float JSON value (as an f-string shows it).
+std::string str_number(const JsonValue& value);
+/// leapp.pipeline_format.reader._describe: "a string 'x'", "an integer 5", "null", ...
+std::string describe(const JsonValue& value);
+/// Number of Unicode code points in UTF-8 text (Python's len()).
+size_t code_points(std::string_view s);
+
+}  // namespace leapp::pipeline_detail

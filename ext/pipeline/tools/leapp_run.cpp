@@ -1,0 +1,182 @@
+// leapp-run: run a leapp export folder on raw input files (docs/deploy.md).
+//
+//   leapp-run EXPORT_DIR --in IN_DIR --out OUT_DIR [--time N] [--device cpu|cuda] [--threads N]
+//
+// IN_DIR/<input>.bin holds each pipeline input as raw little-endian C-order bytes (dtype and shape from
+// the export's wiring); OUT_DIR/<output>.bin is written the same way. Exit status: 0 done, 1 the export
+// was refused or a run failed, 2 bad usage or bad input files (missing, wrong byte count).
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "leapp/cuda_driver.h"
+#include "leapp/pipeline.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: leapp-run EXPORT_DIR --in IN_DIR --out OUT_DIR [--time N] [--device cpu|cuda] [--threads N]\n"
+    "       leapp-run EXPORT_DIR --check   (the wiring and the artifacts' sha256 only; exit 1 with the reason)\n"
+    "  IN_DIR/<input>.bin: each pipeline input, raw little-endian C-order bytes; writes OUT_DIR/<output>.bin.\n"
+    "  --time N: run N more times and print each node's median time. --device cuda: device buffers, ONNX Runtime's\n"
+    "  CUDA EP on one stream (default cpu: host buffers, CPU EP).\n";
+
+struct UsageError {
+  std::string text;
+};
+
+/// A pipeline name used as a file name must be one plain name: it comes from an untrusted file.
+std::string file_for(const fs::path& dir, const std::string& name) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+      name.find('\0') != std::string::npos)
+    throw leapp::PipelineError("the export names a value '" + name + "', which cannot be a file name in " + dir.string());
+  return (dir / (name + ".bin")).string();
+}
+
+std::vector<char> read_input(const std::string& path, size_t expected, const leapp::TensorInfo& t) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec))
+    throw UsageError{"input '" + t.name + "': " + path + " is missing (expected " + std::to_string(expected) +
+                     " bytes of " + t.dtype + ")"};
+  std::ifstream f(path, std::ios::binary);
+  std::vector<char> data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (data.size() != expected) {
+    std::string shape;
+    for (size_t i = 0; i < t.shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(t.shape[i]);
+    throw UsageError{"input '" + t.name + "': " + path + " has " + std::to_string(data.size()) + " bytes, expected " +
+                     std::to_string(expected) + " (" + t.dtype + "[" + shape + "], little-endian, C order)"};
+  }
+  return data;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int run(int argc, char** argv) {
+  std::string export_dir, in_dir, out_dir, device = "cpu";
+  long repeat = 0, threads = 0;
+  bool check_only = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw UsageError{a + " needs a value"};
+      return argv[++i];
+    };
+    auto count = [&](const std::string& text) {
+      char* end = nullptr;
+      long n = std::strtol(text.c_str(), &end, 10);
+      if (text.empty() || *end || n < 0 || n > 1000000) throw UsageError{a + ": expected a count, got '" + text + "'"};
+      return n;
+    };
+    if (a == "--in") in_dir = value();
+    else if (a == "--out") out_dir = value();
+    else if (a == "--time") repeat = count(value());
+    else if (a == "--threads") threads = count(value());
+    else if (a == "--device") device = value();
+    else if (a == "--check") check_only = true;
+    else if (a == "-h" || a == "--help") {
+      std::cout << kUsage;
+      return 0;
+    } else if (!a.empty() && a[0] == '-') throw UsageError{"unknown option " + a};
+    else if (export_dir.empty()) export_dir = a;
+    else throw UsageError{"one EXPORT_DIR, got '" + export_dir + "' and '" + a + "'"};
+  }
+  if (check_only && !export_dir.empty()) {  // the wiring and the artifacts' digests, no runtime opened
+    leapp::Pipeline::check(export_dir);
+    std::printf("%s: ok\n", export_dir.c_str());
+    return 0;
+  }
+  if (export_dir.empty() || in_dir.empty() || out_dir.empty()) throw UsageError{"EXPORT_DIR, --in and --out are required"};
+  if (device != "cpu" && device != "cuda") throw UsageError{"--device: cpu or cuda, got '" + device + "'"};
+
+  leapp::PipelineOptions options;
+  options.memory = device == "cuda" ? leapp::Memory::kDevice : leapp::Memory::kHost;
+  options.intra_op_threads = int(threads);
+  std::unique_ptr<leapp::Pipeline> pipeline = leapp::Pipeline::open(export_dir, options);
+
+  std::vector<std::vector<char>> host_in, host_out;
+  for (const leapp::TensorInfo& t : pipeline->inputs())
+    host_in.push_back(read_input(file_for(in_dir, t.name), t.byte_size(), t));
+  for (const leapp::TensorInfo& t : pipeline->outputs()) {
+    file_for(out_dir, t.name);
+    host_out.emplace_back(t.byte_size());
+  }
+  std::map<std::string, const void*> ins;
+  std::map<std::string, void*> outs;
+  std::vector<leapp::CUdeviceptr> device_buffers;
+  const bool on_device = options.memory == leapp::Memory::kDevice;
+  auto buffer = [&](const std::vector<char>& host) -> void* {
+    if (!on_device) return const_cast<char*>(host.data());
+    leapp::CUdeviceptr p = 0;
+    LEAPP_CHECK_CU(leapp::driver().cuMemAlloc(&p, std::max<size_t>(host.size(), 1)));
+    device_buffers.push_back(p);
+    LEAPP_CHECK_CU(leapp::driver().cuMemcpyHtoDAsync(p, host.data(), host.size(), leapp::cu_stream_legacy()));
+    return reinterpret_cast<void*>(p);
+  };
+  for (size_t i = 0; i < host_in.size(); ++i) ins[pipeline->inputs()[i].name] = buffer(host_in[i]);
+  for (size_t i = 0; i < host_out.size(); ++i) outs[pipeline->outputs()[i].name] = buffer(host_out[i]);
+
+  pipeline->run(ins, outs);
+  pipeline->synchronize();
+  if (on_device)
+    for (size_t i = 0; i < host_out.size(); ++i)
+      LEAPP_CHECK_CU(leapp::driver().cuMemcpyDtoHAsync(host_out[i].data(), leapp::CUdeviceptr(outs[pipeline->outputs()[i].name]),
+                                                       host_out[i].size(), leapp::cu_stream_legacy()));
+  pipeline->synchronize();
+  if (on_device) LEAPP_CHECK_CU(leapp::driver().cuStreamSynchronize(leapp::cu_stream_legacy()));
+  fs::create_directories(out_dir);
+  for (size_t i = 0; i < host_out.size(); ++i) {
+    std::ofstream f(file_for(out_dir, pipeline->outputs()[i].name), std::ios::binary | std::ios::trunc);
+    f.write(host_out[i].data(), std::streamsize(host_out[i].size()));
+    if (!f) throw leapp::PipelineError("cannot write " + file_for(out_dir, pipeline->outputs()[i].name));
+  }
+
+  if (repeat > 0) {
+    pipeline->set_timing(true);
+    size_t n_nodes = pipeline->nodes().size();
+    std::vector<std::vector<double>> per_node(n_nodes);
+    std::vector<double> totals;
+    for (long r = 0; r < repeat; ++r) {
+      pipeline->run(ins, outs);
+      pipeline->synchronize();
+      const std::vector<double>& s = pipeline->last_node_seconds();
+      double total = 0;
+      for (size_t n = 0; n < n_nodes && n < s.size(); ++n) per_node[n].push_back(s[n]), total += s[n];
+      totals.push_back(total);
+    }
+    std::printf("pipeline '%s': %ld runs on %s, median per node (ms):\n", pipeline->name().c_str(), repeat,
+                device.c_str());
+    for (size_t n = 0; n < n_nodes; ++n)
+      std::printf("  %-24s %10.4f  (%s)\n", pipeline->nodes()[n].name.c_str(), 1e3 * median(per_node[n]),
+                  pipeline->nodes()[n].execution.c_str());
+    std::printf("  %-24s %10.4f\n", "total", 1e3 * median(totals));
+  }
+  for (leapp::CUdeviceptr p : device_buffers) leapp::driver().cuMemFree(p);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "leapp-run: %s\n", e.text.c_str());
+    if (e.text.find("input '") != 0) std::fputs(kUsage, stderr);
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "leapp-run: %s\n", e.what());
+    return 1;
+  }
+}

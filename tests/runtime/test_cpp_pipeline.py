@@ -1,0 +1,290 @@
+"""The C++ runner (ext/pipeline: libleapp_pipeline.so, leapp-run) against leapp.load, on the CPU.
+
+One real export (a policy MLP and a torch post-processing node, both ONNX, recorded on the CPU through
+leapp's public API) is shared by the module. leapp-run's outputs must equal leapp.load's bit for bit;
+every refusal (tampered artifact, bad wiring, stale or missing pipeline.json) must carry leapp.load's
+text, the file prefix naming pipeline.json where Python names pipeline.yaml (the file each one read).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+import leapp
+from leapp.pipeline_format import PipelineError, read_pipeline, sha256_file, twin_text
+from leapp.runtime.libraries import native_dir
+
+LEAPP_RUN = Path(sys.executable).with_name("leapp-run")
+pytestmark = pytest.mark.skipif(
+    not LEAPP_RUN.is_file(), reason="leapp-run was not built: ONNX Runtime's headers are missing "
+    "(bash scripts/fetch-ort-headers.sh, then pip install -e . again)")
+
+
+def _record(save_path: Path) -> Path:
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(48, 64), torch.nn.ELU(), torch.nn.Linear(64, 12))
+
+    @leapp.node("policy", export_with="onnx")
+    def policy(obs):
+        return mlp(obs)
+
+    @leapp.node("post", export_with="onnx")
+    def post(actions, default_pos):
+        return torch.clamp(actions, -5.0, 5.0) * 0.25 + default_pos
+
+    obs, default_pos = torch.randn(16, 48), torch.randn(16, 12)
+    with leapp.trace("mlp", save_path=save_path) as session, torch.no_grad():
+        for _ in range(3):
+            post(policy(obs), default_pos)
+    session.compile(validate=False)
+    return save_path / "mlp"
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory) -> Path:
+    return _record(tmp_path_factory.mktemp("cpp"))
+
+
+@pytest.fixture
+def folder(export, tmp_path) -> Path:
+    """A private copy to tamper with."""
+    return Path(shutil.copytree(export, tmp_path / "mlp"))
+
+
+def _leapp_run(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([str(LEAPP_RUN), *map(str, args)], capture_output=True, text=True, timeout=120)
+
+
+def _write_inputs(pipeline, folder: Path, seed: int = 1) -> dict[str, torch.Tensor]:
+    folder.mkdir(parents=True, exist_ok=True)
+    g = torch.Generator().manual_seed(seed)
+    inputs = {name: (torch.randn(spec.shape, generator=g) * 3).to(spec.dtype) for name, spec in pipeline.inputs.items()}
+    for name, t in inputs.items():
+        (folder / f"{name}.bin").write_bytes(t.numpy().tobytes())
+    return inputs
+
+
+def _cpp_refusal(folder: Path) -> str:
+    r = _leapp_run(folder, "--check")
+    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+    return r.stderr.strip().removeprefix("leapp-run: ")
+
+
+def _python_text(error: Exception, folder: Path) -> str:
+    """Python's message with the file it read (pipeline.yaml) named as the C++ side's (pipeline.json)."""
+    return str(error).replace(f"{folder}/pipeline.yaml", f"{folder}/pipeline.json")
+
+
+def test_leapp_run_equals_leapp_load_bit_for_bit(export, tmp_path):
+    pipeline = leapp.load(export)
+    for seed in (1, 2):
+        inputs = _write_inputs(pipeline, tmp_path / f"in{seed}", seed)
+        r = _leapp_run(export, "--in", tmp_path / f"in{seed}", "--out", tmp_path / f"out{seed}", "--time", "5")
+        assert r.returncode == 0, r.stderr
+        assert "policy" in r.stdout and "post" in r.stdout and "total" in r.stdout  # --time's per-node lines
+        expected = pipeline(**inputs)
+        assert set(expected) == {p.name.removesuffix(".bin") for p in (tmp_path / f"out{seed}").iterdir()}
+        for name, t in expected.items():
+            got = (tmp_path / f"out{seed}" / f"{name}.bin").read_bytes()
+            assert got == t.contiguous().numpy().tobytes(), name
+
+
+def test_missing_input_file_and_wrong_byte_count_exit_2(export, tmp_path):
+    pipeline = leapp.load(export)
+    _write_inputs(pipeline, tmp_path / "in")
+    name = next(iter(pipeline.inputs))
+    (tmp_path / "in" / f"{name}.bin").unlink()
+    r = _leapp_run(export, "--in", tmp_path / "in", "--out", tmp_path / "out")
+    assert r.returncode == 2 and f"input '{name}'" in r.stderr and "is missing" in r.stderr, r.stderr
+    spec = pipeline.inputs[name]
+    (tmp_path / "in" / f"{name}.bin").write_bytes(b"\0" * 7)
+    r = _leapp_run(export, "--in", tmp_path / "in", "--out", tmp_path / "out")
+    nbytes = int(np.prod(spec.shape)) * spec.dtype.itemsize
+    assert r.returncode == 2 and f"has 7 bytes, expected {nbytes}" in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()
+    r = _leapp_run(export, "--in", tmp_path / "in")
+    assert r.returncode == 2 and "usage:" in r.stderr
+
+
+def test_tampered_artifact_is_refused_with_leapp_loads_text(folder):
+    with open(folder / "post.onnx", "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(PipelineError) as python:
+        leapp.load(folder)
+    assert "has sha256" in str(python.value)
+    assert _cpp_refusal(folder) == _python_text(python.value, folder)
+    (folder / "post.onnx").unlink()
+    with pytest.raises(PipelineError) as python:
+        leapp.load(folder)
+    assert _cpp_refusal(folder) == _python_text(python.value, folder)
+
+
+def _write_both(folder: Path, description) -> None:
+    """pipeline.yaml as PyYAML writes any value (no validation) and its twin, bound to it."""
+    text = yaml.safe_dump(description, sort_keys=False, allow_unicode=True)
+    (folder / "pipeline.yaml").write_text(text, encoding="utf-8")
+    (folder / "pipeline.json").write_text(
+        twin_text(description, sha256_file(folder / "pipeline.yaml")) if isinstance(description, dict)
+        else json.dumps(description), encoding="utf-8")
+
+
+def _edits(desc: dict):
+    """Named hand-written wiring errors (each a function of a copy of the description)."""
+    def edit(fn):
+        d = copy.deepcopy(desc)
+        fn(d)
+        return d
+    yield "unknown edge output", edit(lambda d: d["edges"][0].update(from_output="nope"))
+    yield "unknown edge node", edit(lambda d: d["edges"][0].update(to_node="ghost"))
+    yield "shape mismatch", edit(lambda d: d["nodes"][1]["inputs"][0].update(shape=[16, 13]))
+    yield "backward edge", edit(lambda d: d["edges"][0].update(from_node="post", from_output="output",
+                                                                to_node="policy", to_input="obs"))
+    yield "duplicate node", edit(lambda d: d["nodes"][1].update(name="policy"))
+    yield "unfed input", edit(lambda d: d["inputs"].pop())
+    yield "missing sha256", edit(lambda d: d["nodes"][0].pop("sha256"))
+    yield "bad dtype", edit(lambda d: d["nodes"][0]["inputs"][0].update(dtype="float33"))
+    yield "negative dimension", edit(lambda d: d["nodes"][0]["inputs"][0]["shape"].__setitem__(1, -5))
+    yield "float dimension", edit(lambda d: d["nodes"][0]["inputs"][0]["shape"].__setitem__(1, 4.0))
+    yield "bool dimension", edit(lambda d: d["nodes"][0]["inputs"][0]["shape"].__setitem__(1, True))
+    yield "huge dimension", edit(lambda d: d["nodes"][0]["inputs"][0]["shape"].__setitem__(1, 2**63))
+    yield "artifact outside", edit(lambda d: d["nodes"][0].update(artifact="../policy.onnx"))
+    yield "version", edit(lambda d: d.update(version=2))
+    yield "format", edit(lambda d: d.update(format="other"))
+    yield "device", edit(lambda d: d["nodes"][0].update(device="tpu:0"))
+    yield "empty name", edit(lambda d: d.update(name=""))
+    yield "several problems", edit(lambda d: (d["nodes"][0].pop("files"), d["edges"][0].pop("to_node"),
+                                              d["outputs"][0].update(shape="x")))
+    yield "top level list", [1, 2]
+
+
+def test_bad_wiring_is_refused_with_leapp_loads_text(export, tmp_path):
+    _, desc = read_pipeline(export)
+    for what, bad in _edits(desc):
+        folder = Path(shutil.copytree(export, tmp_path / what.replace(" ", "_")))
+        _write_both(folder, bad)
+        with pytest.raises(PipelineError) as python:
+            leapp.load(folder)
+        assert _cpp_refusal(folder) == _python_text(python.value, folder), what
+
+
+_POOL = [None, True, False, 0, -1, 4.0, 2**63, "", "x", "float32", "a'b\n" * 20, [], [1, "y"], {}, {"k": 1}]
+
+
+def _paths(value, prefix=()):
+    yield prefix
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _paths(v, (*prefix, i))
+
+
+def test_random_value_replacements_refused_alike(export, tmp_path):
+    """Seeded replacements of any value (or removals of any key): both readers accept, or both refuse with one text."""
+    _, desc = read_pipeline(export)
+    paths = [p for p in _paths(desc) if p]
+    rng = random.Random(14)
+    folder = Path(shutil.copytree(export, tmp_path / "m"))
+    refused = 0
+    for case in range(120):
+        bad = copy.deepcopy(desc)
+        path = rng.choice(paths)
+        parent = bad
+        for part in path[:-1]:
+            parent = parent[part]
+        if isinstance(parent, dict) and rng.random() < 0.3:
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = copy.deepcopy(rng.choice(_POOL))
+        _write_both(folder, bad)
+        try:
+            read_pipeline(folder)
+            python = None
+        except PipelineError as e:
+            python = _python_text(e, folder)
+        r = _leapp_run(folder, "--check")
+        if python is None:  # accepted by Python: the C++ side accepts too, or refuses an artifact both would
+            if r.returncode != 0:
+                with pytest.raises(PipelineError) as load_error:
+                    leapp.load(folder)
+                assert r.stderr.strip().removeprefix("leapp-run: ") == _python_text(load_error.value, folder)
+        else:
+            refused += 1
+            assert r.returncode == 1 and r.stderr.strip().removeprefix("leapp-run: ") == python, (case, path)
+    assert refused > 60  # the mutations do reach the checks
+
+
+def test_stale_or_missing_twin_names_leapp_write_json(folder):
+    with open(folder / "pipeline.yaml", "a", encoding="utf-8") as f:
+        f.write("# edited by hand\n")
+    leapp.load(folder)  # Python reads pipeline.yaml alone
+    text = _cpp_refusal(folder)
+    assert "pipeline.yaml changed after pipeline.json was written" in text and "leapp write-json" in text
+    (folder / "pipeline.json").unlink()
+    text = _cpp_refusal(folder)
+    assert text.startswith(f"no pipeline.json in {folder}") and f"leapp write-json {folder}" in text
+    r = subprocess.run([str(Path(sys.executable).with_name("leapp")), "write-json", str(folder)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == str(folder / "pipeline.json"), r.stderr
+    assert _leapp_run(folder, "--check").returncode == 0
+
+
+def test_find_package_leapp_builds_a_program(export, tmp_path):
+    """find_package(leapp) with `leapp --cmake-dir`: a program links leapp::pipeline, lists the I/O and runs."""
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        pytest.skip("no cmake on PATH")
+    cmake_dir = subprocess.run([str(Path(sys.executable).with_name("leapp")), "--cmake-dir"], capture_output=True,
+                               text=True, check=True).stdout.strip()
+    assert (Path(cmake_dir) / "leappConfig.cmake").is_file()
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "CMakeLists.txt").write_text(textwrap.dedent("""\
+        cmake_minimum_required(VERSION 3.18)
+        project(use_leapp CXX)
+        find_package(leapp 0.1 REQUIRED)
+        add_executable(use_leapp main.cpp)
+        target_link_libraries(use_leapp PRIVATE leapp::pipeline)
+        set_target_properties(use_leapp PROPERTIES BUILD_RPATH "$<TARGET_FILE_DIR:leapp::pipeline>")
+        """))
+    (src / "main.cpp").write_text(textwrap.dedent("""\
+        #include <leapp/pipeline.h>
+        #include <cstdio>
+        #include <vector>
+        int main(int, char** argv) {
+          try {
+            auto p = leapp::Pipeline::open(argv[1]);
+            std::map<std::string, const void*> in; std::map<std::string, void*> out;
+            std::vector<std::vector<char>> keep;
+            for (const auto& t : p->inputs()) { keep.emplace_back(t.byte_size()); in[t.name] = keep.back().data();
+              std::printf("in %s %s %zu\\n", t.name.c_str(), t.dtype.c_str(), t.byte_size()); }
+            for (const auto& t : p->outputs()) { keep.emplace_back(t.byte_size()); out[t.name] = keep.back().data();
+              std::printf("out %s %s %zu\\n", t.name.c_str(), t.dtype.c_str(), t.byte_size()); }
+            p->run(in, {});
+          } catch (const leapp::PipelineError& e) { std::printf("refused: %s\\n", e.what()); return 3; }
+          return 0;
+        }
+        """))
+    build = tmp_path / "build"
+    subprocess.run([cmake, "-S", src, "-B", build, f"-Dleapp_DIR={cmake_dir}", "-DCMAKE_BUILD_TYPE=Release"],
+                   check=True, capture_output=True, timeout=300)
+    subprocess.run([cmake, "--build", build, "-j", "2"], check=True, capture_output=True, timeout=300)
+    r = subprocess.run([str(build / "use_leapp"), str(export)], capture_output=True, text=True, timeout=120)
+    pipeline = leapp.load(export)
+    for name, spec in pipeline.inputs.items():
+        assert f"in {name} float32 {int(np.prod(spec.shape)) * 4}" in r.stdout
+    # run() without its output buffers is refused with leapp.load's wording for missing names
+    assert r.returncode == 3 and "Pipeline 'mlp': outputs missing ['output']; expected ['output']" in r.stdout, r.stdout
