@@ -30,13 +30,14 @@ def _native_library(which: str) -> Path:
         return Path(_native.__file__)
     if which == "pt2":
         pytest.importorskip("torch", reason="the torch op library needs torch loaded first")
-    path = libraries.native_dir() / libraries.LIBRARY_NAMES[which]
+    name = "libleapp_pipeline.so" if which == "pipeline" else libraries.LIBRARY_NAMES[which]
+    path = libraries.native_dir() / name
     if not path.is_file():
         pytest.skip(f"{path.name} was not built in this install")
     return path
 
 
-@pytest.mark.parametrize("which", ["_native", "pt2", "onnx"])
+@pytest.mark.parametrize("which", ["_native", "pt2", "onnx", "pipeline"])
 def test_native_library_shares_the_process_cpp_runtime(which):
     path = _native_library(which)
     try:
