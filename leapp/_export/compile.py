@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from leapp._export.backends import BACKENDS, SEGMENT_BACKENDS
+from leapp._contract.backends import BACKENDS, SEGMENT_BACKENDS
 from leapp._export.exportable import BundleProvider, build_exportable
 from leapp._export.paths import artifact_path
 from leapp._export.pipeline_yaml import NodeArtifact, describe_pipeline, write_pipeline_yaml
@@ -23,7 +23,7 @@ from leapp._export.validate import (
     raise_for_failures,
     validate_nodes,
 )
-from leapp._recorder.model import NodeRecord, SessionRecord
+from leapp._contract.records import NodeRecord, SessionRecord
 from leapp.errors import ExportError
 
 __all__ = ["SEGMENT_BACKENDS", "BACKENDS", "check_backends", "compile_session"]

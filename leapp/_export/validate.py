@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from leapp._export.validate_process import VALIDATION_TIMEOUT_S, run_in_fresh_process
-from leapp._recorder.model import NodeRecord
+from leapp._contract.records import NodeRecord
 from leapp.errors import VALIDATION_FAILED, LeappError, ValidationError
 
 __all__ = [
