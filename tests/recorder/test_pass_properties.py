@@ -42,7 +42,7 @@ def run_program(x, program):
 
 
 def expected_outcome(p1, p2) -> str:
-    """The contract of DESIGN.md section 2 for a discovery pass p1 and a capture pass p2."""
+    """The pass contract of docs/recorder.md section 2 for a discovery pass p1 and a capture pass p2."""
     for i, segment in enumerate(p2):
         if i >= len(p1):
             return MORE_REGIONS_THAN_DISCOVERY
