@@ -14,7 +14,12 @@ Nothing here changes torch or warp process-wide: recording is scoped to
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
+
+# leapp logs through the "leapp" logger (export steps and timings, the binaries chosen at load,
+# cache decisions) and stays silent unless the application configures logging.
+logging.getLogger("leapp").addHandler(logging.NullHandler())
 
 # NOTE: the recorder (torch, warp) is imported on first use, not here: loading
 # and running an export (`leapp.load`, `leapp inspect`) needs neither Warp nor

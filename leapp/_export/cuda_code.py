@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import re
 import tempfile
 import threading
+import time
 import weakref
 from dataclasses import dataclass, field
 
@@ -41,6 +43,8 @@ __all__ = [
 PTX_ARCH = 75  # driver-JIT fallback for GPUs newer than every cubin
 DEFAULT_CUBIN_ARCHS = (75, 80, 86, 89, 90, 100, 120)  # one per SM family a bundle targets (docs/export-cuda.md)
 ARCHS_ENV = "LEAPP_CUDA_ARCHS"  # e.g. "90" or "75,90": restricts cubins (tests); PTX sm_75 is always built
+
+log = logging.getLogger(__name__)
 
 _PTX_VERSION = re.compile(rb"^\s*\.version\s+(\d+\.\d+)", re.MULTILINE)
 
@@ -165,14 +169,23 @@ def compile_module(kernel, block_dim: int, archs: tuple[int, ...] | None = None)
             raise ExportError(f"kernel '{kernel.key}' is not a live kernel of module '{module.name}'")
         variant = (module.name, module_hash, block_dim)
         compiled = _cache.get((*variant, archs))
-        if compiled is None:
+        if compiled is not None:
+            log.debug("module '%s' (%s, block_dim %d): compiled code reused", module.name, module_hash[:7], block_dim)
+        else:
             store = _store.get(variant)
             missing = tuple(a for a in archs if store is None or a not in store.cubins)
             if store is None or missing:
+                start = time.perf_counter()
                 fresh = _compile_variant(module, block_dim, missing, module_hash, toolkit, ptx=store is None)
+                log.info("module '%s' (%s, block_dim %d): compiled %s in %.2f s", module.name, module_hash[:7],
+                         block_dim, ", ".join(([f"PTX sm_{PTX_ARCH}"] if store is None else [])
+                                              + [f"cubin sm_{a}" for a in missing]), time.perf_counter() - start)
                 if store is None:
                     store = _store[variant] = fresh
                 store.cubins.update(fresh.cubins)
+            else:
+                log.debug("module '%s' (%s, block_dim %d): cubins %s reused", module.name, module_hash[:7],
+                          block_dim, list(archs))
             compiled = dataclasses.replace(store, cubins={a: store.cubins[a] for a in archs})
             compiled._kernel_names = store._kernel_names
             _cache[(*variant, archs)] = compiled
