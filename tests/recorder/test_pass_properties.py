@@ -9,10 +9,10 @@ import warp as wp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from recorder_helpers import assert_graphs_replay_samples
+from warp_replay import run_node_graph
 
 import leapp
 from leapp import annotate
-from leapp._recorder.replay import run_node_graph
 from leapp.errors import MORE_REGIONS_THAN_DISCOVERY, NOT_EXECUTED_TWICE, SEGMENT_DIVERGED, TraceError
 
 wp.init()
