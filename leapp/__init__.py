@@ -1,6 +1,6 @@
 """leapp: export PyTorch + NVIDIA Warp pipelines to ONNX and PT2.
 
-Public API (DESIGN.md section 1)::
+Public API (docs/recorder.md section 1)::
 
     with leapp.trace("go2", save_path="exports") as session:
         step(quat, joints)      # pass 1: discovery
@@ -14,7 +14,12 @@ Nothing here changes torch or warp process-wide: recording is scoped to
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
+
+# leapp logs through the "leapp" logger (export steps and timings, the binaries chosen at load,
+# cache decisions) and stays silent unless the application configures logging.
+logging.getLogger("leapp").addHandler(logging.NullHandler())
 
 # NOTE: the recorder (torch, warp) is imported on first use, not here: loading
 # and running an export (`leapp.load`, `leapp inspect`) needs neither Warp nor
@@ -45,14 +50,14 @@ def trace(name: str, save_path: str = ".") -> "Session":
     """A recording session, used as a context manager; ``.compile(...)`` exports it."""
     from leapp._recorder.session import Session  # noqa: PLC0415
 
-    return Session(name, save_path)
+    return Session(name, save_path, export=_export_session)
 
 
 def start(name: str, save_path: str = ".") -> "Session":
     """Script-style ``trace``: begin a session (end it with ``leapp.stop()``)."""
     from leapp._recorder.session import start as _start  # noqa: PLC0415
 
-    return _start(name, save_path)
+    return _start(name, save_path, export=_export_session)
 
 
 def stop() -> "Session":
@@ -60,6 +65,14 @@ def stop() -> "Session":
     from leapp._recorder.session import stop as _stop  # noqa: PLC0415
 
     return _stop()
+
+
+def _export_session(record: Any, **options: Any) -> Any:
+    """What ``session.compile`` calls: the exporter, imported on first use. The link lives here, in the
+    API layer, so that the recorder and the exporter depend only on ``leapp._contract``, not on each other."""
+    from leapp._export.compile import compile_session  # noqa: PLC0415 - the exporter is heavy and optional
+
+    return compile_session(record, **options)
 
 
 def compile_graph(validate: bool = True, rtol: float = 1e-3, atol: float = 1e-5) -> Any:

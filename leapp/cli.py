@@ -561,7 +561,14 @@ def aoti(export_dir: str, node: str, out: str | None = None, err: TextIO | None 
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="leapp", description="leapp: exported PyTorch + Warp pipelines.")
+    parser = argparse.ArgumentParser(
+        prog="leapp",
+        description="leapp: exported PyTorch + Warp pipelines.",
+        epilog="The native op libraries are built and checked by a second command:\n"
+        "  leapp-build-warp-runtime [--status]   (--status: which libraries exist, where, and the driver state)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # keeps the command's name on one line
+    )
+    parser.add_argument("--version", action="version", version=f"leapp {_version('leapp')}")
     parser.add_argument("--cmake-dir", action=_PrintCmakeDir,
                         help="print the folder holding leappConfig.cmake (find_package(leapp): docs/deploy.md) and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -1,4 +1,4 @@
-"""Exceptions and the exact error texts of DESIGN.md section 2.
+"""Exceptions and the exact error texts of the recorder's checks (docs/recorder.md section 2) and of export.
 
 NOTE: users search for these texts and tests assert them, so each lives here
 once; callers format them with the node, segment and file:line they know.
@@ -39,7 +39,7 @@ class LeappError(RuntimeError):
 
 
 class TraceError(LeappError):
-    """The traced code broke a rule of the two passes (DESIGN.md section 2)."""
+    """The traced code broke a rule of the two passes (docs/recorder.md section 2)."""
 
 
 class SegmentDivergenceError(TraceError):
@@ -59,7 +59,7 @@ class RuntimeLibraryNotFound(LeappError, FileNotFoundError):
 
 
 def runtime_not_found_message(backend: str, path: str) -> str:
-    """DESIGN.md's text for a missing op library; backend is 'pt2' or 'onnx'."""
+    """The text for a missing op library, naming both ways out; backend is 'pt2' or 'onnx'."""
     env = "LEAPP_WARP_PT2_CUSTOM_OP_LIBRARY" if backend == "pt2" else "LEAPP_WARP_ONNX_CUSTOM_OP_LIBRARY"
     return (
         f"LEAPP Warp {backend} runtime was not found at {path}. "

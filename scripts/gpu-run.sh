@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# scripts/gpu-run.sh: build leapp on the lent GPU machine and run a command there.
+# scripts/gpu-run.sh: build leapp on a GPU machine without network and run a command there.
 #
-# That machine has torch, onnx, onnxruntime and nvcc but no warp-lang, no
-# scikit-build-core and no network (see ../shared/gpu/README.md). Carry
-# .gpu/w2 (warp, staged by .gpu/w1/stage.sh in the previous run), .whl
-# (scikit-build-core's pathspec dependency) and third_party/onnxruntime
-# (ORT headers); then:
+# The machine has torch, onnx, onnxruntime, nanobind and cmake; what it lacks
+# (warp-lang, scikit-build-core, ...) comes as wheels in .whl/, or through the
+# optional hook .gpu/w2/install.sh; the ORT headers in third_party/onnxruntime
+# (docs/building.md, "Running the GPU tests"). Then:
 #   bash scripts/gpu-run.sh python3 -m pytest -m cuda -q
 # Use `python3 -m pip`: the machine's bare `pip` belongs to another interpreter.
 # The build log and the command's output are written to $OUT when set.

@@ -92,7 +92,7 @@ OP_NAMES = {
 OP_KERNEL_LAUNCH, OP_MEMCPY_H2D, OP_MEMCPY_D2D, OP_MEMSET, OP_ALLOC, OP_MEMTILE = 1, 2, 4, 5, 6, 10
 OP_SCAN, OP_REDUCTION = 9, 16
 
-# APICOpType -> the short name a recorded segment lists in ``captured_ops`` (leapp/_recorder/model.py).
+# APICOpType -> the short name a recorded segment lists in ``captured_ops`` (leapp/_contract/records.py).
 OP_KINDS = {
     1: "launch",
     2: "memcpy_h2d",

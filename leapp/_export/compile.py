@@ -8,9 +8,12 @@ every artifact in a fresh process that loads it as ``leapp.load`` does.
 
 from __future__ import annotations
 
+import logging
+import time
 from pathlib import Path
 
-from leapp._export.backends import BACKENDS, SEGMENT_BACKENDS
+from leapp._contract.backends import BACKENDS, SEGMENT_BACKENDS
+from leapp._contract.records import NodeRecord, SessionRecord
 from leapp._export.exportable import BundleProvider, build_exportable
 from leapp._export.paths import artifact_path
 from leapp._export.pipeline_yaml import NodeArtifact, describe_pipeline, write_pipeline_yaml
@@ -23,10 +26,11 @@ from leapp._export.validate import (
     raise_for_failures,
     validate_nodes,
 )
-from leapp._recorder.model import NodeRecord, SessionRecord
 from leapp.errors import ExportError
 
 __all__ = ["SEGMENT_BACKENDS", "BACKENDS", "check_backends", "compile_session"]
+
+log = logging.getLogger(__name__)
 
 
 def check_backends(record: SessionRecord) -> None:
@@ -47,7 +51,9 @@ def check_backends(record: SessionRecord) -> None:
 
 def export_node(record: NodeRecord, folder: Path, bundles: BundleProvider | None = None) -> NodeArtifact:
     """Writes one node's artifact into ``folder``."""
+    start = time.perf_counter()
     node = build_exportable(record, bundles)
+    built = time.perf_counter()
     extra: list[Path] = []
     if record.export_with == "onnx":
         from leapp._export.onnx_export import export_onnx
@@ -61,6 +67,8 @@ def export_node(record: NodeRecord, folder: Path, bundles: BundleProvider | None
         from leapp._export.torchscript_export import export_torchscript
 
         path = export_torchscript(node, folder)
+    log.info("node '%s': %d Warp segment(s) built in %.2f s, %s written in %.2f s", record.name, len(node.segments),
+             built - start, path.name, time.perf_counter() - built)
     return NodeArtifact(record, record.export_with, path, extra, node.segments)
 
 
@@ -101,12 +109,18 @@ def compile_session(
     for node in record.nodes.values():  # names of hand-made records, before anything is written
         artifact_path(folder, node.name, "", f"node '{node.name}' ({node.source})")
     folder.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    log.info("session '%s': exporting %d node(s) into %s", record.name, len(record.nodes), folder)
     artifacts = [export_node(node, folder, bundles) for node in record.nodes.values()]
     write_pipeline_yaml(describe_pipeline(record, artifacts, folder), folder)
+    log.info("session '%s': artifacts and pipeline.yaml written in %.2f s", record.name, time.perf_counter() - start)
     report = CompileReport(record.name, folder)
     if validate:
         jobs = [NodeArtifactJob(art.record, art.backend, art.path) for art in artifacts]
+        checked = time.perf_counter()
         results = validate_nodes(jobs, rtol, atol, folder=folder, timeout=validation_timeout)
+        log.info("session '%s': validation of %d node(s) in %.2f s: %s", record.name, len(jobs),
+                 time.perf_counter() - checked, ", ".join(f"{r.node} {r.status}" for r in results))
     else:
         results = [NodeValidation(art.record.name, SKIPPED, samples=len(art.record.samples)) for art in artifacts]
     for art, result in zip(artifacts, results):

@@ -6,25 +6,27 @@ on machines without a driver. We compile one variant (module content + block_dim
 for PTX sm_75 plus cubins for sm_75/80/86/89/90/100/120 into a temporary
 directory and read the files back.
 
-NOTE: never change ``wp.config`` or a user's module. ``Module._compile`` with an
-explicit ``options`` dict (``resolve_options(wp.config, block_dim=bd)``) builds
-one variant without touching module options; hashing that variant caches a
-``ModuleHasher`` on the module and ``ModuleBuilder`` sets ``Kernel.hash``, so
-``_preserved_module_state`` snapshots and restores exactly that state.
+NOTE: never change ``wp.config`` or a user's module. Warp's private compile
+path (``leapp._warp_private``: ``compile_module_variant`` with options resolved
+per block_dim) builds one variant without touching module options, and
+``preserved_module_state`` undoes the hash caches that hashing and building
+leave on the module.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
+import logging
 import os
 import re
 import tempfile
 import threading
+import time
 import weakref
 from dataclasses import dataclass, field
 
+from leapp import _warp_private as wpp
 from leapp.errors import ExportError
 
 __all__ = [
@@ -39,8 +41,10 @@ __all__ = [
 ]
 
 PTX_ARCH = 75  # driver-JIT fallback for GPUs newer than every cubin
-DEFAULT_CUBIN_ARCHS = (75, 80, 86, 89, 90, 100, 120)  # one per SM family a bundle targets (DESIGN.md section 4)
+DEFAULT_CUBIN_ARCHS = (75, 80, 86, 89, 90, 100, 120)  # one per SM family a bundle targets (docs/export-cuda.md)
 ARCHS_ENV = "LEAPP_CUDA_ARCHS"  # e.g. "90" or "75,90": restricts cubins (tests); PTX sm_75 is always built
+
+log = logging.getLogger(__name__)
 
 _PTX_VERSION = re.compile(rb"^\s*\.version\s+(\d+\.\d+)", re.MULTILINE)
 
@@ -96,19 +100,15 @@ def clear_cache() -> None:
 def _warp():
     import warp  # noqa: PLC0415
 
-    from leapp._export.warp_abi import require_supported_warp  # noqa: PLC0415
-
-    require_supported_warp()
+    wpp.require_supported_warp()
     warp.init()
     return warp
 
 
 def toolkit_version() -> str:
     """NVRTC / CUDA toolkit version Warp compiles with, e.g. "13.4"."""
-    import warp._src.context as ctx  # noqa: PLC0415
-
     _warp()
-    tk = ctx.runtime.toolkit_version
+    tk = wpp.nvrtc_toolkit()
     if tk is None:
         raise ExportError("Warp was built without CUDA support (no NVRTC): cannot compile CUDA code for export")
     return f"{tk[0]}.{tk[1]}"
@@ -129,29 +129,6 @@ def cubin_archs() -> tuple[int, ...]:
     return archs
 
 
-@contextlib.contextmanager
-def _preserved_module_state(module):
-    """Undo the variant caches that hashing/compiling a block_dim variant leaves on a module."""
-    hashers = dict(module.hashers)
-    resolved = dict(module.resolved_options)
-    unresolved = module.has_unresolved_static_expressions
-    failed = dict(module.failed_builds)
-    kernels = [(k, k._hash, k._mangled_name) for k in module._get_live_kernels()]
-    try:
-        yield
-    finally:
-        module.hashers.clear()
-        module.hashers.update(hashers)
-        module.resolved_options.clear()
-        module.resolved_options.update(resolved)
-        module.has_unresolved_static_expressions = unresolved
-        module.failed_builds.clear()
-        module.failed_builds.update(failed)
-        for k, h, mangled in kernels:
-            k._hash = h
-            k._mangled_name = mangled
-
-
 def compile_module(kernel, block_dim: int, archs: tuple[int, ...] | None = None) -> CompiledModule:
     """Compile the module of ``kernel`` for CUDA at ``block_dim`` (cached per module hash and block_dim).
 
@@ -166,8 +143,6 @@ def compile_module(kernel, block_dim: int, archs: tuple[int, ...] | None = None)
             compile failure (the NVRTC message is chained).
     """
     wp = _warp()
-    import warp._src.context as ctx  # noqa: PLC0415
-
     archs = tuple(sorted(set(archs if archs is not None else cubin_archs())))
     if not 1 <= block_dim <= 1024:
         raise ExportError(f"kernel '{kernel.key}': block_dim {block_dim} is outside 1..1024")
@@ -176,39 +151,46 @@ def compile_module(kernel, block_dim: int, archs: tuple[int, ...] | None = None)
             f"wp.config.cuda_arch_suffix={wp.config.cuda_arch_suffix!r} builds architecture-specific code; "
             "leapp exports portable sm_75..sm_120 binaries: unset it before exporting"
         )
-    if ctx._get_kernel_cluster_dim(kernel) > 1:
+    if wpp.kernel_cluster_dim(kernel) > 1:
         raise ExportError(
-            f"kernel '{kernel.key}' uses cluster_dim={ctx._get_kernel_cluster_dim(kernel)}: thread-block clusters "
+            f"kernel '{kernel.key}' uses cluster_dim={wpp.kernel_cluster_dim(kernel)}: thread-block clusters "
             "need sm_90+ and cannot be exported with the sm_75 PTX fallback"
         )
     module = kernel.module
     toolkit = toolkit_version()
-    missing = [a for a in (PTX_ARCH, *archs) if a not in ctx.runtime.nvrtc_supported_archs]
+    supported = wpp.nvrtc_supported_archs()
+    missing = [a for a in (PTX_ARCH, *archs) if a not in supported]
     if missing:
-        raise ExportError(f"Warp's NVRTC {toolkit} cannot target sm_{missing[0]} "
-                          f"(supports {sorted(ctx.runtime.nvrtc_supported_archs)})")
+        raise ExportError(f"Warp's NVRTC {toolkit} cannot target sm_{missing[0]} (supports {sorted(supported)})")
 
-    with _cache_lock, _preserved_module_state(module):
-        module_hash = module.get_module_hash(block_dim).hex()
-        kernel_hash = module.hashers[block_dim].kernel_hashes.get(kernel)
-        if kernel_hash is None:
+    with _cache_lock, wpp.preserved_module_state(module):
+        module_hash = wpp.module_variant_hash(module, block_dim)
+        if kernel not in wpp.kernel_variant_names(module, block_dim):
             raise ExportError(f"kernel '{kernel.key}' is not a live kernel of module '{module.name}'")
         variant = (module.name, module_hash, block_dim)
         compiled = _cache.get((*variant, archs))
-        if compiled is None:
+        if compiled is not None:
+            log.debug("module '%s' (%s, block_dim %d): compiled code reused", module.name, module_hash[:7], block_dim)
+        else:
             store = _store.get(variant)
             missing = tuple(a for a in archs if store is None or a not in store.cubins)
             if store is None or missing:
+                start = time.perf_counter()
                 fresh = _compile_variant(module, block_dim, missing, module_hash, toolkit, ptx=store is None)
+                log.info("module '%s' (%s, block_dim %d): compiled %s in %.2f s", module.name, module_hash[:7],
+                         block_dim, ", ".join(([f"PTX sm_{PTX_ARCH}"] if store is None else [])
+                                              + [f"cubin sm_{a}" for a in missing]), time.perf_counter() - start)
                 if store is None:
                     store = _store[variant] = fresh
                 store.cubins.update(fresh.cubins)
+            else:
+                log.debug("module '%s' (%s, block_dim %d): cubins %s reused", module.name, module_hash[:7],
+                          block_dim, list(archs))
             compiled = dataclasses.replace(store, cubins={a: store.cubins[a] for a in archs})
             compiled._kernel_names = store._kernel_names
             _cache[(*variant, archs)] = compiled
-        for k, h in module.hashers[block_dim].kernel_hashes.items():
-            compiled._kernel_names[k] = k.get_mangled_name(kernel_hash=h)
-        if _needs_deterministic(kernel):
+        compiled._kernel_names.update(wpp.kernel_variant_names(module, block_dim))
+        if wpp.needs_deterministic(kernel):
             raise ExportError(
                 f"kernel '{kernel.key}' runs in Warp's deterministic mode (hidden reduction buffers); "
                 "it cannot be exported: disable deterministic mode for this module"
@@ -216,25 +198,18 @@ def compile_module(kernel, block_dim: int, archs: tuple[int, ...] | None = None)
     return compiled
 
 
-def _needs_deterministic(kernel) -> bool:
-    meta = getattr(kernel.adj, "det_meta", None)
-    return bool(meta is not None and getattr(meta, "needs_deterministic", False))
-
-
 def _compile_variant(
     module, block_dim: int, archs: tuple[int, ...], module_hash: str, toolkit: str, ptx: bool = True
 ) -> CompiledModule:
     """Compile the PTX (unless ``ptx`` is False) and the cubins of ``archs`` for one variant."""
-    import warp  # noqa: PLC0415
-
-    options = module.resolve_options(warp.config, block_dim=block_dim)
-    name = module.get_module_identifier(block_dim=block_dim)
+    options = wpp.resolved_options(module, block_dim)
+    name = wpp.module_identifier(module, block_dim)
     with tempfile.TemporaryDirectory(prefix="leapp-cuda-") as tmp:
         out_dir = os.path.join(tmp, name)
         targets = [(PTX_ARCH, True)] * ptx + [(a, False) for a in archs]
         for arch, use_ptx in targets:
             try:
-                module._compile(None, out_dir, output_arch=arch, use_ptx=use_ptx, options=options)
+                wpp.compile_module_variant(module, options, out_dir, arch, use_ptx)
             except Exception as e:
                 kind = "PTX" if use_ptx else "cubin"
                 raise ExportError(f"compiling Warp module '{module.name}' ({name}, block_dim={block_dim}) "
@@ -262,15 +237,3 @@ def _read(directory: str, filename: str) -> bytes:
     except FileNotFoundError:
         have = sorted(os.listdir(directory)) if os.path.isdir(directory) else []
         raise ExportError(f"Warp did not write {filename} (found {have})") from None
-
-
-def uses_tiles(kernel) -> bool:
-    """Whether the kernel's last build used tile values (their semantics depend on block_dim)."""
-    import warp._src.codegen as codegen  # noqa: PLC0415
-    import warp._src.types as wt  # noqa: PLC0415
-
-    for var in getattr(kernel.adj, "variables", ()):
-        t = codegen.strip_reference(var.type)
-        if wt.is_tile(t):
-            return True
-    return False

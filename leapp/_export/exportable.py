@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx
 
-from leapp._recorder.model import NodeRecord, SegmentRecord, TensorSpec, warp_segment_call
+from leapp._contract.records import NodeRecord, SegmentRecord, TensorSpec, warp_segment_call
 from leapp.errors import ExportError
 
 __all__ = [

@@ -1,6 +1,6 @@
 """leapp/_export/paths.py: where the exporter may write: only inside ``<save_path>/<session>/``.
 
-The recorder refuses bad names when they are declared (``leapp._recorder.names``);
+The recorder refuses bad names when they are declared (``leapp._contract.names``);
 this is the second line, for records built without it: the name is checked
 again, and the path is resolved (symbolic links included) and must stay
 directly inside its folder before anything is written. (Reading is the other
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from leapp._recorder.names import NAME_RULE, name_problem, shown
+from leapp._contract.names import NAME_RULE, name_problem, shown
 from leapp.errors import ExportError
 
 __all__ = ["artifact_path"]

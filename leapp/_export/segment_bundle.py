@@ -10,7 +10,7 @@ bundle of docs/bundle-format.md.
 NOTE: a CPU capture records CPU launch facts (block_dim 1, no grid). The CUDA
 replay uses the block_dim of the variant we compile (the module hash depends
 on it): the captured one when it is > 1, else 256 (Warp's CUDA default), and
-the grid follows notes/warp-internals.md section 6 for that block_dim.
+the grid follows docs/warp-internals.md ("Launch grids") for that block_dim.
 NOTE: output init "zero" is inferred from the region's snapshot, which
 ``capture_save`` takes before the captured work runs (CPU captures never run
 during capture; the recorder saves before ``capture_launch``), except for
@@ -25,8 +25,9 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from leapp import _warp_private as wpp
 from leapp._export import cuda_code
-from leapp._export.warp_abi import WarpABI, abi_for_version, expected_arg_size, require_supported_warp
+from leapp._export.warp_abi import WarpABI, abi_for_version
 from leapp._apic.wrp import (
     RELOC_DATA_PTR,
     RELOC_HANDLE,
@@ -67,7 +68,7 @@ def cuda_grid(size: int, block_dim: int, grid_stride: bool, max_blocks: int = 0)
 
 
 def build_segment_bundle(segment, *, cuda_block_dim: int | None = None, archs: tuple[int, ...] | None = None) -> bytes:
-    """The bundle bytes of a recorded segment (``leapp._recorder.model.SegmentRecord``).
+    """The bundle bytes of a recorded segment (``leapp._contract.records.SegmentRecord``).
 
     Args:
         segment: the recorder's SegmentRecord (its ``.wrp`` bytes, kernels and region roles).
@@ -173,7 +174,7 @@ class _Builder:
     def __post_init__(self) -> None:
         self.where = _where(self.segment_id, self.source)
         self.abi: WarpABI = abi_for_version(self.wrp.producer)
-        require_supported_warp()
+        wpp.require_supported_warp()
         self.live = [getattr(ref, "kernel", ref) for ref in self.kernel_refs]
         self.allocated: set[int] = set()  # regions of ALLOC ops
         self.op_written: set[int] = set()  # regions that copies and fills write
@@ -338,11 +339,11 @@ class _Builder:
         # a generic kernel stands for the overloads it resolved to (when no overload is given directly)
         candidates = direct or {id(c): c for k in named for c in k.overloads.values()}
         if len(candidates) > 1:  # same key in several modules: keep the captured module variant
-            candidates = {i: k for i, k in candidates.items() if self.variant_hash(k, record.block_dim)
+            candidates = {i: k for i, k in candidates.items() if wpp.hashed_variant_hash(k, record.block_dim)
                           == op.module_hash} or candidates
         if len(candidates) > 1 and not direct:  # overloads of a generic parent: the one APIC recorded
             mangled = record.forward_name.removesuffix("_cpu_forward").removesuffix("_cuda_kernel_forward")
-            candidates = {i: k for i, k in candidates.items() if self.variant_name(k, record.block_dim)
+            candidates = {i: k for i, k in candidates.items() if wpp.hashed_variant_name(k, record.block_dim)
                           == mangled} or candidates
         if len(candidates) > 1:
             raise self.fail(f"launch of kernel '{op.kernel_key}' (operation {op.index}) matches {len(candidates)} "
@@ -352,23 +353,11 @@ class _Builder:
             raise self.fail(f"launch of kernel '{op.kernel_key}' (operation {op.index}) matches none of the "
                             f"segment's kernels ({sorted({k.key for k in self.live})})")
         (kernel,) = candidates.values()
-        captured = self.variant_hash(kernel, record.block_dim)
+        captured = wpp.hashed_variant_hash(kernel, record.block_dim)
         if captured is not None and captured != op.module_hash:
             raise self.fail(f"module '{kernel.module.name}' of kernel '{kernel.key}' changed since the capture "
                             f"(hash {captured[:7]}, captured {op.module_hash[:7]})")
         return kernel, record
-
-    @staticmethod
-    def variant_hash(kernel, block_dim: int) -> str | None:
-        """Hex hash of a module variant Warp already hashed (None when it never did: no side effects)."""
-        hasher = kernel.module.hashers.get(block_dim)
-        return hasher.get_hash().hex() if hasher is not None else None
-
-    @staticmethod
-    def variant_name(kernel, block_dim: int) -> str | None:
-        hasher = kernel.module.hashers.get(block_dim)
-        h = hasher.kernel_hashes.get(kernel) if hasher is not None else None
-        return kernel.get_mangled_name(kernel_hash=h) if h is not None else None
 
     def cuda_block_dim_for(self, record, op: WrpLaunch) -> int:
         if self.wrp.device == "cuda":
@@ -384,7 +373,7 @@ class _Builder:
         kernel, record = self.live_kernel(op)
         block_dim = self.cuda_block_dim_for(record, op)
         compiled = cuda_code.compile_module(kernel, block_dim, self.archs)
-        if self.wrp.device == "cpu" and record.block_dim <= 1 and cuda_code.uses_tiles(kernel):
+        if self.wrp.device == "cpu" and record.block_dim <= 1 and wpp.uses_tiles(kernel):
             raise self.fail(f"{what}: kernel '{kernel.key}' uses tiles and was captured on CPU with block_dim=1, "
                             "so its CUDA block size is unknown; capture it on a CUDA device, or launch it with "
                             "block_dim and wp.config.enable_cpu_blocks=True")
@@ -423,12 +412,12 @@ class _Builder:
 
     def pack_params(self, op: WrpLaunch, kernel, what: str) -> tuple[dict, list[dict]]:
         """kernelParams bytes: launch bounds, then each argument blob at its alignment; relocations to buffers."""
-        args = kernel.adj.args
+        args = wpp.kernel_args(kernel)
         if len(op.params) != len(args):
             raise self.fail(f"{what} recorded {len(op.params)} arguments, kernel '{kernel.key}' takes {len(args)}")
         values = [self.abi.launch_bounds(op.shape, op.size, op.coord_mult)]
         for p, arg in zip(op.params, args):
-            expected = expected_arg_size(arg.type)
+            expected = wpp.expected_arg_size(arg.type)
             if expected is not None and expected != len(p.value):
                 raise self.fail(f"{what}: argument '{arg.label}' was recorded as {len(p.value)} bytes, "
                                 f"the {self.abi.name} ABI passes {expected}")

@@ -11,7 +11,7 @@ fails here as it would for a user.
 NOTE: a node with Warp segments can only be checked where the native runtime
 can replay them: a CUDA device, segments captured on CUDA, and the op
 library. When any is missing validation cannot run, and that is a failure
-(DESIGN.md section 2), never a silent pass.
+(docs/export.md, step 6), never a silent pass.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from leapp._export.validate_process import VALIDATION_TIMEOUT_S, run_in_fresh_process
-from leapp._recorder.model import NodeRecord
+from leapp._contract.records import NodeRecord
 from leapp.errors import VALIDATION_FAILED, LeappError, ValidationError
 
 __all__ = [
@@ -224,7 +224,7 @@ def _merge(total: OutputCheck, one: OutputCheck) -> None:
 
 
 def raise_for_failures(results: list[NodeValidation], report=None) -> None:
-    """``ValidationError`` with DESIGN.md's text and one reason line per failed node; None if all passed."""
+    """``ValidationError`` with one reason line per failed node; None if all passed."""
     failed = [r for r in results if not r.ok]
     if not failed:
         return

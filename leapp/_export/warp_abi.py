@@ -2,13 +2,12 @@
 
 A bundle carries the exact ``kernelParams`` bytes of each launch: parameter 0 is
 Warp's ``launch_bounds_t<N>``, then one by-value blob per kernel argument. Their
-layouts are Warp's, not ours, and they changed between releases (notes
-warp-internals.md section 5), so they live here as data keyed by version
-("warp-1.19") and are recorded in the manifest as ``producer.param_abi``. The
-runtime never interprets these bytes.
-
-NOTE: this module imports no warp at module scope; ``installed_warp_version``
-and ``expected_arg_size`` import it lazily.
+layouts are Warp's, not ours, and they changed between releases
+(docs/warp-internals.md, "Kernel parameters"), so they live here as data keyed
+by version ("warp-1.19") and are recorded in the manifest as
+``producer.param_abi``. The runtime never interprets these bytes. Which Warp is
+installed, and the argument sizes Warp itself reports, are asked through
+``leapp._warp_private``.
 """
 
 from __future__ import annotations
@@ -18,14 +17,7 @@ from dataclasses import dataclass
 
 from leapp.errors import ExportError
 
-__all__ = [
-    "WarpABI",
-    "ABIS",
-    "abi_for_version",
-    "installed_warp_version",
-    "require_supported_warp",
-    "expected_arg_size",
-]
+__all__ = ["WarpABI", "ABIS", "abi_for_version"]
 
 
 @dataclass(frozen=True)
@@ -83,45 +75,3 @@ def abi_for_version(version: str) -> WarpABI:
             f"unsupported Warp version {version}: leapp knows the kernel parameter ABI of warp-lang {supported} only"
         )
     return abi
-
-
-def installed_warp_version() -> str:
-    import warp  # noqa: PLC0415  (lazy: keep this module importable without warp)
-
-    return warp.__version__
-
-
-def require_supported_warp() -> WarpABI:
-    """The ABI of the installed Warp; raises a clear error for any release but 1.19.x."""
-    version = installed_warp_version()
-    try:
-        return abi_for_version(version)
-    except ExportError:
-        raise ExportError(
-            f"leapp exports Warp segments with warp-lang 1.19.x only, but warp-lang {version} is installed; "
-            "install warp-lang==1.19.* to export"
-        ) from None
-
-
-def expected_arg_size(arg_type) -> int | None:
-    """Bytes Warp passes for a kernel argument of Warp type ``arg_type`` (None when unknown).
-
-    Used to check recorded argument blobs before they are packed into a bundle.
-    """
-    import ctypes  # noqa: PLC0415
-
-    import warp._src.codegen as codegen  # noqa: PLC0415
-    import warp._src.types as wt  # noqa: PLC0415
-
-    if wt.matches_array_class(arg_type, wt.indexedarray):
-        return ctypes.sizeof(wt.indexedarray_t)
-    if wt.matches_array_class(arg_type, wt.array):
-        return ctypes.sizeof(wt.array_t)
-    if isinstance(arg_type, codegen.Struct):
-        return ctypes.sizeof(arg_type.ctype)
-    if arg_type is bool:
-        return ctypes.sizeof(ctypes.c_bool)
-    try:
-        return wt.type_size_in_bytes(arg_type)
-    except Exception:  # noqa: BLE001 - exotic types (fabric arrays, ...) are checked by Warp itself
-        return None

@@ -26,21 +26,21 @@ import operator
 import os
 import shutil
 import tempfile
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import warp as wp
 
+from leapp import _warp_private as wpp
 from leapp._apic import wrp
-from .dtypes import array_base, is_warp_array, spec_for_array, warp_dtype_name
+from leapp._contract.records import KernelRef, SegmentIO, SegmentRecord, TensorSpec, warp_segment_call
+
+from .dtypes import is_warp_array, spec_for_array, warp_dtype_name
 from .fx_graph import UNINITIALIZED_FACTORIES, PendingOutput, storage_ptr
 from .handles import LiveObjects, check_constant_handles, check_launch_handles
-from .model import KernelRef, SegmentIO, SegmentRecord, TensorSpec, warp_segment_call
 
-if TYPE_CHECKING:
-    from .segment import _Block
-
-__all__ = ["AllocationWitness", "CaptureAnalysis", "arg_ptr"]
+__all__ = ["AllocationWitness", "ClosedSegment", "CaptureAnalysis", "arg_ptr"]
 
 _aten = torch.ops.aten
 
@@ -85,7 +85,7 @@ class AllocationWitness:
         """
         return any(
             id(arr) not in self._young_at_entry and arr.deleter is not None and arr.ptr == ptr
-            and getattr(arr, "_storage_base_ptr", None) is None
+            and not wpp.views_torch_storage(arr)
             for arr in _young_warp_arrays().values()
         )
 
@@ -110,38 +110,54 @@ def _old_collections() -> tuple[int, ...]:
 
 def arg_ptr(arg) -> int:
     if is_warp_array(arg):
-        return array_base(arg)[1] or 0
+        return wpp.array_base(arg)[1] or 0
     if isinstance(arg, torch.Tensor):
         return storage_ptr(arg)
     return 0
 
 
 
-class CaptureAnalysis:
-    """Turn one APIC-captured segment into a SegmentRecord and its FX call."""
+@dataclass
+class ClosedSegment:
+    """What the capture pass knew about one segment when its block closed."""
 
-    def __init__(self, block: _Block, graph) -> None:
+    segment_id: str
+    node: str
+    index: int
+    source: str
+    device: str  # the device the capture ran on
+    launches: list  # the block's launch records (kernel, args, n_inputs, caller), in order
+    ops: list[str]  # what discovery ran
+    call_sites: list[str]
+    witness: AllocationWitness  # which Warp arrays were allocated while the block was open
+
+
+class CaptureAnalysis:
+    """Turn one APIC-captured segment into a SegmentRecord and its FX call.
+
+    ``recorder`` is the node's graph recorder (traced storages, pending outputs,
+    the FX graph); untraced constants are reported into ``constants_report``.
+    """
+
+    def __init__(self, block: ClosedSegment, graph, recorder, constants_report: list[str]) -> None:
         self.block = block
         self.graph = graph
-        self.run = block.run
-        self.rec = block.run.recorder
+        self.rec = recorder
+        self.constants_report = constants_report
         self.device = wp.get_device(block.device)
 
     def build(self) -> SegmentRecord:
         block, rec = self.block, self.rec
-        capture = self.graph._apic_capture
-        regions: dict[int, tuple[int, int, Any]] = {}
-        for region_id, ptr, capacity, base in capture._regions.values():
-            if region_id not in regions or capacity > regions[region_id][1]:
-                regions[region_id] = (ptr, capacity, base)
+        regions = wpp.apic_regions(self.graph)
+        transient = wpp.apic_transient_regions(self.graph)
         kinds: dict[int, str] = {}  # classified first: the allocation witness wants as few allocations as possible
         for region_id, (ptr, _capacity, base) in sorted(regions.items()):
-            native = getattr(base, "_storage_base_ptr", None) is None
+            native = not wpp.views_torch_storage(base)
             if ptr in rec.pending:
                 kinds[region_id] = "chained"
             elif rec.live_storage(ptr):
                 kinds[region_id] = "traced"
-            elif region_id in capture._transient_regions or (native and block._census.created_in_block(base)):
+            elif region_id in transient or (native and block.witness.created_in_block(base)):
                 kinds[region_id] = "created"
             else:
                 kinds[region_id] = "external"
@@ -169,19 +185,19 @@ class CaptureAnalysis:
 
         segment = SegmentRecord(
             id=block.segment_id,
-            node=self.run.name,
+            node=block.node,
             index=block.index,
             source=block.source,
             device=str(self.device),
-            ops=list(block.discovered.ops),
+            ops=list(block.ops),
             wrp=wrp_bytes,
-            kernels=self._kernels(capture),
+            kernels=self._kernels(),
             inputs=[],
             outputs=[],
             constants={},
             scratch={},
             captured_ops=[f"launch:{op.kernel_key}" if op.kind == "launch" else op.kind for op in ops],
-            call_sites=list(block.discovered.call_sites),
+            call_sites=list(block.call_sites),
             modules=modules,
         )
         in_nodes, writes = [], []
@@ -200,7 +216,7 @@ class CaptureAnalysis:
                     rec.mark_written(ptr)
             elif kind == "external":
                 segment.constants[region_id] = before[region_id]
-                self.block.session.constants_report.append(
+                self.constants_report.append(
                     f"{segment.id} ({segment.source}): untraced {_describe(base, capacity)} (region {region_id}) "
                     "snapshotted as a constant"
                     + ("; the segment writes it, and that write is not part of the export" if region_id in written
@@ -236,16 +252,16 @@ class CaptureAnalysis:
     def _where(self, launch) -> str:
         block = self.block
         return (f"wp.launch('{launch.kernel.key}') at {launch.caller} in segment {block.segment_id} "
-                f"(opened at {block.source}) of node '{self.run.name}'")
+                f"(opened at {block.source}) of node '{block.node}'")
 
     def _check_constants(self, kinds, regions, before, live: LiveObjects) -> None:
         """Refuse constant 64-bit integer arrays that hold live Mesh/BVH/HashGrid/Volume ids."""
         for launch in self.block.launches:
-            labels = [a.label for a in launch.kernel.adj.args]
+            labels = [a.label for a in wpp.kernel_args(launch.kernel)]
             for i, arg in enumerate(launch.args):
                 if not is_warp_array(arg) or arg.dtype not in (wp.int64, wp.uint64):
                     continue
-                base_ptr = array_base(arg)[1]
+                base_ptr = wpp.array_base(arg)[1]
                 for region_id, (ptr, _capacity, _base) in regions.items():
                     if ptr == base_ptr and kinds[region_id] == "external":
                         name = f"'{labels[i] if i < len(labels) else i}' ({_describe(_base, _capacity)})"
@@ -282,7 +298,7 @@ class CaptureAnalysis:
         for launch in self.block.launches:
             for a in launch.args:
                 if is_warp_array(a):
-                    arrays.setdefault(array_base(a)[1], a)
+                    arrays.setdefault(wpp.array_base(a)[1], a)
         return arrays
 
     def _region_value(self, kind: str, ptr: int, capacity: int, array) -> tuple[Any, TensorSpec, Any]:
@@ -299,15 +315,15 @@ class CaptureAnalysis:
                 spec.warp_dtype, spec.logical_shape = full.warp_dtype, full.logical_shape
         return node, spec, tensor
 
-    def _kernels(self, capture) -> list[KernelRef]:
+    def _kernels(self) -> list[KernelRef]:
         by_key = {}
         for launch in self.block.launches:
             by_key.setdefault(launch.kernel.key, launch)
         refs = []
-        for info in capture.collected_kernels.values():
-            launch = by_key.get(info["kernel_key"])
+        for key, block_dim in wpp.apic_kernels(self.graph):
+            launch = by_key.get(key)
             if launch is not None:
-                refs.append(KernelRef(launch.kernel, int(info["block_dim"]), info["kernel_key"]))
+                refs.append(KernelRef(launch.kernel, block_dim, key))
         return refs
 
 
@@ -330,7 +346,7 @@ def _created_spec(base, capacity: int) -> TensorSpec:
 
 
 def _describe(base, capacity: int) -> str:
-    if getattr(base, "_storage_base_ptr", None) is not None:
+    if wpp.views_torch_storage(base):
         return f"torch storage ({capacity} bytes)"
     return f"wp.array {warp_dtype_name(base.dtype)} {tuple(base.shape)} ({capacity} bytes)"
 

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import torch
 import warp as wp
-import warp._src.codegen as _wp_codegen
-import warp._src.types as _wp_types
 
+from leapp._contract.records import TensorSpec
+from leapp._warp_private import is_struct_type, scalar_types
 from leapp.errors import UNSUPPORTED_DTYPE, TraceError
-
-from .model import TensorSpec
 
 __all__ = [
     "is_warp_array",
@@ -28,7 +26,6 @@ __all__ = [
     "warp_dtype_name",
     "torch_dtype_of",
     "expanded_shape",
-    "array_base",
     "spec_for_array",
     "spec_for_tensor",
 ]
@@ -40,13 +37,13 @@ def is_warp_array(value) -> bool:
 
 def check_boundary_dtype(dtype, what: str, where: str) -> None:
     """Raise ``Unsupported dtype`` unless ``dtype`` has an expanded scalar layout."""
-    if isinstance(dtype, _wp_codegen.Struct):
+    if is_struct_type(dtype):
         raise TraceError(
             f"{UNSUPPORTED_DTYPE} '{dtype.key if hasattr(dtype, 'key') else dtype}' (@wp.struct) for {what} "
             f"at {where}: boundary arrays must hold Warp scalars or vec/quat/mat/transform values."
         )
     scalar = getattr(dtype, "_wp_scalar_type_", dtype)
-    if scalar not in _wp_types.scalar_types and scalar is not wp.bool:
+    if scalar not in scalar_types() and scalar is not wp.bool:
         raise TraceError(f"{UNSUPPORTED_DTYPE} {dtype!r} for {what} at {where}.")
 
 
@@ -65,20 +62,6 @@ def torch_dtype_of(dtype) -> torch.dtype:
 
 def expanded_shape(arr) -> tuple[int, ...]:
     return tuple(arr.shape) + tuple(getattr(arr.dtype, "_shape_", ()))
-
-
-def array_base(arr) -> tuple[object, int, int]:
-    """(base array, base pointer, capacity) the way APIC keys a region.
-
-    Mirrors ``warp._src.apic.capture.APICapture._find_base``: arrays made by
-    ``wp.from_torch`` carry the torch storage's base pointer and size.
-    """
-    base = arr
-    while getattr(base, "_ref", None) is not None and hasattr(base._ref, "ptr"):
-        base = base._ref
-    ptr = base._storage_base_ptr if getattr(base, "_storage_base_ptr", None) is not None else base.ptr
-    capacity = base._storage_nbytes if getattr(base, "_storage_nbytes", None) is not None else base.capacity
-    return base, ptr, capacity
 
 
 def spec_for_array(name: str, arr) -> TensorSpec:

@@ -34,10 +34,10 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map_only
 
+from leapp._contract.records import SegmentIO, SegmentRecord, TensorSpec
 from leapp.errors import TraceError
 
 from .dtypes import check_boundary_dtype
-from .model import SegmentIO, SegmentRecord, TensorSpec
 from .source import user_location
 
 __all__ = ["GraphRecorder", "OwnerMap", "PendingOutput", "UNINITIALIZED_FACTORIES", "storage_ptr"]

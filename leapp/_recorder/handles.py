@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import warp as wp
-import warp._src.codegen as _wp_codegen
 
+from leapp._warp_private import is_struct_type, kernel_args
 from leapp.errors import TraceError
 
 __all__ = ["BAKED_HANDLE", "LiveObjects", "check_launch_handles", "check_constant_handles", "integer_values"]
@@ -72,7 +72,7 @@ def integer_values(label: str, arg_type, value) -> Iterator[tuple[str, int | Non
     if _is_texture(arg_type, value):
         yield label, None
         return
-    if isinstance(arg_type, _wp_codegen.Struct):
+    if is_struct_type(arg_type):
         for name, var in arg_type.vars.items():
             yield from integer_values(f"{label}.{name}", var.type, getattr(value, name, None))
         return
@@ -159,7 +159,7 @@ def check_launch_handles(launches, where_of, live: LiveObjects) -> None:
     ``launches``: the segment's ``_Launch`` records; ``where_of(launch)``: the text that names it.
     """
     for launch in launches:
-        args = launch.kernel.adj.args
+        args = kernel_args(launch.kernel)
         for i, value in enumerate(launch.args):
             arg = args[i] if i < len(args) else None
             label = arg.label if arg is not None else f"#{i}"

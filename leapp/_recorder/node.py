@@ -17,13 +17,14 @@ from typing import Any, Callable
 import torch
 import warp as wp
 
-from leapp._export.backends import backend_problem
+from leapp._contract.backends import backend_problem
+from leapp._contract.names import NAME_RULE, name_problem, shown
+from leapp._contract.records import NodeRecord, Sample, SegmentRecord, TensorSpec
+from leapp._warp_private import array_base
 from leapp.errors import TraceError
 
-from .dtypes import array_base, check_boundary_dtype, is_warp_array, spec_for_array, spec_for_tensor
+from .dtypes import check_boundary_dtype, is_warp_array, spec_for_array, spec_for_tensor
 from .fx_graph import GraphRecorder, NodeDispatchMode
-from .model import NodeRecord, Sample, SegmentRecord, TensorSpec
-from .names import NAME_RULE, name_problem, shown
 from .observe import ObservedRun, current_observer
 from .session import MAX_SAMPLES, NodeState, Session, current_session
 from .source import user_location

@@ -2,8 +2,9 @@
 
 Per pass (counted per node, see session.py):
 
-- discovery runs the block eagerly under a ``wp.Tape`` subclass whose
-  ``record_launch`` sees every ``wp.launch`` (kernel, device, call site);
+- discovery runs the block eagerly under a ``wp.Tape`` subclass
+  (``leapp._warp_private.launch_observer``) that sees every ``wp.launch``
+  (kernel, device, call site);
 - capture wraps the block in ``wp.capture_begin(device, apic=True)`` on the
   device discovery saw, saves the graph with ``wp.capture_save`` into a
   temporary folder, reads the bytes back, then launches the graph (CUDA: on
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import warp as wp
 
+from leapp._warp_private import kernel_args, launch_observer
 from leapp.errors import (
     LINUX_ONLY,
     MIXED_TRACE_CONTEXTS,
@@ -36,7 +38,7 @@ from leapp.errors import (
     TraceError,
 )
 
-from .capture import AllocationWitness, CaptureAnalysis, arg_ptr
+from .capture import AllocationWitness, CaptureAnalysis, ClosedSegment, arg_ptr
 from .fx_graph import BlockGuardMode, traced_tensors
 from .session import DiscoveredSegment, current_session
 from .source import frame_location, user_location
@@ -113,25 +115,18 @@ class _Launch:
     n_inputs: int
 
 
-class _LaunchObserver(wp.Tape):
-    """A tape that records nothing for autodiff; it only reports launches of its own thread."""
+def _launch_observer(block: _Block):
+    """A tape that reports the launches of this thread (only) to ``block``."""
+    thread = threading.get_ident()
 
-    def __init__(self, block: _Block) -> None:
-        super().__init__()
-        self._block = block
-        self._thread = threading.get_ident()
-
-    def record_launch(self, kernel, dim, max_blocks, inputs, outputs, device, block_dim=0, metadata=None):
-        if threading.get_ident() != self._thread:
+    def on_launch(kernel, device, block_dim, file, line, inputs, outputs) -> None:
+        if threading.get_ident() != thread:
             return
-        caller = (metadata or {}).get("caller") or {}
-        where = frame_location(caller.get("file", "<unknown>"), caller.get("lineno", 0))
-        launch = _Launch(kernel, str(device), int(block_dim or 0), where, list(inputs or []) + list(outputs or []),
-                         len(inputs or []))
-        self._block.on_launch(launch)
+        launch = _Launch(kernel, str(device), int(block_dim or 0), frame_location(file, line),
+                         list(inputs or []) + list(outputs or []), len(inputs or []))
+        block.on_launch(launch)
 
-    def record_func(self, backward, arrays):  # wp.copy's adjoint; inference needs none
-        return None
+    return launch_observer(on_launch)
 
 
 class _Block:
@@ -146,7 +141,7 @@ class _Block:
         self.launches: list[_Launch] = []
         self.discovered: DiscoveredSegment | None = None
         self.device: str | None = None
-        self._observer: _LaunchObserver | None = None
+        self._observer = None  # the launch-observing tape while the block is open
         self._guard: BlockGuardMode | None = None
         self._capturing = False
         self._stream = None
@@ -165,7 +160,7 @@ class _Block:
                     f"(node '{run.name}', {run.pass_name}: discovery met {len(discovered)} Warp segment(s))."
                 )
             self.discovered = discovered[self.index]
-        self._observer = _LaunchObserver(self)
+        self._observer = _launch_observer(self)
         try:
             self._observer.__enter__()
         except RuntimeError as e:
@@ -257,7 +252,10 @@ class _Block:
             return
         self._check_same_ops(ops, sites)
         if run.pass_index == 1:
-            run.segments_met.append(CaptureAnalysis(self, graph).build())
+            closed = ClosedSegment(self.segment_id, run.name, self.index, self.source, self.device, self.launches,
+                                   self.discovered.ops, self.discovered.call_sites, self._census)
+            analysis = CaptureAnalysis(closed, graph, run.recorder, self.session.constants_report)
+            run.segments_met.append(analysis.build())
         else:
             run.segments_met.append(self.discovered)
 
@@ -294,7 +292,7 @@ class _Block:
     def on_launch(self, launch: _Launch) -> None:
         self.launches.append(launch)
         owners: dict[str, list[str]] = {}
-        labels = [a.label for a in launch.kernel.adj.args]
+        labels = [a.label for a in kernel_args(launch.kernel)]
         for i, arg in enumerate(launch.args):
             ptr = arg_ptr(arg)
             owner = self.session.owners.owner_of(ptr) if ptr else None

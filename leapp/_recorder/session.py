@@ -14,15 +14,15 @@ from __future__ import annotations
 import contextvars
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from leapp._contract.names import NAME_RULE, name_problem, shown
+from leapp._contract.records import NodeRecord, SessionRecord
 from leapp.errors import NOT_EXECUTED_TWICE, TraceError
 
 from .fx_graph import OwnerMap, storage_ptr
-from .model import NodeRecord, SessionRecord
-from .names import NAME_RULE, name_problem, shown
 from .source import user_location
 
 if TYPE_CHECKING:
@@ -70,10 +70,12 @@ class Session:
 
     Enter it (``with`` or ``leapp.start``), run the traced code at least twice,
     then call ``compile()``. ``record`` is the plain data model the exporter
-    consumes.
+    consumes; ``export(record, validate=, rtol=, atol=)`` is the exporter
+    ``compile()`` hands it to (``leapp.trace`` passes it: the recorder never
+    imports the exporter).
     """
 
-    def __init__(self, name: str, save_path: str = ".") -> None:
+    def __init__(self, name: str, save_path: str = ".", *, export: Callable[..., Any] | None = None) -> None:
         problem = name_problem(name)
         if problem is not None:
             raise TraceError(
@@ -91,6 +93,7 @@ class Session:
         self.constants_report: list[str] = []
         self.notes: list[str] = []
         self._token: contextvars.Token | None = None
+        self._export = export
 
     # ---- lifecycle ----
 
@@ -199,7 +202,7 @@ class Session:
         )
 
     def compile(self, validate: bool = True, rtol: float = 1e-3, atol: float = 1e-5) -> Any:
-        """Check the passes, then export every node (``leapp._export.compile.compile_session``).
+        """Check the passes, then export every node (with the ``export`` the session was made with).
 
         Raises:
             TraceError: a node ran only once, or the capture pass skipped a
@@ -210,13 +213,14 @@ class Session:
             self.stop()
         record = self.record
         record.check_complete()
-        from leapp._export.compile import compile_session  # noqa: PLC0415 - the exporter is heavy and optional
+        if self._export is None:
+            raise TraceError(f"session '{self.name}' has no exporter to compile with; "
+                             "begin sessions with leapp.trace or leapp.start")
+        return self._export(record, validate=validate, rtol=rtol, atol=atol)
 
-        return compile_session(record, validate=validate, rtol=rtol, atol=atol)
 
-
-def start(name: str, save_path: str = ".") -> Session:
-    session = Session(name, save_path)
+def start(name: str, save_path: str = ".", *, export: Callable[..., Any] | None = None) -> Session:
+    session = Session(name, save_path, export=export)
     session.start()
     return session
 

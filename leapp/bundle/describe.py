@@ -34,7 +34,6 @@ def _init(init) -> str:
 
 def describe_bundle(bundle: Bundle, size: int | None = None) -> list[str]:
     """Lines (no trailing newline) describing segment, producer, binaries, kernels, buffers, ops and I/O."""
-    m = bundle.manifest
     lines = [f"segment {bundle.segment}" + (f" (source {bundle.source})" if bundle.source else "")]
     size_text = f", {format_bytes(size)}" if size is not None else ""
     lines.append(f"  digest {bundle.digest} (format v{bundle.format_version}{size_text}, {len(bundle.blobs)} blobs)")

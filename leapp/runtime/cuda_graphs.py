@@ -27,6 +27,7 @@ off for this callable, with a warning naming it and the reason.
 
 from __future__ import annotations
 
+import logging
 import threading
 import warnings
 import weakref
@@ -36,6 +37,8 @@ from collections.abc import Callable, Sequence
 import torch
 
 __all__ = ["CudaGraphCall", "capture_blockers", "drop_all_graphs"]
+
+log = logging.getLogger(__name__)
 
 Key = tuple
 
@@ -169,6 +172,8 @@ class CudaGraphCall:
             warnings.warn(f"{self.name}: CUDA graph capture failed, calling directly from now on: "
                           f"{type(e).__name__}: {e}", RuntimeWarning, stacklevel=4)
             return list(self.fn(*inputs))
+        log.debug("%s: captured a CUDA graph for %d input(s); %d graph(s) cached", self.name, len(inputs),
+                  len(self._graphs) + 1)
         entry = self._graphs[key] = (_replay_of(graph), graph, outputs)
         while len(self._graphs) > self.max_graphs:
             self._graphs.popitem(last=False)

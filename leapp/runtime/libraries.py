@@ -42,7 +42,7 @@ def library_path(backend: str) -> Path:
 
 
 def require_library(backend: str) -> Path:
-    """library_path(backend), raising DESIGN.md's message when the file is not there."""
+    """library_path(backend), raising ``RuntimeLibraryNotFound`` (how to build or point to it) when the file is not there."""
     path = library_path(backend)
     if not path.is_file():
         raise RuntimeLibraryNotFound(runtime_not_found_message(backend, str(path)))

@@ -18,6 +18,7 @@ tensors carry no bundle bytes.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 
 import torch
@@ -30,6 +31,8 @@ OP_NAME = "leapp::warp_segment"
 SCHEMA = "warp_segment(Tensor[] inputs, Tensor bundle, str signature) -> Tensor[]"
 
 _lock = threading.Lock()
+log = logging.getLogger(__name__)
+
 _state: dict[str, object] = {"registered": False, "native": False, "library": None}
 
 
@@ -101,8 +104,12 @@ def ensure_registered() -> bool:
         if path.is_file():
             torch.ops.load_library(str(path))
             _state["native"] = True
+            log.info("leapp::warp_segment: native op library %s", path)
         elif not hasattr(torch.ops.leapp, "warp_segment"):
             _define_from_python()
+            log.info("leapp::warp_segment: Python kernels over leapp._native (no op library at %s)", path)
+        else:
+            log.info("leapp::warp_segment: already defined in this process (no op library at %s)", path)
         if not torch._C._dispatch_has_kernel_for_dispatch_key(OP_NAME, "Meta"):
             torch.library.register_fake(OP_NAME)(_fake)
         _state["registered"] = True

@@ -17,6 +17,7 @@ on the CUDA EP, run on torch's stream without host synchronisation
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,8 @@ __all__ = [
     "torch_uses_tf32_matmul",
 ]
 
+
+log = logging.getLogger(__name__)
 
 _ONNX_RUNNER_NAMES = frozenset({"OnnxRunner", "cuda_ep_options", "onnx_providers", "torch_uses_tf32_matmul",
                                 "_ONNX_TYPES", "_onnx_type"})
@@ -348,6 +351,21 @@ def verify_file(folder: Path, rel: str, expected: str, where: str, field: str = 
     return path
 
 
+def _binaries(backend: str, runner: NodeRunner, has_segments: bool) -> str:
+    """What runs a node's Warp segments (and how an ONNX node meets torch's stream), for the load log."""
+    parts = [f"ONNX Runtime {runner.stream_mode}"] if backend == "onnx" and hasattr(runner, "stream_mode") else []
+    if not has_segments:
+        parts.append("no Warp segments")
+    elif backend == "pt2":
+        from leapp.runtime import ops  # noqa: PLC0415
+
+        parts.append("Warp segments through " + ("the native op library" if ops.native_library_loaded()
+                                                 else "Python kernels over leapp._native"))
+    else:
+        parts.append("Warp segments through the ONNX Runtime op library")
+    return ", ".join(parts)
+
+
 def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = None) -> Pipeline:
     """Loads an exported pipeline folder; checks digests and opens every node with its runtime.
 
@@ -396,6 +414,9 @@ def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = N
                 f"{type(e).__name__}: {e}"
             ) from e
         nodes[node_name] = PipelineNode(node_name, entry["backend"], artifact, inputs, outputs, segments, runner)
+        if log.isEnabledFor(logging.INFO):
+            log.info("pipeline '%s' node '%s': %s runner for %s on %s; %s", name, node_name, entry["backend"],
+                     artifact.name, entry["device"], _binaries(entry["backend"], runner, bool(segments)))
     pipeline_inputs, outputs = _wire(name, nodes, desc)
     return Pipeline(name, folder, nodes, pipeline_inputs, outputs, desc)
 

@@ -1,4 +1,4 @@
-"""GPU: exported == eager, property-based (DESIGN.md section 6), plus CUDA graph capture and stream order.
+"""GPU: exported == eager, property-based (hypothesis draws the inputs), plus CUDA graph capture and stream order.
 
 Each example traces a scenario of e2e_scenarios on cuda:0 (pass 1, pass 2,
 one more sample), compiles it with validate=True (the real runtime runs the

@@ -13,7 +13,7 @@ import torch
 import torch.fx
 from hypothesis import strategies as st
 
-from leapp._recorder.model import (
+from leapp._contract.records import (
     NodeRecord,
     Sample,
     SegmentIO,

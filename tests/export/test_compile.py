@@ -11,7 +11,7 @@ import yaml
 
 import compile_records as cr
 from leapp._export.compile import compile_session
-from leapp._recorder.model import Sample
+from leapp._contract.records import Sample
 from leapp.errors import ExportError, ValidationError
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")

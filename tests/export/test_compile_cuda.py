@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import compile_records as cr
 from leapp._export.compile import compile_session
-from leapp._recorder.model import Sample
+from leapp._contract.records import Sample
 from leapp.runtime import pipeline as rt
 
 pytestmark = [pytest.mark.cuda, pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")]

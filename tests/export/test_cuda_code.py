@@ -12,6 +12,7 @@ wp = pytest.importorskip("warp")
 
 import warp._src.context as wctx  # noqa: E402
 
+from leapp import _warp_private  # noqa: E402
 from leapp._export import cuda_code  # noqa: E402
 from leapp.errors import ExportError  # noqa: E402
 
@@ -118,7 +119,7 @@ def test_tile_kernel_has_dynamic_shared_memory_from_meta():
     entry = compiled.entry(k_tile)
     assert entry in compiled.smem_bytes and compiled.entry_smem(k_tile) == compiled.smem_bytes[entry]
     assert f".entry {entry}(".encode() in compiled.ptx[75]
-    assert cuda_code.uses_tiles(k_tile) and not cuda_code.uses_tiles(k_double)
+    assert _warp_private.uses_tiles(k_tile) and not _warp_private.uses_tiles(k_double)
 
 
 def test_default_targets_are_ptx75_plus_eight_cubins(monkeypatch, compiled):

@@ -9,7 +9,6 @@ import onnx
 import pytest
 import torch
 from hypothesis import given, settings
-from hypothesis import strategies as st
 from onnx import numpy_helper
 
 import compile_records as cr

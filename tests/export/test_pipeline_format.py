@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from leapp import pipeline_format as pf
 from leapp._export.exportable import SegmentExport
 from leapp._export.pipeline_yaml import NodeArtifact, describe_pipeline, dump_pipeline_yaml, write_pipeline_yaml
-from leapp._recorder.model import NodeRecord, SessionRecord, TensorSpec
+from leapp._contract.records import NodeRecord, SessionRecord, TensorSpec
 from leapp.errors import ExportError
 from leapp.pipeline_format import PipelineError, parse_description, read_pipeline, validate_description
 

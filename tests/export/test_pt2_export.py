@@ -9,7 +9,6 @@ import textwrap
 import pytest
 import torch
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import compile_records as cr
 from leapp._export.exportable import build_exportable

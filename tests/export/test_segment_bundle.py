@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 from leapp._apic.wrp import parse_wrp  # noqa: E402
 from leapp._export.segment_bundle import build_bundle_from_wrp, build_segment_bundle, cuda_grid  # noqa: E402
-from leapp._recorder.model import KernelRef, SegmentIO, SegmentRecord, TensorSpec  # noqa: E402
+from leapp._contract.records import KernelRef, SegmentIO, SegmentRecord, TensorSpec  # noqa: E402
 from leapp.bundle import read_bundle  # noqa: E402
 from leapp.errors import ExportError  # noqa: E402
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import torch
+from warp_replay import run_node_graph
 
 import leapp
-from leapp._recorder.model import SessionRecord
-from leapp._recorder.replay import run_node_graph
+from leapp._contract.records import SessionRecord
 
 
 def trace(fn, *args, passes: int = 2, name: str = "t") -> tuple[SessionRecord, list]:

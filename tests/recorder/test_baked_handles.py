@@ -120,7 +120,7 @@ def test_a_mesh_id_argument_is_refused_at_capture(device):
 
     line = launch.__code__.co_firstlineno + 2
     text = _refused(_node(launch), torch.ones(4, 3, device=device), line)
-    assert f"wp.launch('mesh_distance') at " in text
+    assert "wp.launch('mesh_distance') at " in text
     assert f"argument 'mesh' = 0x{mesh.id:x} is the id of a live wp.Mesh on {wp.get_device(device)}" in text
     assert len(launched) == 2, "discovery ran eagerly; the capture pass refused at the block's exit"
 

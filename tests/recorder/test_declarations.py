@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 import leapp
 from leapp import annotate
-from leapp._export.backends import BACKEND_PARAMS
-from leapp._recorder.names import MAX_NAME_LENGTH, NAME_RULE, name_problem
+from leapp._contract.backends import BACKEND_PARAMS
+from leapp._contract.names import MAX_NAME_LENGTH, NAME_RULE, name_problem
 from leapp.errors import TraceError
 
 THIS = "test_declarations.py:"

@@ -1,4 +1,4 @@
-"""Every recording error of DESIGN.md section 2, with its exact text, raised where the table says."""
+"""Every recording error of docs/recorder.md section 2, with its exact text, raised where the table says."""
 
 from __future__ import annotations
 

@@ -9,10 +9,10 @@ import warp as wp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from recorder_helpers import assert_graphs_replay_samples
+from warp_replay import run_node_graph
 
 import leapp
 from leapp import annotate
-from leapp._recorder.replay import run_node_graph
 from leapp.errors import MORE_REGIONS_THAN_DISCOVERY, NOT_EXECUTED_TWICE, SEGMENT_DIVERGED, TraceError
 
 wp.init()
@@ -42,7 +42,7 @@ def run_program(x, program):
 
 
 def expected_outcome(p1, p2) -> str:
-    """The contract of DESIGN.md section 2 for a discovery pass p1 and a capture pass p2."""
+    """The pass contract of docs/recorder.md section 2 for a discovery pass p1 and a capture pass p2."""
     for i, segment in enumerate(p2):
         if i >= len(p1):
             return MORE_REGIONS_THAN_DISCOVERY

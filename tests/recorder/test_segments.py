@@ -14,12 +14,12 @@ import recorder_kernels as K
 import torch
 import warp as wp
 from recorder_helpers import assert_graphs_replay_samples, trace
+from warp_replay import run_node_graph
 
 import leapp
 from leapp import annotate
 from leapp._apic.wrp import parse_wrp
-from leapp._recorder.model import warp_segment_call
-from leapp._recorder.replay import run_node_graph
+from leapp._contract.records import warp_segment_call
 from leapp.errors import UNSUPPORTED_DTYPE, TraceError
 
 wp.init()

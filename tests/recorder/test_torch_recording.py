@@ -53,7 +53,7 @@ def test_factories_parameters_constants_and_inplace_ops():
     assert_graphs_replay_samples(record)
     # The graph is a function of its inputs, not of the traced values.
     x2 = torch.randn(3, 4)
-    from leapp._recorder.replay import run_node_graph
+    from warp_replay import run_node_graph
 
     got = run_node_graph(node, [x2])
     want = step(x2)

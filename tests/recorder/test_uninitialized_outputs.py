@@ -18,7 +18,7 @@ from recorder_helpers import assert_graphs_replay_samples
 
 import leapp
 from leapp import annotate
-from leapp._recorder.model import warp_segment_call
+from leapp._contract.records import warp_segment_call
 from leapp.bundle import read_bundle
 from leapp.runtime.pipeline import load_pt2
 

@@ -6,7 +6,7 @@ Everything is built from text and packed bytes here, with ``leapp.bundle.write_b
   * ``copy_memset_bundle``: no kernel at all, only memsets, copies and inits;
   * ``warp_bundle``: two real Warp kernels compiled by Warp's NVRTC (no GPU
     needed) into a cubin for sm_90 and PTX for sm_75, launched with parameters
-    packed by hand per notes/warp-internals.md section 5 (Warp 1.19 ABI).
+    packed by hand per docs/warp-internals.md, "Kernel parameters" (Warp 1.19 ABI).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""leapp/_export/backends.py: the export backends and the ``backend_params`` each one reads.
+"""leapp/_contract/backends.py: the export backends and the ``backend_params`` each one reads.
 
 One table for both sides: ``leapp.node(name, export_with=..., **backend_params)``
 refuses an unknown backend or parameter when the node is declared, and the

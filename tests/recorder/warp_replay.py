@@ -1,7 +1,7 @@
-"""leapp/_recorder/replay.py: run a recorded node graph, with segments replayed from their ``.wrp`` bytes.
+"""Run a recorded node graph, with segments replayed from their ``.wrp`` bytes by Warp itself.
 
-This is how the recorder checks itself (and what a validation step can use
-without the exporter): ``warp_segment_call`` nodes are executed by loading the
+This is how the recorder's tests check a recording without the exporter:
+``warp_segment_call`` nodes are executed by loading the
 segment's ``.wrp`` with ``wp.capture_load_from_bytes``, binding the inputs
 (``set_param``), launching, and reading the outputs back (``get_param``).
 Every region is bound in the ``.wrp`` under the name ``r<region_id>``.
@@ -15,7 +15,7 @@ import torch
 import torch.fx
 import warp as wp
 
-from .model import NodeRecord, SegmentRecord, warp_segment_call
+from leapp._contract.records import NodeRecord, SegmentRecord, warp_segment_call
 
 __all__ = ["run_node_graph", "WarpReplayer", "region_name"]
 

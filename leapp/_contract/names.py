@@ -1,4 +1,4 @@
-"""leapp/_recorder/names.py: the rule for node and session names, which become file and folder names.
+"""leapp/_contract/names.py: the rule for node and session names, which become file and folder names.
 
 A session exports into ``<save_path>/<session>/`` and a node into
 ``<session folder>/<node>.onnx`` (``.pt2``, ``.pt``), so a name must be one

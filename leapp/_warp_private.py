@@ -1,0 +1,303 @@
+"""leapp/_warp_private.py: every use of Warp's private API, and the Warp release it was written against.
+
+leapp relies on parts of Warp 1.19 that are not public: ``warp._src`` types,
+module hashers and ``Module._compile``, the APIC capture's region table, the
+tape's ``record_launch`` hook and the way ``wp.from_torch`` arrays keep their
+storage. They are gathered here so that a Warp upgrade is one file to review
+(docs/warp-internals.md says what each one is relied on for), and ruff's
+banned-api rule keeps ``warp._src`` out of every other module.
+
+NOTE: warp is imported inside the functions, not at module scope, so the
+exporter and the ``.wrp`` tools stay importable on machines without Warp.
+NOTE: nothing here writes ``wp.config`` or a user's module options;
+``preserved_module_state`` undoes the caches hashing and compiling leave.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+
+from leapp.errors import ExportError
+
+__all__ = [
+    "SUPPORTED_WARP_SERIES",
+    "installed_warp_version",
+    "require_supported_warp",
+    "is_struct_type",
+    "scalar_types",
+    "kernel_args",
+    "array_base",
+    "views_torch_storage",
+    "launch_observer",
+    "apic_regions",
+    "apic_transient_regions",
+    "apic_kernels",
+    "nvrtc_toolkit",
+    "nvrtc_supported_archs",
+    "kernel_cluster_dim",
+    "preserved_module_state",
+    "module_variant_hash",
+    "kernel_variant_names",
+    "hashed_variant_hash",
+    "hashed_variant_name",
+    "module_identifier",
+    "resolved_options",
+    "compile_module_variant",
+    "needs_deterministic",
+    "uses_tiles",
+    "expected_arg_size",
+]
+
+SUPPORTED_WARP_SERIES = "1.19"  # the release series every private use below was checked against (pinned: 1.19.0)
+
+
+# ---------------------------------------------------------------- version
+
+
+def installed_warp_version() -> str:
+    import warp  # noqa: PLC0415
+
+    return warp.__version__
+
+
+def require_supported_warp() -> str:
+    """The installed Warp version; raises a clear error for any release but 1.19.x."""
+    version = installed_warp_version()
+    if ".".join(str(version).split(".")[:2]) != SUPPORTED_WARP_SERIES:
+        raise ExportError(
+            f"leapp exports Warp segments with warp-lang {SUPPORTED_WARP_SERIES}.x only, but warp-lang {version} is "
+            f"installed; install warp-lang=={SUPPORTED_WARP_SERIES}.* to export"
+        )
+    return version
+
+
+# ---------------------------------------------------------------- types and kernels
+
+
+def is_struct_type(t) -> bool:
+    """Whether ``t`` is a ``@wp.struct`` type."""
+    import warp._src.codegen as codegen  # noqa: PLC0415
+
+    return isinstance(t, codegen.Struct)
+
+
+def scalar_types():
+    """Warp's scalar types (float16..float64, int8..uint64), without ``wp.bool``."""
+    import warp._src.types as wt  # noqa: PLC0415
+
+    return wt.scalar_types
+
+
+def kernel_args(kernel) -> list:
+    """The kernel's parameters (``.label``, ``.type``), in launch order."""
+    return kernel.adj.args
+
+
+def needs_deterministic(kernel) -> bool:
+    """Whether the kernel's last build runs in deterministic mode (hidden reduction buffers)."""
+    meta = getattr(kernel.adj, "det_meta", None)
+    return bool(meta is not None and getattr(meta, "needs_deterministic", False))
+
+
+def uses_tiles(kernel) -> bool:
+    """Whether the kernel's last build used tile values (their semantics depend on block_dim)."""
+    import warp._src.codegen as codegen  # noqa: PLC0415
+    import warp._src.types as wt  # noqa: PLC0415
+
+    for var in getattr(kernel.adj, "variables", ()):
+        t = codegen.strip_reference(var.type)
+        if wt.is_tile(t):
+            return True
+    return False
+
+
+def expected_arg_size(arg_type) -> int | None:
+    """Bytes Warp passes for a kernel argument of Warp type ``arg_type`` (None when unknown).
+
+    Used to check recorded argument blobs before they are packed into a bundle.
+    """
+    import ctypes  # noqa: PLC0415
+
+    import warp._src.codegen as codegen  # noqa: PLC0415
+    import warp._src.types as wt  # noqa: PLC0415
+
+    if wt.matches_array_class(arg_type, wt.indexedarray):
+        return ctypes.sizeof(wt.indexedarray_t)
+    if wt.matches_array_class(arg_type, wt.array):
+        return ctypes.sizeof(wt.array_t)
+    if isinstance(arg_type, codegen.Struct):
+        return ctypes.sizeof(arg_type.ctype)
+    if arg_type is bool:
+        return ctypes.sizeof(ctypes.c_bool)
+    try:
+        return wt.type_size_in_bytes(arg_type)
+    except Exception:  # noqa: BLE001 - exotic types (fabric arrays, ...) are checked by Warp itself
+        return None
+
+
+# ---------------------------------------------------------------- arrays
+
+
+def views_torch_storage(arr) -> bool:
+    """Whether a Warp array views a torch storage (made by ``wp.from_torch``)."""
+    return getattr(arr, "_storage_base_ptr", None) is not None
+
+
+def array_base(arr) -> tuple[object, int, int]:
+    """(base array, base pointer, capacity) the way APIC keys a region.
+
+    Mirrors ``APICapture._find_base`` of Warp 1.19: arrays made by
+    ``wp.from_torch`` carry the torch storage's base pointer and size.
+    """
+    base = arr
+    while getattr(base, "_ref", None) is not None and hasattr(base._ref, "ptr"):
+        base = base._ref
+    ptr = base._storage_base_ptr if views_torch_storage(base) else base.ptr
+    capacity = base._storage_nbytes if getattr(base, "_storage_nbytes", None) is not None else base.capacity
+    return base, ptr, capacity
+
+
+# ---------------------------------------------------------------- launches and APIC captures
+
+
+@functools.cache
+def _launch_observer_class():
+    import warp as wp  # noqa: PLC0415
+
+    class LaunchObserver(wp.Tape):
+        """A ``wp.Tape`` that records nothing for autodiff; it reports each ``wp.launch``."""
+
+        def __init__(self, on_launch) -> None:
+            super().__init__()
+            self._on_launch = on_launch
+
+        def record_launch(self, kernel, dim, max_blocks, inputs, outputs, device, block_dim=0, metadata=None):
+            caller = (metadata or {}).get("caller") or {}
+            self._on_launch(kernel, device, block_dim, caller.get("file", "<unknown>"), caller.get("lineno", 0),
+                            inputs, outputs)
+
+        def record_func(self, backward, arrays):  # wp.copy's adjoint; inference needs none
+            return None
+
+    return LaunchObserver
+
+
+def launch_observer(on_launch):
+    """A tape to enter around Warp work: ``on_launch(kernel, device, block_dim, file, line, inputs, outputs)``
+    is called for every ``wp.launch`` while it is active.
+
+    Warp calls ``record_launch`` on the active tape (``runtime.tape``) for each
+    launch, with the caller's file and line in ``metadata`` (Warp 1.19's hook).
+    """
+    return _launch_observer_class()(on_launch)
+
+
+def apic_regions(graph) -> dict[int, tuple[int, int, object]]:
+    """region id -> (base pointer, capacity, base array) of an APIC-captured graph (largest capacity per id)."""
+    regions: dict[int, tuple[int, int, object]] = {}
+    for region_id, ptr, capacity, base in graph._apic_capture._regions.values():
+        if region_id not in regions or capacity > regions[region_id][1]:
+            regions[region_id] = (ptr, capacity, base)
+    return regions
+
+
+def apic_transient_regions(graph):
+    """Ids of the regions APIC saw allocated and freed inside the capture."""
+    return graph._apic_capture._transient_regions
+
+
+def apic_kernels(graph) -> Iterator[tuple[str, int]]:
+    """(kernel key, block_dim) of each module variant an APIC-captured graph launches."""
+    for info in graph._apic_capture.collected_kernels.values():
+        yield info["kernel_key"], int(info["block_dim"])
+
+
+# ---------------------------------------------------------------- compiling module variants
+
+
+def _context():
+    import warp._src.context as ctx  # noqa: PLC0415
+
+    return ctx
+
+
+def nvrtc_toolkit() -> tuple[int, int] | None:
+    """(major, minor) of the CUDA toolkit Warp's NVRTC compiles with; None when Warp has no CUDA."""
+    return _context().runtime.toolkit_version
+
+
+def nvrtc_supported_archs():
+    return _context().runtime.nvrtc_supported_archs
+
+
+def kernel_cluster_dim(kernel) -> int:
+    return _context()._get_kernel_cluster_dim(kernel)
+
+
+@contextlib.contextmanager
+def preserved_module_state(module):
+    """Undo the variant caches that hashing/compiling a block_dim variant leaves on a module.
+
+    Hashing a variant caches a ``ModuleHasher`` on the module and building it
+    sets each kernel's hash and mangled name; exactly that state is restored.
+    """
+    hashers = dict(module.hashers)
+    resolved = dict(module.resolved_options)
+    unresolved = module.has_unresolved_static_expressions
+    failed = dict(module.failed_builds)
+    kernels = [(k, k._hash, k._mangled_name) for k in module._get_live_kernels()]
+    try:
+        yield
+    finally:
+        module.hashers.clear()
+        module.hashers.update(hashers)
+        module.resolved_options.clear()
+        module.resolved_options.update(resolved)
+        module.has_unresolved_static_expressions = unresolved
+        module.failed_builds.clear()
+        module.failed_builds.update(failed)
+        for k, h, mangled in kernels:
+            k._hash = h
+            k._mangled_name = mangled
+
+
+def module_variant_hash(module, block_dim: int) -> str:
+    """Hex hash of the module's ``block_dim`` variant; hashes it (use inside ``preserved_module_state``)."""
+    return module.get_module_hash(block_dim).hex()
+
+
+def kernel_variant_names(module, block_dim: int) -> dict:
+    """kernel -> mangled name in the module's ``block_dim`` variant (after ``module_variant_hash``)."""
+    return {k: k.get_mangled_name(kernel_hash=h) for k, h in module.hashers[block_dim].kernel_hashes.items()}
+
+
+def hashed_variant_hash(kernel, block_dim: int) -> str | None:
+    """Hex hash of a module variant Warp already hashed (None when it never did: no side effects)."""
+    hasher = kernel.module.hashers.get(block_dim)
+    return hasher.get_hash().hex() if hasher is not None else None
+
+
+def hashed_variant_name(kernel, block_dim: int) -> str | None:
+    """The kernel's mangled name in a variant Warp already hashed (None when it never did)."""
+    hasher = kernel.module.hashers.get(block_dim)
+    h = hasher.kernel_hashes.get(kernel) if hasher is not None else None
+    return kernel.get_mangled_name(kernel_hash=h) if h is not None else None
+
+
+def module_identifier(module, block_dim: int) -> str:
+    """"wp_<module>_<hash7>": the stem of the variant's compiled files."""
+    return module.get_module_identifier(block_dim=block_dim)
+
+
+def resolved_options(module, block_dim: int) -> dict:
+    """The module's options for one ``block_dim`` variant, resolved against ``wp.config`` (a copy: nothing is set)."""
+    import warp  # noqa: PLC0415
+
+    return module.resolve_options(warp.config, block_dim=block_dim)
+
+
+def compile_module_variant(module, options: dict, out_dir: str, arch: int, use_ptx: bool) -> None:
+    """Compile one variant (``resolved_options``) into ``out_dir`` as PTX or a cubin for ``arch``."""
+    module._compile(None, out_dir, output_arch=arch, use_ptx=use_ptx, options=options)

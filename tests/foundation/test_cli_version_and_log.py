@@ -1,0 +1,35 @@
+"""`leapp --version`, `leapp --help` naming the build tool, and a log that is silent unless configured."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+import sys
+
+import pytest
+
+from leapp import cli
+
+
+def test_version_prints_the_installed_version(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"leapp {importlib.metadata.version('leapp')}\n"
+
+
+def test_help_names_the_runtime_build_tool(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "40")  # the name must not be wrapped apart on a narrow terminal
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "leapp-build-warp-runtime [--status]" in capsys.readouterr().out
+
+
+def test_leapp_is_silent_unless_the_application_configures_logging():
+    code = ("import logging, leapp\n"
+            "logging.getLogger('leapp._export.compile').warning('unseen')\n"
+            "print(logging.getLogger().handlers, [type(h).__name__ for h in logging.getLogger('leapp').handlers])\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "unseen" not in result.stderr  # Python's last-resort handler would print it without leapp's NullHandler
+    assert result.stdout.strip() == "[] ['NullHandler']"  # no basicConfig: the root logger is left alone
