@@ -1,6 +1,6 @@
 // ext/ort/leapp_warp_ort.cpp: ONNX Runtime custom-op library, domain "leapp.warp", op "WarpSegment".
 //
-// Node layout (DESIGN.md section 3): inputs = the segment's tensors, then the
+// Node layout (docs/runtime.md, "Front ends"): inputs = the segment's tensors, then the
 // bundle as a uint8 tensor (an initializer); outputs = the segment's tensors;
 // string attribute `signature` (docs/bundle-format.md section 5), which gives
 // the output dtypes and shapes without the bundle bytes.

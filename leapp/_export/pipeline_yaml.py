@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from leapp._recorder.model import NodeRecord, SessionRecord, TensorSpec
+from leapp._contract.records import NodeRecord, SessionRecord, TensorSpec
 from leapp.errors import ExportError
 from leapp.pipeline_format import (
     PIPELINE_FILE,

@@ -183,7 +183,7 @@ class OnnxRunner(NodeRunner):
         if library.is_file():
             self._library = str(library)
         elif needs_library:
-            libraries.require_library("onnx")  # raises DESIGN.md's message
+            libraries.require_library("onnx")  # raises the op library's not-found message
         self.session_stream: torch.cuda.Stream | None = None  # torch's stream the session runs on
         self.ort_stream: int | None = None  # its handle as passed to ORT (ort_stream_handle)
         wants_cuda = (self.device.type == "cuda" and "CUDAExecutionProvider" in ort.get_available_providers()

@@ -24,7 +24,6 @@ import yaml
 
 import leapp
 from leapp.pipeline_format import PipelineError, read_pipeline, sha256_file, twin_text
-from leapp.runtime.libraries import native_dir
 
 LEAPP_RUN = Path(sys.executable).with_name("leapp-run")
 pytestmark = pytest.mark.skipif(
