@@ -42,7 +42,7 @@ def test_dry_run_exports_and_opens_the_artifacts(tmp_path):
     assert results["mode"] == "dry-run" and list(results["sizes"]) == ["1", "300"]
     for n, entry in results["sizes"].items():
         folder = Path(entry["folder"])
-        assert sorted(p.name for p in folder.iterdir()) == ["pipeline.yaml", "seg_onnx.onnx", "seg_pt2.pt2"], n
+        assert sorted(p.name for p in folder.iterdir()) == ["pipeline.json", "pipeline.yaml", "seg_onnx.onnx", "seg_pt2.pt2"], n
         assert entry["export_s"] > 0
         assert entry["dry_run_checked"] == [
             "eager", "floor", "pt2 (loaded)", "native (buffers built)", "onnx-cpu-ep (session created)"

@@ -91,7 +91,7 @@ def exported(tmp_path_factory):
 
 def test_files_and_report(exported):
     folder, report = exported
-    assert sorted(p.name for p in folder.iterdir()) == ["act.onnx", "pipeline.yaml", "policy.onnx", "pre.pt2"]
+    assert sorted(p.name for p in folder.iterdir()) == ["act.onnx", "pipeline.json", "pipeline.yaml", "policy.onnx", "pre.pt2"]
     assert [(n.node, n.backend, n.artifact, n.segments, n.status) for n in report] == [
         ("pre", "pt2", "pre.pt2", ["pre/warp_segment_0"], "skipped"),
         ("policy", "onnx", "policy.onnx", [], "skipped"),
