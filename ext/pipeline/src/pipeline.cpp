@@ -439,6 +439,31 @@ void Pipeline::run_node(const std::string& name, const std::map<std::string, con
   p.run_one(*it, in, out);
 }
 
+std::shared_ptr<void> Pipeline::allocate(size_t bytes) {
+  if (impl_->options.memory != Memory::kDevice)
+    return std::shared_ptr<void>(new uint64_t[(bytes + 7) / 8 + 1](), [](void* p) { delete[] static_cast<uint64_t*>(p); });
+  impl_->make_current();
+  CUdeviceptr p = 0;
+  LEAPP_CHECK_CU(driver().cuMemAlloc(&p, std::max<size_t>(bytes, 1)));
+  CUcontext context = impl_->context;
+  return std::shared_ptr<void>(reinterpret_cast<void*>(p), [context](void* q) {
+    if (context) driver().cuCtxSetCurrent(context);
+    driver().cuMemFree(reinterpret_cast<CUdeviceptr>(q));
+  });
+}
+
+void Pipeline::upload(void* buffer, const void* host, size_t bytes) {
+  if (impl_->options.memory != Memory::kDevice) return void(std::memcpy(buffer, host, bytes));
+  impl_->make_current();
+  LEAPP_CHECK_CU(driver().cuMemcpyHtoDAsync(reinterpret_cast<CUdeviceptr>(buffer), host, bytes, impl_->stream()));
+}
+
+void Pipeline::download(void* host, const void* buffer, size_t bytes) {
+  if (impl_->options.memory != Memory::kDevice) return void(std::memcpy(host, buffer, bytes));
+  impl_->make_current();
+  LEAPP_CHECK_CU(driver().cuMemcpyDtoHAsync(host, reinterpret_cast<CUdeviceptr>(buffer), bytes, impl_->stream()));
+}
+
 void Pipeline::synchronize() {
   if (impl_->options.memory != Memory::kDevice) return;
   impl_->make_current();

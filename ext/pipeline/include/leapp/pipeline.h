@@ -86,6 +86,13 @@ class Pipeline {
                 const std::map<std::string, void*>& outputs);
   /// Waits until the work enqueued on options.stream is done (kHost: returns at once).
   void synchronize();
+
+  /// A buffer of options.memory's kind (kDevice: device memory from the driver leapp loads, no CUDA link needed),
+  /// freed when the last copy of the pointer goes. For programs without their own CUDA allocator (examples/cpp).
+  std::shared_ptr<void> allocate(size_t bytes);
+  /// Host bytes into a buffer of options.memory's kind, and back (kDevice: enqueued on options.stream).
+  void upload(void* buffer, const void* host, size_t bytes);
+  void download(void* host, const void* buffer, size_t bytes);
   /// Seconds each node took in the last run() (host wall clock; kDevice: each node is synchronised when timing is on).
   void set_timing(bool on);
   const std::vector<double>& last_node_seconds() const;
