@@ -172,6 +172,8 @@ struct Pipeline::Impl {
 
 /// A PT2 node: the plugin wraps the input buffers as tensors (no copy) and runs the package on the stream;
 /// AOTInductor allocates the outputs, copied here into the pipeline's or the caller's buffers (same stream).
+/// The stream goes as given: null means torch's default stream, the legacy default stream that stream()
+/// names CU_STREAM_LEGACY (0x1), a handle torch would read as an invalid stream id.
 void Pipeline::Impl::run_aoti(Node& node, const std::vector<void*>& in, const std::vector<void*>& out) {
   auto describe = [](const TensorInfo& t, void* data) {
     return LeappAotiTensor{t.dtype.c_str(), t.shape.data(), t.shape.size(), data};
@@ -182,7 +184,7 @@ void Pipeline::Impl::run_aoti(Node& node, const std::vector<void*>& in, const st
   char error[4096] = {0};
   const bool device = options.memory == Memory::kDevice;
   if (node.aoti.plugin->run(node.aoti.model.get(), inputs.data(), inputs.size(), outputs.data(), outputs.size(),
-                            device ? static_cast<void*>(stream()) : nullptr, error, sizeof(error)) != 0)
+                            device ? options.stream : nullptr, error, sizeof(error)) != 0)
     throw PipelineError("Pipeline '" + description.name + "' node '" + node.info.name + "' (" +
                         std::filesystem::path(node.aoti.package).filename().string() + "): " + error);
   for (size_t i = 0; i < out.size(); ++i) {
