@@ -27,9 +27,9 @@ from typing import Any
 
 from leapp._export.paths import artifact_path
 from leapp.errors import ExportError
-from leapp.pipeline_format import PIPELINE_FILE, PipelineError, read_pipeline
+from leapp.pipeline_format import PIPELINE_FILE, PipelineError, read_pipeline, sha256_file
 
-__all__ = ["PACKAGE_SUFFIX", "package", "package_path", "compiler_configs"]
+__all__ = ["PACKAGE_SUFFIX", "package", "package_path", "compiler_configs", "recorded_path"]
 
 PACKAGE_SUFFIX = ".aoti.pt2"
 
@@ -116,13 +116,18 @@ def _find_node(folder: Path, desc: dict, node: str) -> tuple[int, dict]:
 
 
 def package(export_dir: str | Path, node: str, out: str | Path | None = None, *,
-            inductor_configs: Mapping[str, Any] | None = None) -> Path:
+            inductor_configs: Mapping[str, Any] | None = None, record: bool = True) -> Path:
     """Compiles PT2 node ``node`` of the export folder ``export_dir`` into an AOTInductor package; returns its path.
 
     The folder is read as ``leapp.load`` reads it (pipeline.yaml checked, the artifact's path kept in
     the folder and its sha256 compared). The package is for the device the node was exported on and
     runs the node's Warp segments through ``libleapp_warp_torch.so``. ``out``: see ``package_path``.
     ``inductor_configs`` are passed to torch (never set globally).
+
+    With ``record`` (the default) a package written inside the export folder is recorded in the
+    node's ``aoti`` entry of pipeline.yaml and pipeline.json (path, sha256, torch version): the C++
+    runner (``leapp-run``, docs/deploy.md) runs the node from it after checking its sha256. A package
+    written elsewhere is not recorded.
 
     Raises:
         FileNotFoundError: no pipeline.yaml in ``export_dir``.
@@ -139,6 +144,7 @@ def package(export_dir: str | Path, node: str, out: str | Path | None = None, *,
     from leapp.runtime.pipeline import verify_file
 
     folder, desc = read_pipeline(export_dir)
+    yaml_sha256 = sha256_file(folder / PIPELINE_FILE)
     index, entry = _find_node(folder, desc, node)
     where = f"pipeline '{desc['name']}' node '{node}'"
     yaml_file = folder / PIPELINE_FILE
@@ -161,5 +167,46 @@ def package(export_dir: str | Path, node: str, out: str | Path | None = None, *,
             raise ExportError(
                 f"{where} ({artifact}): AOTInductor could not compile the node: {type(e).__name__}: {e}"
             ) from e
+        package_sha256 = sha256_file(staged)
         os.replace(staged, target)
+    if record:
+        _record(folder, desc, yaml_sha256, index, target, package_sha256, str(torch.__version__))
     return target
+
+
+def recorded_path(folder: Path, target: Path) -> str | None:
+    """``target`` as a path relative to the export folder (``/``-separated), or None when it lies outside it."""
+    try:
+        return target.resolve().relative_to(folder.resolve()).as_posix()
+    except ValueError:
+        return None
+
+
+def _record(folder: Path, desc: dict, yaml_sha256: str, index: int, target: Path, sha256: str, torch_version: str) -> None:
+    """Writes the package into node ``index``'s ``aoti`` entry of pipeline.yaml (and pipeline.json), when it is in the folder.
+
+    The entry (``{path, sha256, torch}``) is how the C++ runner finds the package and checks it before
+    loading it: the export stays self-verifying. pipeline.yaml is rewritten with the exporter's writer
+    (read back and compared before anything is written) and replaced atomically, then its twin;
+    a pipeline.yaml changed since this command read it is not overwritten.
+    """
+    rel = recorded_path(folder, target)
+    if rel is None:
+        return
+    from leapp._export.pipeline_yaml import dump_pipeline_yaml
+    from leapp.pipeline_format import write_twin
+
+    node = desc["nodes"][index]
+    node["aoti"] = {"path": rel, "sha256": sha256, "torch": torch_version}
+    yaml_file = folder / PIPELINE_FILE
+    if sha256_file(yaml_file) != yaml_sha256:
+        raise ExportError(
+            f"{yaml_file} changed while `leapp aoti` compiled node '{node['name']}'; the package {target} "
+            "is not recorded in it: run the command again"
+        )
+    text = dump_pipeline_yaml(desc)
+    staged = yaml_file.with_name(f".{PIPELINE_FILE}.aoti.tmp")
+    with open(staged, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(staged, yaml_file)
+    write_twin(folder, desc)

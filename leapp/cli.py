@@ -554,6 +554,10 @@ def aoti(export_dir: str, node: str, out: str | None = None, err: TextIO | None 
         print(f"leapp aoti: error: {e}", file=err)
         return 1
     print(path)
+    folder = Path(export_dir) if Path(export_dir).is_dir() else Path(export_dir).parent
+    if _aoti.recorded_path(folder, path) is None:
+        print(f"leapp aoti: note: {path} is outside {export_dir}, so pipeline.yaml does not record it and "
+              "leapp's C++ runner will not use it (docs/aoti.md)", file=err)
     return 0
 
 

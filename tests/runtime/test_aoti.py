@@ -9,7 +9,7 @@ a Warp kernel cannot run here, and the fake driver (mock_cuda/) emulates exactly
 - in C++ (aoti_cpp/main.cpp: dlopen of the op library, ``AOTIModelPackageLoader``, no Python),
 
 both in processes whose op library is the CPU-as-CUDA test build and whose libcuda.so.1 is the
-fake, and compared with ``leapp.load`` of the same export on the same fresh inputs: equal.
+fake (the session fixture ``fake_cuda`` of conftest.py), and compared with ``leapp.load`` of the same export on the same fresh inputs: equal.
 The refusals (unknown node, ONNX node, changed artifact, hostile names) need no compile.
 """
 
@@ -29,7 +29,7 @@ import pytest
 import torch
 import yaml
 from aoti_replay import read_tensors, write_tensors
-from runtime_helpers import build_mock_driver, build_torch_test_library, mock_driver_env
+from runtime_helpers import mock_driver_env
 
 from leapp import cli
 from leapp._export.cxx_runtime import RUNTIME_SYMBOL, defined_dynamic_symbols, probe_compiler
@@ -80,22 +80,6 @@ def package(export_dir) -> Path:
     path = export_dir / "obs.aoti.pt2"
     assert path.is_file()
     return path
-
-
-@pytest.fixture(scope="module")
-def fake_cuda(tmp_path_factory) -> tuple[Path, Path]:
-    """(the CPU-as-CUDA build of libleapp_warp_torch.so, the folder of the fake libcuda.so.1)."""
-    folder = tmp_path_factory.mktemp("aoti_fake_cuda")
-    library = folder / "libleapp_warp_torch_test.so"
-    try:
-        proc = build_torch_test_library(library)
-    except LookupError as e:
-        pytest.skip(str(e))
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    mock = build_mock_driver(folder)
-    if mock is None:
-        pytest.skip("no C compiler to build the fake libcuda.so.1")
-    return library, mock
 
 
 @pytest.fixture(scope="module")

@@ -28,16 +28,17 @@ def _native_library(which: str) -> Path:
         from leapp import _native
 
         return Path(_native.__file__)
-    if which == "pt2":
-        pytest.importorskip("torch", reason="the torch op library needs torch loaded first")
-    name = "libleapp_pipeline.so" if which == "pipeline" else libraries.LIBRARY_NAMES[which]
+    if which in ("pt2", "pipeline_aoti"):
+        pytest.importorskip("torch", reason="the torch op library and the AOTInductor plugin need torch loaded first")
+    names = {"pipeline": "libleapp_pipeline.so", "pipeline_aoti": "libleapp_pipeline_aoti.so"}
+    name = names[which] if which in names else libraries.LIBRARY_NAMES[which]
     path = libraries.native_dir() / name
     if not path.is_file():
         pytest.skip(f"{path.name} was not built in this install")
     return path
 
 
-@pytest.mark.parametrize("which", ["_native", "pt2", "onnx", "pipeline"])
+@pytest.mark.parametrize("which", ["_native", "pt2", "onnx", "pipeline", "pipeline_aoti"])
 def test_native_library_shares_the_process_cpp_runtime(which):
     path = _native_library(which)
     try:

@@ -92,6 +92,12 @@ Description convert(const JsonValue& root) {
     for (const JsonValue& s : n.find("inputs")->array) node.inputs.push_back(spec_of(s));
     for (const JsonValue& s : n.find("outputs")->array) node.outputs.push_back(spec_of(s));
     node.segments = n.find("segments")->array.size();
+    if (const JsonValue* aoti = n.find("aoti")) {  // optional; the schema has checked its keys
+      node.has_aoti = true;
+      node.aoti_path = aoti->find("path")->string;
+      node.aoti_sha256 = aoti->find("sha256")->string;
+      node.aoti_torch = aoti->find("torch")->string;
+    }
     d.nodes.push_back(std::move(node));
   }
   for (const JsonValue& e : root.find("edges")->array) {

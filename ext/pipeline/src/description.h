@@ -18,6 +18,8 @@ struct NodeDescription {
   std::vector<std::pair<std::string, std::string>> files;  ///< (path, sha256): ONNX external data
   std::vector<Spec> inputs, outputs;
   size_t segments = 0;
+  bool has_aoti = false;  ///< the node's `aoti` entry: the AOTInductor package `leapp aoti` recorded (PT2 nodes)
+  std::string aoti_path, aoti_sha256, aoti_torch;
 };
 
 struct Edge {

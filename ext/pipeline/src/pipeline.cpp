@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 
+#include "aoti_host.h"
 #include "description.h"
 #include "leapp/cuda_driver.h"
 #include "leapp/pipeline.h"
@@ -103,6 +104,7 @@ void verify_files(const Description& d) {
     verify_file(d, where, n.artifact, n.sha256, field + ".artifact");
     for (size_t f = 0; f < n.files.size(); ++f)
       verify_file(d, where, n.files[f].first, n.files[f].second, field + ".files[" + std::to_string(f) + "].path");
+    if (n.backend == "pt2" && n.has_aoti) verify_aoti_package(d, i);
   }
 }
 
@@ -118,6 +120,7 @@ size_t TensorInfo::byte_size() const {
 
 struct Node {
   NodeInfo info;
+  AotiModel aoti;  // a PT2 node: its AOTInductor package, run by the plugin
   std::unique_ptr<Ort::Session> session;
   std::unique_ptr<Ort::IoBinding> binding;
   std::vector<std::string> input_names, output_names;  // the model's, bound by position as leapp.load does
@@ -164,7 +167,35 @@ struct Pipeline::Impl {
 
   void open_node(size_t index, const NodeDescription& d);
   void run_one(Node& node, const std::vector<void*>& in, const std::vector<void*>& out);
+  void run_aoti(Node& node, const std::vector<void*>& in, const std::vector<void*>& out);
 };
+
+/// A PT2 node: the plugin wraps the input buffers as tensors (no copy) and runs the package on the stream;
+/// AOTInductor allocates the outputs, copied here into the pipeline's or the caller's buffers (same stream).
+/// The stream goes as given: null means torch's default stream, the legacy default stream that stream()
+/// names CU_STREAM_LEGACY (0x1), a handle torch would read as an invalid stream id.
+void Pipeline::Impl::run_aoti(Node& node, const std::vector<void*>& in, const std::vector<void*>& out) {
+  auto describe = [](const TensorInfo& t, void* data) {
+    return LeappAotiTensor{t.dtype.c_str(), t.shape.data(), t.shape.size(), data};
+  };
+  std::vector<LeappAotiTensor> inputs, outputs;
+  for (size_t i = 0; i < in.size(); ++i) inputs.push_back(describe(node.info.inputs[i], in[i]));
+  for (size_t i = 0; i < out.size(); ++i) outputs.push_back(describe(node.info.outputs[i], nullptr));
+  char error[4096] = {0};
+  const bool device = options.memory == Memory::kDevice;
+  if (node.aoti.plugin->run(node.aoti.model.get(), inputs.data(), inputs.size(), outputs.data(), outputs.size(),
+                            device ? options.stream : nullptr, error, sizeof(error)) != 0)
+    throw PipelineError("Pipeline '" + description.name + "' node '" + node.info.name + "' (" +
+                        std::filesystem::path(node.aoti.package).filename().string() + "): " + error);
+  for (size_t i = 0; i < out.size(); ++i) {
+    size_t bytes = node.info.outputs[i].byte_size();
+    if (!bytes) continue;
+    if (device)
+      LEAPP_CHECK_CU(driver().cuMemcpyDtoDAsync(CUdeviceptr(out[i]), CUdeviceptr(outputs[i].data), bytes, stream()));
+    else
+      std::memcpy(out[i], outputs[i].data, bytes);
+  }
+}
 
 void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
   const std::string where = "pipeline '" + description.name + "' node '" + d.name + "'";
@@ -181,11 +212,24 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
     verify(d.files[i].first, d.files[i].second, field + ".files[" + std::to_string(i) + "].path");
   for (const Spec& s : d.inputs) node.info.inputs.push_back(tensor_info(s));
   for (const Spec& s : d.outputs) node.info.outputs.push_back(tensor_info(s));
+  if (d.backend == "pt2" && d.has_aoti) {
+    const bool device = options.memory == Memory::kDevice;
+    node.aoti = open_aoti_node(description, index, aoti_plugin_path(options.aoti_plugin),
+                               torch_op_library(options.torch_op_library), device ? options.device_index : -1);
+    node.info.execution = device ? "aoti-cuda" : "aoti-cpu";
+    node_infos.push_back(node.info);
+    nodes.push_back(std::move(node));
+    return;
+  }
+  if (d.backend == "pt2")
+    throw PipelineError(where + ": a pt2 node (" + d.artifact + ") without an AOTInductor package; leapp's C++ runner "
+                        "runs a PT2 node from the package that `leapp aoti " + description.folder + " " + d.name +
+                        "` makes and records in pipeline.yaml (docs/aoti.md), or export the node with "
+                        "export_with='onnx'");
   if (d.backend != "onnx")
     throw PipelineError(where + ": a " + d.backend + " node (" + d.artifact + "); leapp's C++ runner runs ONNX nodes "
-                        "only. Export the node with export_with='onnx', or compile it with `leapp aoti " +
-                        description.folder + " " + d.name + "` and load the package with libtorch's "
-                        "AOTIModelPackageLoader (docs/aoti.md)");
+                        "and PT2 nodes with an AOTInductor package (`leapp aoti`, docs/aoti.md). Export the node "
+                        "with export_with='onnx' or 'pt2'");
   std::string library = ort_op_library(options.ort_op_library);
   if (library.empty() && d.segments)
     throw PipelineError(where + ": the node has Warp segments and leapp's ONNX Runtime op library "
@@ -253,7 +297,9 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
 
 void Pipeline::Impl::run_one(Node& node, const std::vector<void*>& in, const std::vector<void*>& out) {
   auto start = std::chrono::steady_clock::now();
-  try {
+  if (node.aoti.plugin) {
+    run_aoti(node, in, out);
+  } else try {
     for (size_t i = 0; i < in.size(); ++i)
       node.binding->BindInput(node.input_names[i].c_str(), tensor(node.info.inputs[i], node.input_types[i], in[i]));
     for (size_t i = 0; i < out.size(); ++i)
@@ -393,6 +439,31 @@ void Pipeline::run_node(const std::string& name, const std::map<std::string, con
   for (const TensorInfo& t : it->info.inputs) in.push_back(const_cast<void*>(inputs.at(t.name)));
   for (const TensorInfo& t : it->info.outputs) out.push_back(outputs.at(t.name));
   p.run_one(*it, in, out);
+}
+
+std::shared_ptr<void> Pipeline::allocate(size_t bytes) {
+  if (impl_->options.memory != Memory::kDevice)
+    return std::shared_ptr<void>(new uint64_t[(bytes + 7) / 8 + 1](), [](void* p) { delete[] static_cast<uint64_t*>(p); });
+  impl_->make_current();
+  CUdeviceptr p = 0;
+  LEAPP_CHECK_CU(driver().cuMemAlloc(&p, std::max<size_t>(bytes, 1)));
+  CUcontext context = impl_->context;
+  return std::shared_ptr<void>(reinterpret_cast<void*>(p), [context](void* q) {
+    if (context) driver().cuCtxSetCurrent(context);
+    driver().cuMemFree(reinterpret_cast<CUdeviceptr>(q));
+  });
+}
+
+void Pipeline::upload(void* buffer, const void* host, size_t bytes) {
+  if (impl_->options.memory != Memory::kDevice) return void(std::memcpy(buffer, host, bytes));
+  impl_->make_current();
+  LEAPP_CHECK_CU(driver().cuMemcpyHtoDAsync(reinterpret_cast<CUdeviceptr>(buffer), host, bytes, impl_->stream()));
+}
+
+void Pipeline::download(void* host, const void* buffer, size_t bytes) {
+  if (impl_->options.memory != Memory::kDevice) return void(std::memcpy(host, buffer, bytes));
+  impl_->make_current();
+  LEAPP_CHECK_CU(driver().cuMemcpyDtoHAsync(host, reinterpret_cast<CUdeviceptr>(buffer), bytes, impl_->stream()));
 }
 
 void Pipeline::synchronize() {

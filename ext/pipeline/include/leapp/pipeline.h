@@ -7,7 +7,9 @@
 // The folder's wiring is read from pipeline.json, the JSON twin of pipeline.yaml (one schema:
 // leapp/pipeline_format/pipeline.schema.json); artifacts are checked (containment, sha256) as
 // leapp.load checks them and refused with the same texts. ONNX nodes run in ONNX Runtime (found
-// and loaded at run time) with leapp's WarpSegment op library registered. Errors are
+// and loaded at run time) with leapp's WarpSegment op library registered; PT2 nodes run from the
+// AOTInductor package `leapp aoti` recorded, through the plugin libleapp_pipeline_aoti.so (libtorch),
+// loaded only when an export has such a node. Errors are
 // leapp::PipelineError. No CUDA link dependency: device mode uses the driver through dlopen.
 #pragma once
 
@@ -39,14 +41,15 @@ struct TensorInfo {
 /// One node as the wiring describes it, and how this process runs it.
 struct NodeInfo {
   std::string name;
-  std::string backend;   ///< "onnx" (runs here), "pt2" or "torchscript" (refused at open)
+  std::string backend;   ///< "onnx", "pt2" (runs from its AOTInductor package) or "torchscript" (refused at open)
   std::string artifact;  ///< the resolved path of its artifact
   std::string device;    ///< the device it was exported on ("cpu", "cuda:0")
-  std::string execution; ///< "ort-cpu" or "ort-cuda"
+  std::string execution; ///< "ort-cpu", "ort-cuda", "aoti-cpu" or "aoti-cuda"
   std::vector<TensorInfo> inputs, outputs;
 };
 
-/// Where the caller's buffers live. kDevice runs every node on ONNX Runtime's CUDA EP on `stream`.
+/// Where the caller's buffers live. kDevice runs every ONNX node on ONNX Runtime's CUDA EP and every PT2 node's
+/// (CUDA) AOTInductor package on `stream`.
 enum class Memory { kHost, kDevice };
 
 struct PipelineOptions {
@@ -55,6 +58,8 @@ struct PipelineOptions {
   void* stream = nullptr;        ///< kDevice: the CUstream (= cudaStream_t) all work is enqueued on; nullptr: the legacy default stream
   std::string onnxruntime_library;  ///< libonnxruntime.so to load; "" = search (docs/deploy.md)
   std::string ort_op_library;       ///< libleapp_warp_ort.so to register; "" = search
+  std::string aoti_plugin;          ///< libleapp_pipeline_aoti.so (PT2 nodes' AOTInductor packages); "" = search
+  std::string torch_op_library;     ///< libleapp_warp_torch.so for those packages; "" = search
   int intra_op_threads = 0;         ///< ORT's intra-op threads (0: ORT's default)
 };
 
@@ -81,6 +86,13 @@ class Pipeline {
                 const std::map<std::string, void*>& outputs);
   /// Waits until the work enqueued on options.stream is done (kHost: returns at once).
   void synchronize();
+
+  /// A buffer of options.memory's kind (kDevice: device memory from the driver leapp loads, no CUDA link needed),
+  /// freed when the last copy of the pointer goes. For programs without their own CUDA allocator (examples/cpp).
+  std::shared_ptr<void> allocate(size_t bytes);
+  /// Host bytes into a buffer of options.memory's kind, and back (kDevice: enqueued on options.stream).
+  void upload(void* buffer, const void* host, size_t bytes);
+  void download(void* host, const void* buffer, size_t bytes);
   /// Seconds each node took in the last run() (host wall clock; kDevice: each node is synchronised when timing is on).
   void set_timing(bool on);
   const std::vector<double>& last_node_seconds() const;

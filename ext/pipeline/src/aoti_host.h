@@ -1,0 +1,36 @@
+// ext/pipeline/src/aoti_host.h: PT2 nodes run from their AOTInductor packages through the plugin (internal).
+//
+// The plugin libleapp_pipeline_aoti.so (ext/pipeline/aoti) links libtorch; this side only dlopen's it,
+// so libleapp_pipeline.so builds and runs without libtorch (docs/deploy.md).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "aoti_plugin.h"
+#include "description.h"
+
+namespace leapp::pipeline_detail {
+
+/// A loaded package: the plugin's model, closed when the last copy goes.
+struct AotiModel {
+  const LeappAotiPlugin* plugin = nullptr;
+  std::shared_ptr<void> model;
+  std::string package;  ///< the checked package's path in the export folder
+};
+
+/// The plugin: `requested`, $LEAPP_PIPELINE_AOTI_PLUGIN or libleapp_pipeline_aoti.so in leapp's package; "" when none exists.
+std::string aoti_plugin_path(const std::string& requested);
+/// libleapp_warp_torch.so: `requested`, $LEAPP_WARP_PT2_CUSTOM_OP_LIBRARY or the package's; "" when none exists.
+std::string torch_op_library(const std::string& requested);
+
+/// Opens node `index` (a PT2 node with an `aoti` entry) of `d`: the package's containment and sha256 are checked
+/// and exactly the checked bytes are loaded (from a private copy), through the plugin. device_index < 0: host
+/// buffers. Throws PipelineError naming the node, the file and the field.
+AotiModel open_aoti_node(const Description& d, size_t index, const std::string& plugin_path,
+                         const std::string& op_library, int device_index);
+
+/// The checks of open_aoti_node that need no plugin (leapp-run --check): containment and sha256.
+void verify_aoti_package(const Description& d, size_t index);
+
+}  // namespace leapp::pipeline_detail

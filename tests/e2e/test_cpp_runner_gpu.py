@@ -1,0 +1,138 @@
+"""GPU: the robot example's export runs in the C++ runner (leapp-run --device cuda) and equals leapp.load.
+
+examples/go2_pipeline.py records and exports the README's robot pipeline on cuda:0 (obs: PT2 with three
+Warp kernels in one segment; policy: ONNX MLP; action: ONNX with a Warp segment) and checks leapp.load
+against eager itself. ``leapp.aoti.package`` then compiles obs into a CUDA AOTInductor package and records
+it in pipeline.yaml, and leapp-run runs the whole export on device buffers on one stream: obs from the
+package through libleapp_pipeline_aoti.so, policy and action on ONNX Runtime's CUDA EP. Its outputs are
+compared with ``leapp.load(..., onnx_ep="cuda")`` (the same execution provider for the ONNX nodes,
+use_tf32=0 on both sides) on the same inputs. The controller example (examples/cpp) runs the same
+export with --device cuda, and benchmarks/cpp_runner.py prints the latency table for docs/deploy.md.
+
+Needs: an NVIDIA GPU and driver, torch with CUDA, Warp, onnxruntime-gpu (its CUDA EP), cmake for the
+example. CPU CI covers the same code paths with the fake driver (tests/runtime/test_cpp_pipeline_aoti.py).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning", "ignore::UserWarning"),
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+LEAPP_RUN = Path(sys.executable).with_name("leapp-run")
+ENVS = 64
+
+
+@pytest.fixture(scope="module")
+def go2_export(tmp_path_factory) -> Path:
+    """exports/go2 of examples/go2_pipeline.py (its own eager check must pass), with obs's package recorded."""
+    import warp as wp
+
+    wp.init()
+    if not torch.cuda.is_available() or not wp.is_cuda_available():
+        pytest.skip("torch or Warp sees no CUDA device")
+    import onnxruntime
+
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        pytest.skip(f"this onnxruntime has no CUDA EP ({onnxruntime.get_available_providers()}): install onnxruntime-gpu")
+    if not LEAPP_RUN.is_file():
+        pytest.skip("leapp-run was not built (ONNX Runtime's headers were missing at build time)")
+    from leapp.runtime.libraries import native_dir
+
+    if not (native_dir() / "libleapp_pipeline_aoti.so").is_file():
+        pytest.skip("libleapp_pipeline_aoti.so was not built (torch was not found when leapp was built)")
+    sys.path.insert(0, str(ROOT / "examples"))
+    import go2_pipeline
+
+    out = tmp_path_factory.mktemp("go2")
+    assert go2_pipeline.main(["--envs", str(ENVS), "--out", str(out)]) == 0, "the example's own check failed"
+    export = out / "go2"
+    import leapp.aoti
+
+    start = time.perf_counter()
+    package = leapp.aoti.package(export, "obs")
+    print(f"\nleapp aoti go2 obs: {time.perf_counter() - start:.1f} s, {package.stat().st_size} bytes")
+    return export
+
+
+def _inputs(folder: Path, seed: int) -> dict[str, torch.Tensor]:
+    import go2_pipeline
+
+    quat, joints = go2_pipeline.random_state(ENVS, "cpu", seed)
+    folder.mkdir()
+    inputs = {"quat": quat.contiguous(), "joints": joints.contiguous()}
+    for name, t in inputs.items():
+        (folder / f"{name}.bin").write_bytes(t.numpy().tobytes())
+    return inputs
+
+
+def test_leapp_run_cuda_equals_leapp_load(go2_export, tmp_path):
+    from leapp.runtime.pipeline import load
+
+    pipeline = load(go2_export, onnx_ep="cuda")
+    assert set(pipeline.inputs) == {"quat", "joints"}, pipeline.inputs
+    for seed in (200, 201):  # inputs never seen while tracing
+        inputs = _inputs(tmp_path / f"in{seed}", seed)
+        r = subprocess.run([str(LEAPP_RUN), str(go2_export), "--in", str(tmp_path / f"in{seed}"), "--out",
+                            str(tmp_path / f"out{seed}"), "--device", "cuda", "--time", "50"],
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stdout + r.stderr[-4000:]
+        print(r.stdout)
+        assert "(aoti-cuda)" in r.stdout and "(ort-cuda)" in r.stdout, r.stdout
+        with torch.no_grad():
+            want = pipeline(**{k: v.cuda() for k, v in inputs.items()})
+        for name, expected in want.items():
+            got = torch.frombuffer(bytearray((tmp_path / f"out{seed}" / f"{name}.bin").read_bytes()),
+                                   dtype=expected.dtype).reshape(expected.shape)
+            diff = (got - expected.cpu()).abs().max().item()
+            print(f"seed {seed} output '{name}': max |leapp-run - leapp.load| = {diff:.3e}")
+            # obs: the same Warp kernels (package vs exported program); policy/action: the CUDA EP on both sides
+            torch.testing.assert_close(got, expected.cpu(), rtol=1e-5, atol=1e-6)
+
+
+def test_controller_example_runs_the_robot_export_on_cuda(go2_export, tmp_path):
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        pytest.skip("no cmake")
+    cmake_dir = subprocess.run([str(Path(sys.executable).with_name("leapp")), "--cmake-dir"], capture_output=True,
+                               text=True, check=True).stdout.strip()
+    build = tmp_path / "build"
+    subprocess.run([cmake, "-S", ROOT / "examples" / "cpp", "-B", build, f"-Dleapp_DIR={cmake_dir}",
+                    "-DCMAKE_BUILD_TYPE=Release"], check=True, capture_output=True, timeout=300)
+    subprocess.run([cmake, "--build", build, "-j", "4"], check=True, capture_output=True, timeout=300)
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    r = subprocess.run([str(build / "controller"), str(go2_export), "--steps", "500", "--device", "cuda", "--dump",
+                        str(dump)], capture_output=True, text=True, timeout=300)
+    print(r.stdout)
+    assert r.returncode == 0, r.stdout + r.stderr[-4000:]
+    assert "500 steps on cuda" in r.stdout and "aoti-cuda" in r.stdout
+    from leapp.runtime.pipeline import load
+
+    pipeline = load(go2_export, onnx_ep="cuda")
+    inputs = {name: torch.frombuffer(bytearray((dump / f"{name}.in.bin").read_bytes()), dtype=spec.dtype)
+              .reshape(spec.shape).cuda() for name, spec in pipeline.inputs.items()}
+    with torch.no_grad():
+        for name, expected in pipeline(**inputs).items():
+            got = torch.frombuffer(bytearray((dump / f"{name}.out.bin").read_bytes()), dtype=expected.dtype)
+            torch.testing.assert_close(got.reshape(expected.shape), expected.cpu(), rtol=1e-5, atol=1e-6)
+
+
+def test_benchmark_table(go2_export):
+    """benchmarks/cpp_runner.py on the robot export: prints the table docs/deploy.md records (no threshold)."""
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cpp_runner.py"), str(go2_export), "--device", "cuda",
+                        "--steps", "300"], capture_output=True, text=True, timeout=600)
+    print(r.stdout)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert "| whole step |" in r.stdout

@@ -1,0 +1,75 @@
+"""examples/cpp (the C++ controller loop) builds with find_package(leapp) and its outputs equal leapp.load's.
+
+The program is configured and built as its README says (CMake, ``leapp --cmake-dir``), then runs 50 steps
+on a small ONNX export recorded here (an MLP policy and a post-processing node, on the CPU) and dumps
+the last step's inputs and outputs; leapp.load on those inputs must give the same bytes.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import leapp
+
+ROOT = Path(__file__).resolve().parents[2]
+LEAPP = Path(sys.executable).with_name("leapp")
+LEAPP_RUN = Path(sys.executable).with_name("leapp-run")
+pytestmark = pytest.mark.skipif(not LEAPP_RUN.is_file(), reason="the C++ pipeline library was not built (ONNX Runtime's "
+                                "headers are missing: bash scripts/fetch-ort-headers.sh, then pip install -e . again)")
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory) -> Path:
+    torch.manual_seed(3)
+    mlp = torch.nn.Sequential(torch.nn.Linear(15, 32), torch.nn.ELU(), torch.nn.Linear(32, 12))
+
+    @leapp.node("policy", export_with="onnx")
+    def policy(obs):
+        return mlp(obs)
+
+    @leapp.node("post", export_with="onnx")
+    def post(raw):
+        return torch.clamp(raw, -1.0, 1.0) * 0.25
+
+    obs = torch.randn(8, 15)
+    save = tmp_path_factory.mktemp("controller")
+    with leapp.trace("robot", save_path=save) as session, torch.no_grad():
+        for _ in range(3):
+            post(policy(obs))
+    session.compile(validate=False)
+    return save / "robot"
+
+
+def test_controller_example_builds_runs_and_equals_leapp_load(export, tmp_path):
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        pytest.skip("no cmake on PATH (examples/cpp is built with CMake)")
+    cmake_dir = subprocess.run([str(LEAPP), "--cmake-dir"], capture_output=True, text=True, check=True).stdout.strip()
+    build = tmp_path / "build"
+    configure = subprocess.run([cmake, "-S", ROOT / "examples" / "cpp", "-B", build, f"-Dleapp_DIR={cmake_dir}",
+                                "-DCMAKE_BUILD_TYPE=Release"], capture_output=True, text=True, timeout=300)
+    assert configure.returncode == 0, configure.stdout[-3000:] + configure.stderr[-3000:]
+    built = subprocess.run([cmake, "--build", build, "-j", "2"], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    r = subprocess.run([str(build / "controller"), str(export), "--steps", "50", "--dump", str(dump)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "50 steps on cpu; per step (us, after step 0): median" in r.stdout, r.stdout
+    assert "node   policy       ort-cpu" in r.stdout and "node   post         ort-cpu" in r.stdout, r.stdout
+    pipeline = leapp.load(export)
+    inputs = {name: torch.frombuffer(bytearray((dump / f"{name}.in.bin").read_bytes()), dtype=spec.dtype).reshape(spec.shape)
+              for name, spec in pipeline.inputs.items()}
+    assert inputs["obs"].abs().max() > 0.5  # the loop really filled the sensors
+    for name, value in pipeline(**inputs).items():
+        assert (dump / f"{name}.out.bin").read_bytes() == value.contiguous().numpy().tobytes(), name
+
+    r = subprocess.run([str(build / "controller"), str(tmp_path / "nowhere")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "controller: no pipeline.yaml in" in r.stderr, r.stderr
