@@ -1,51 +1,25 @@
 """A session whose every artifact kind depends on N only through shapes, for the artifact-size tests.
 
 Four nodes on one input ``x`` (float32, N): ``seg_pt2`` / ``seg_onnx`` hold a Warp segment (a scratch
-``wp.empty(N)`` and two launches: ``tmp = 2x``, ``y = tmp + x``, benchmarks/replay.py's node) and
+``wp.empty(N)`` and two launches: ``tmp = 2x``, ``y = tmp + x``: benchmarks/replay.py's node) and
 ``t_pt2`` / ``t_onnx`` are pure torch (``tanh(2x + 1)``). Nothing in them is an N-sized constant, so
 an export at N = 64 and one at N = 262,144 must have files of (almost) the same size.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import torch
 import warp as wp
 
 import leapp
-from leapp import annotate
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from replay import make_node as segment_node  # noqa: E402 - the very node benchmarks/replay.py times
 
 NODES = ("seg_pt2", "seg_onnx", "t_pt2", "t_onnx")
-
-
-@wp.kernel
-def size_scale(x: wp.array(dtype=float), s: float, tmp: wp.array(dtype=float)):
-    i = wp.tid()
-    tmp[i] = x[i] * s
-
-
-@wp.kernel
-def size_add(tmp: wp.array(dtype=float), x: wp.array(dtype=float), y: wp.array(dtype=float)):
-    i = wp.tid()
-    y[i] = tmp[i] + x[i]
-
-
-def segment_node(name: str, backend: str):
-    def node(x: torch.Tensor) -> torch.Tensor:
-        with leapp.node(name, export_with=backend):
-            x = annotate.input_tensors(name, {"x": x})
-            y = torch.empty_like(x)
-            device = str(x.device)
-            with annotate.warp_op():
-                tmp = wp.empty(x.shape[0], dtype=float, device=device)
-                xw = wp.from_torch(x)
-                wp.launch(size_scale, dim=x.shape[0], inputs=[xw, 2.0], outputs=[tmp], device=device)
-                wp.launch(size_add, dim=x.shape[0], inputs=[tmp, xw], outputs=[wp.from_torch(y)], device=device)
-            annotate.output_tensors(name, {"y": y})
-        return y
-
-    return node
 
 
 def torch_node(name: str, backend: str):
