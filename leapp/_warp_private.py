@@ -35,6 +35,7 @@ __all__ = [
     "apic_transient_regions",
     "apic_kernels",
     "nvrtc_toolkit",
+    "native_library_path",
     "nvrtc_supported_archs",
     "kernel_cluster_dim",
     "preserved_module_state",
@@ -226,6 +227,11 @@ def _context():
 def nvrtc_toolkit() -> tuple[int, int] | None:
     """(major, minor) of the CUDA toolkit Warp's NVRTC compiles with; None when Warp has no CUDA."""
     return _context().runtime.toolkit_version
+
+
+def native_library_path() -> str:
+    """Path of Warp's native library (warp.so: codegen runtime and the NVRTC it compiles with)."""
+    return _context().runtime.core._name
 
 
 def nvrtc_supported_archs():

@@ -1,10 +1,21 @@
-"""Shared pytest setup: the `cuda` marker skips with a reason when no GPU is usable."""
+"""Shared pytest setup: the `cuda` marker skips with a reason when no GPU is usable; the binary cache is the
+session's own folder (never the user's ~/.cache/leapp), shared by the subprocesses tests start."""
 
 from __future__ import annotations
 
 import functools
+import os
 
 import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_binary_cache(tmp_path_factory):
+    """$LEAPP_CACHE_DIR -> a folder of this session: exports start cold, and no test reads the user's cache."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LEAPP_CACHE_DIR", str(tmp_path_factory.mktemp("leapp-cache")))
+        mp.delenv("LEAPP_NO_CACHE", raising=False)
+        yield os.environ["LEAPP_CACHE_DIR"]
 
 
 @functools.lru_cache(maxsize=1)

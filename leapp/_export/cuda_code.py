@@ -4,7 +4,10 @@ A bundle replays kernels through the CUDA driver, so export needs the exact
 PTX/cubin of each module variant a segment launches. Warp's NVRTC compiles them
 on machines without a driver. We compile one variant (module content + block_dim)
 for PTX sm_75 plus cubins for sm_75/80/86/89/90/100/120 into a temporary
-directory and read the files back.
+directory and read the files back. The targets compile concurrently (a thread
+each, up to the CPUs this process may use), and every binary goes into the
+persistent binary cache (``binary_cache``: the user's cache folder, keyed by
+all that changes the bytes), where a later process finds it.
 
 NOTE: never change ``wp.config`` or a user's module. Warp's private compile
 path (``leapp._warp_private``: ``compile_module_variant`` with options resolved
@@ -16,6 +19,7 @@ leave on the module.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -24,9 +28,11 @@ import tempfile
 import threading
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from leapp import _warp_private as wpp
+from leapp._export import binary_cache
 from leapp.errors import ExportError
 
 __all__ = [
@@ -175,11 +181,7 @@ def compile_module(kernel, block_dim: int, archs: tuple[int, ...] | None = None)
             store = _store.get(variant)
             missing = tuple(a for a in archs if store is None or a not in store.cubins)
             if store is None or missing:
-                start = time.perf_counter()
                 fresh = _compile_variant(module, block_dim, missing, module_hash, toolkit, ptx=store is None)
-                log.info("module '%s' (%s, block_dim %d): compiled %s in %.2f s", module.name, module_hash[:7],
-                         block_dim, ", ".join(([f"PTX sm_{PTX_ARCH}"] if store is None else [])
-                                              + [f"cubin sm_{a}" for a in missing]), time.perf_counter() - start)
                 if store is None:
                     store = _store[variant] = fresh
                 store.cubins.update(fresh.cubins)
@@ -201,31 +203,105 @@ def compile_module(kernel, block_dim: int, archs: tuple[int, ...] | None = None)
 def _compile_variant(
     module, block_dim: int, archs: tuple[int, ...], module_hash: str, toolkit: str, ptx: bool = True
 ) -> CompiledModule:
-    """Compile the PTX (unless ``ptx`` is False) and the cubins of ``archs`` for one variant."""
+    """The PTX (unless ``ptx`` is False) and the cubins of ``archs`` for one variant: read from the binary cache
+    (``binary_cache``) where it has them, the rest compiled concurrently and added to it."""
     options = wpp.resolved_options(module, block_dim)
     name = wpp.module_identifier(module, block_dim)
-    with tempfile.TemporaryDirectory(prefix="leapp-cuda-") as tmp:
-        out_dir = os.path.join(tmp, name)
-        targets = [(PTX_ARCH, True)] * ptx + [(a, False) for a in archs]
-        for arch, use_ptx in targets:
-            try:
-                wpp.compile_module_variant(module, options, out_dir, arch, use_ptx)
-            except Exception as e:
-                kind = "PTX" if use_ptx else "cubin"
-                raise ExportError(f"compiling Warp module '{module.name}' ({name}, block_dim={block_dim}) "
-                                  f"to {kind} sm_{arch} failed: {e}") from e
-        ptx_text = {PTX_ARCH: _read(out_dir, f"{name}.sm{PTX_ARCH}.ptx")} if ptx else {}
-        cubins = {a: _read(out_dir, f"{name}.sm{a}.cubin") for a in archs}
-        meta = json.loads(_read(out_dir, f"{name}.meta").decode("utf-8"))
+    targets = [("ptx", PTX_ARCH)] * ptx + [("cubin", a) for a in archs]
+    cache = binary_cache.default_cache()
+    if cache is not None and options.get("extra_cuda_include_dirs"):
+        log.debug("module '%s': extra_cuda_include_dirs are not part of Warp's hash, binary cache not used", module.name)
+        cache = None
+    keys = {t: _cache_key(module.name, module_hash, block_dim, toolkit, *t) for t in targets} if cache else {}
+    found = {}
+    for t in keys:
+        entry = cache.get(keys[t])
+        if entry is not None:
+            found[t] = entry
+    missing = [t for t in targets if t not in found]
+    start = time.perf_counter()
+    fresh = _compile_targets(module, options, name, block_dim, missing)
+    if fresh:
+        log.info("module '%s' (%s, block_dim %d): compiled %s in %.2f s (%d thread(s))%s", module.name,
+                 module_hash[:7], block_dim, _names(fresh), time.perf_counter() - start, _threads(len(fresh)),
+                 f"; {_names(found)} from the binary cache" if found else "")
+    if found:
+        log.info("module '%s' (%s, block_dim %d): %s read from the binary cache %s", module.name, module_hash[:7],
+                 block_dim, _names(found), cache.folder)
+    if cache is not None and fresh:
+        for t, entry in fresh.items():
+            cache.put(keys[t], entry)
+        cache.trim()
+    entries = found | fresh
 
-    ptx_text = {a: text.rstrip(b"\0") + b"\0" for a, text in ptx_text.items()}
+    ptx_text = {PTX_ARCH: entries[("ptx", PTX_ARCH)].payload.rstrip(b"\0") + b"\0"} if ptx else {}
+    cubins = {a: entries[("cubin", a)].payload for a in archs}
     match = _PTX_VERSION.search(ptx_text[PTX_ARCH]) if ptx else None
     if ptx and match is None:
         raise ExportError(f"module {name}: the sm_{PTX_ARCH} PTX has no .version line")
-    smem = {k.removesuffix("_smem_bytes"): int(v) for k, v in meta.items() if k.endswith("_smem_bytes")}
+    smem = dict(entries[targets[0]].meta) if targets else {}
     return CompiledModule(
         name=name, module_hash=module_hash, block_dim=block_dim, ptx=ptx_text, cubins=cubins, smem_bytes=smem,
         ptx_isa=match.group(1).decode() if match else "", toolkit=toolkit,
+    )
+
+
+def _names(entries) -> str:
+    return ", ".join(f"{'PTX' if kind == 'ptx' else 'cubin'} sm_{arch}" for kind, arch in entries)
+
+
+def _threads(count: int) -> int:
+    """Threads that compile ``count`` targets: one per target, at most one per CPU this process may use."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(count, cpus))
+
+
+def _compile_targets(module, options: dict, name: str, block_dim: int, targets: list[tuple[str, int]]) -> dict:
+    """(kind, arch) -> binary_cache.Entry, compiled by Warp's NVRTC, each target in its own temporary folder.
+
+    The targets compile on a thread pool: Warp 1.19 serialises codegen under its own lock, builds in
+    per-thread folders with per-thread NVRTC PCH folders, and NVRTC (a ctypes call, the GIL released)
+    compiles independent programs concurrently. The caller holds ``_cache_lock`` and
+    ``preserved_module_state``, so no other leapp compile touches the module meanwhile.
+    """
+    if not targets:
+        return {}
+    with tempfile.TemporaryDirectory(prefix="leapp-cuda-") as tmp:
+
+        def one(target: tuple[str, int]) -> binary_cache.Entry:
+            kind, arch = target
+            out_dir = os.path.join(tmp, f"{kind}{arch}", name)
+            try:
+                wpp.compile_module_variant(module, options, out_dir, arch, kind == "ptx")
+            except Exception as e:
+                raise ExportError(f"compiling Warp module '{module.name}' ({name}, block_dim={block_dim}) "
+                                  f"to {'PTX' if kind == 'ptx' else 'cubin'} sm_{arch} failed: {e}") from e
+            meta = json.loads(_read(out_dir, f"{name}.meta").decode("utf-8"))
+            smem = {k.removesuffix("_smem_bytes"): int(v) for k, v in meta.items() if k.endswith("_smem_bytes")}
+            return binary_cache.Entry(_read(out_dir, f"{name}.sm{arch}.{kind}"), smem)
+
+        workers = _threads(len(targets))
+        if workers == 1:
+            return {t: one(t) for t in targets}
+        with ThreadPoolExecutor(workers, thread_name_prefix="leapp-nvrtc") as pool:
+            return dict(zip(targets, pool.map(one, targets)))
+
+
+@functools.cache
+def _warp_native() -> str:
+    st = os.stat(wpp.native_library_path())
+    return f"{st.st_size}:{st.st_mtime_ns}"
+
+
+def _cache_key(module: str, module_hash: str, block_dim: int, toolkit: str, kind: str, arch: int):
+    from leapp.bundle.format import FORMAT_VERSION  # noqa: PLC0415
+
+    return binary_cache.CacheKey(
+        warp=wpp.installed_warp_version(), warp_native=_warp_native(), nvrtc=toolkit, module=module,
+        module_hash=module_hash, block_dim=block_dim, kind=kind, arch=arch, bundle_format=FORMAT_VERSION,
     )
 
 

@@ -4,6 +4,14 @@ Segments stay ``torch.ops.leapp.warp_segment`` calls whose bundle is a uint8
 buffer of the program, so the same file runs in Python (after
 ``leapp.runtime.ops.ensure_registered()``) and in C++ (AOTInductor or the
 torch op library).
+
+NOTE: the saved program carries no example inputs. ``torch.export.save``
+would store ``program.example_inputs`` (the node's first recorded sample, N
+elements per input) in the archive; nothing that loads it needs them (the
+graph's placeholders keep every shape, dtype and stride, validation uses the
+samples it is handed), and what needs some (AOTInductor) gets zeros of the
+program's own input placeholders (``zero_example_inputs``). So an artifact's
+size does not grow with N.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from leapp._export.exportable import ExportableNode
 from leapp._export.paths import artifact_path
 from leapp.errors import ExportError
 
-__all__ = ["export_pt2", "to_exported_program"]
+__all__ = ["export_pt2", "to_exported_program", "zero_example_inputs"]
 
 
 def to_exported_program(node: ExportableNode) -> torch.export.ExportedProgram:
@@ -37,6 +45,24 @@ def to_exported_program(node: ExportableNode) -> torch.export.ExportedProgram:
 def export_pt2(node: ExportableNode, out_dir: Path) -> Path:
     """Writes ``<out_dir>/<node>.pt2`` and returns its path."""
     path = artifact_path(out_dir, node.record.name, ".pt2", f"node '{node.record.name}' ({node.record.source})")
-    program = to_exported_program(node)
+    program = to_exported_program(node)  # a fresh program of ours: clearing its inputs touches nothing of the user's
+    program.example_inputs = None  # torch's setter accepts None; the archive then holds an empty sample-inputs file
     torch.export.save(program, path)
     return path
+
+
+def zero_example_inputs(program: torch.export.ExportedProgram) -> tuple[tuple[torch.Tensor, ...], dict]:
+    """``(args, kwargs)`` of zeros shaped like the program's user inputs (shape, stride, dtype, device of each
+    placeholder), for APIs that want ``program.example_inputs`` (``aoti_compile_and_package``) on a leapp
+    ``.pt2``, which stores none."""
+    user_inputs = set(program.graph_signature.user_inputs)
+    args = []
+    for node in program.graph.nodes:
+        if node.op != "placeholder" or node.name not in user_inputs:
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            raise ExportError(f"program input '{node.name}' is not a tensor ({type(val).__name__}): leapp nodes "
+                              "take tensors only")
+        args.append(torch.empty_strided(val.shape, val.stride(), dtype=val.dtype, device=val.device).zero_())
+    return tuple(args), {}

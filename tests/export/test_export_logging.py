@@ -55,6 +55,8 @@ def test_compile_cache_decisions_are_logged(caplog):
         cuda_code.compile_module(k_logged, 256, archs=(90,))
         cuda_code.compile_module(k_logged, 256, archs=(80, 90))
     first, second, third = _messages(caplog, "leapp._export.cuda_code")
-    assert re.fullmatch(r"module '.+' \(\w{7}, block_dim 256\): compiled PTX sm_75, cubin sm_90 in \d+\.\d\d s", first)
+    assert re.fullmatch(r"module '.+' \(\w{7}, block_dim 256\): compiled PTX sm_75, cubin sm_90 in \d+\.\d\d s "
+                        r"\(\d thread\(s\)\)", first)
     assert re.fullmatch(r"module '.+' \(\w{7}, block_dim 256\): compiled code reused", second)
-    assert re.fullmatch(r"module '.+' \(\w{7}, block_dim 256\): compiled cubin sm_80 in \d+\.\d\d s", third)
+    assert re.fullmatch(r"module '.+' \(\w{7}, block_dim 256\): compiled cubin sm_80 in \d+\.\d\d s \(1 thread\(s\)\)",
+                        third)
