@@ -159,6 +159,10 @@ def package(export_dir: str | Path, node: str, out: str | Path | None = None, *,
         program = torch.export.load(str(artifact))
     except Exception as e:  # torch, zipfile and pickle errors have no common base
         raise PipelineError(f"{where}: cannot load {artifact} with torch.export.load: {type(e).__name__}: {e}") from e
+    if program.example_inputs is None:  # leapp's .pt2 stores none (its size must not grow with N); AOTI wants some
+        from leapp._export.pt2_export import zero_example_inputs
+
+        program.example_inputs = zero_example_inputs(program)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".leapp-aoti-") as tmp:
         staged = Path(tmp) / target.name
         try:
