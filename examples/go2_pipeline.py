@@ -22,6 +22,7 @@ import warp as wp
 
 import leapp
 from leapp import annotate
+from leapp.errors import ValidationError
 
 NUM_JOINTS = 12
 
@@ -137,14 +138,22 @@ def main(argv=None) -> int:
     with leapp.trace("go2", save_path=args.out) as session:
         for quat, joints in batches:  # pass 1: discovery, pass 2: capture, then validation samples
             robot.step(quat, joints)
-    if not gpu:
-        print("No CUDA device: exporting without validation (Warp segments replay on CUDA only).")
-    report = session.compile(validate=gpu)
-    print(report)
-
-    if not gpu:
+    try:
+        report = session.compile(validate=True)
+    except ValidationError as e:
+        # Without a GPU the nodes with Warp segments cannot be replayed ("needs-cuda"); the others
+        # were validated on the CPU. Anything else is a real failure.
+        if any(r.status != "needs-cuda" for r in e.results):
+            raise
+        print(e.report)
+        need = [r.node for r in e.results]
+        done = [n.node for n in e.report.nodes if n.status == "passed"]
+        print(f"No CUDA device: validated {done} on the CPU; {need} replay Warp segments on CUDA only "
+              "and were not validated.")
         print(f"Exported to {args.out}/go2. Run this script on a machine with an NVIDIA GPU to replay and compare.")
         return 0
+    print(report)
+
     pipeline = leapp.load(f"{args.out}/go2")
     quat, joints = random_state(args.envs, device, seed=123)
     eager = robot.step(quat, joints)

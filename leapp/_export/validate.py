@@ -36,12 +36,14 @@ __all__ = [
     "validate_nodes",
     "raise_for_failures",
     "validation_blocker",
+    "NEEDS_CUDA",
 ]
 
 PASSED = "passed"
 FAILED = "failed"  # ran, outputs differ
 ERROR = "error"  # could not run
 SKIPPED = "skipped"  # validate=False
+NEEDS_CUDA = "needs-cuda"  # has Warp segments, and this machine (or the capture) gives no CUDA replay
 
 
 @dataclass
@@ -105,24 +107,32 @@ def compare(name: str, actual: torch.Tensor, expected: torch.Tensor, rtol: float
 
 def validation_blocker(record: NodeRecord, backend: str) -> str | None:
     """Why the node cannot be validated here, or None."""
+    blocked = _blocker(record, backend)
+    return blocked[1] if blocked else None
+
+
+def _blocker(record: NodeRecord, backend: str) -> tuple[str, str] | None:
+    """(status, reason) when the node cannot be validated here: NEEDS_CUDA when only a CUDA replay is
+    missing (what a GPU machine would validate), ERROR otherwise."""
     if not record.samples:
-        return "no recorded samples to compare with (the node ran only in discovery/capture passes)"
+        return ERROR, "no recorded samples to compare with (the node ran only in discovery/capture passes)"
     if not record.segments:
         return None
     cpu_segments = [f"{s.id} ({s.source})" for s in record.segments if not str(s.device).startswith("cuda")]
     if cpu_segments:
-        return (
+        return NEEDS_CUDA, (
             f"Warp segment(s) {cpu_segments} were captured on the CPU; leapp's runtime replays segments "
             "on CUDA devices only, so the export cannot run against these samples"
         )
     if not _cuda_usable():
-        return f"no CUDA device/driver to replay Warp segment(s) {[s.id for s in record.segments]}: {_driver_error()}"
+        return NEEDS_CUDA, (f"no CUDA device/driver to replay Warp segment(s) {[s.id for s in record.segments]}: "
+                            f"{_driver_error()}")
     from leapp.runtime import libraries
 
     try:
         libraries.require_library("onnx" if backend == "onnx" else "pt2")
     except LeappError as e:
-        return str(e)
+        return ERROR, str(e)
     return None
 
 
@@ -182,9 +192,9 @@ def validate_nodes(jobs: list[NodeArtifactJob], rtol: float, atol: float, *, fol
                for j in jobs]
     runnable = []
     for job, result in zip(jobs, results):
-        blocker = validation_blocker(job.record, job.backend)
+        blocker = _blocker(job.record, job.backend)
         if blocker:
-            result.status, result.reason = ERROR, blocker
+            result.status, result.reason = blocker
         else:
             runnable.append(job)
     if not runnable:

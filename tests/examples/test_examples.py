@@ -22,7 +22,7 @@ EXAMPLES = ROOT / "examples"
 TIMEOUT_S = 300
 
 
-STATUSES = ("passed", "failed", "error", "skipped")
+STATUSES = ("passed", "failed", "error", "skipped", "needs-cuda")
 
 
 def _cpu_path_runs_here() -> bool:
@@ -83,8 +83,9 @@ def check_cpu_export(folder: Path, files: list[str]) -> None:
 def test_go2_pipeline_exports_on_cpu(tmp_path):
     proc = run_example("go2_pipeline.py", "--out", str(tmp_path), "--envs", "5")
     out = proc.stdout
-    assert "No CUDA device: exporting without validation" in out
-    assert report_statuses(out, ["obs", "policy", "action"]) == dict.fromkeys(["obs", "policy", "action"], "skipped")
+    assert "No CUDA device: validated ['policy'] on the CPU; ['obs', 'action'] replay Warp segments" in out
+    assert report_statuses(out, ["obs", "policy", "action"]) == {"obs": "needs-cuda", "policy": "passed",
+                                                                  "action": "needs-cuda"}
     assert f"Exported to {tmp_path}/go2." in out
     check_cpu_export(tmp_path / "go2", ["obs.pt2", "policy.onnx", "action.onnx"])
 

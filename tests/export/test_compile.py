@@ -104,7 +104,7 @@ def test_validation_cannot_run_for_cpu_captured_segment(tmp_path):
     assert text.startswith("Model validation failed for 1 node(s): ['x']"), text
     assert "x/warp_segment_0" in text and "captured on the CPU" in text and "compile_records.py" in text
     report = info.value.report
-    assert report["x"].status == "error" and report["policy"].status == "passed"
+    assert report["x"].status == "needs-cuda" and report["policy"].status == "passed"
     assert (tmp_path / "demo" / "pipeline.yaml").is_file(), "artifacts are written before validation"
 
 
