@@ -37,6 +37,7 @@ __all__ = [
     "raise_for_failures",
     "validation_blocker",
     "NEEDS_CUDA",
+    "cuda_problem",
 ]
 
 PASSED = "passed"
@@ -124,9 +125,9 @@ def _blocker(record: NodeRecord, backend: str) -> tuple[str, str] | None:
             f"Warp segment(s) {cpu_segments} were captured on the CPU; leapp's runtime replays segments "
             "on CUDA devices only, so the export cannot run against these samples"
         )
-    if not _cuda_usable():
-        return NEEDS_CUDA, (f"no CUDA device/driver to replay Warp segment(s) {[s.id for s in record.segments]}: "
-                            f"{_driver_error()}")
+    problem = cuda_problem()
+    if problem:
+        return NEEDS_CUDA, f"cannot replay Warp segment(s) {[s.id for s in record.segments]}: {problem}"
     from leapp.runtime import libraries
 
     try:
@@ -136,27 +137,21 @@ def _blocker(record: NodeRecord, backend: str) -> tuple[str, str] | None:
     return None
 
 
-def _cuda_usable() -> bool:
+def cuda_problem() -> str | None:
+    """Why leapp cannot replay on CUDA here (torch sees no device, or leapp's driver loader fails), or None.
+
+    The one test of "is there CUDA for leapp" shared by validation and ``leapp.testing``'s routes.
+    """
     if not torch.cuda.is_available():
-        return False
+        return "no CUDA device (torch.cuda.is_available() is False)"
     try:
         from leapp import _native
-
-        return bool(_native.driver_status()["available"])
-    except ImportError:
-        return False
-
-
-def _driver_error() -> str:
-    try:
-        from leapp import _native
-
-        status = _native.driver_status()
-        if not status["available"]:
-            return str(status["error"])
     except ImportError as e:
         return f"leapp._native is not importable ({e})"
-    return "torch.cuda.is_available() is False"
+    status = _native.driver_status()
+    if not status["available"]:
+        return f"no CUDA driver/device ({status['error']})"
+    return None
 
 
 @dataclass

@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from leapp._export.validate import cuda_problem  # the shared test: is there CUDA for leapp here
+
 __all__ = ["ROUTES", "Route", "OpenRoute", "cuda_problem", "plan_routes", "open_route"]
 
 
@@ -45,20 +47,6 @@ ROUTES: dict[str, Route] = {
         Route("cpp-runner", "leapp's C++ pipeline runner (reserved: it does not exist yet)", native=True),
     )
 }
-
-
-def cuda_problem() -> str | None:
-    """Why CUDA cannot be used here (as the project's tests decide: torch and leapp's driver loader), or None."""
-    if not torch.cuda.is_available():
-        return "no CUDA device (torch.cuda.is_available() is False)"
-    try:
-        from leapp import _native  # noqa: PLC0415
-    except ImportError as e:
-        return f"leapp._native is not importable ({e})"
-    status = _native.driver_status()
-    if not status["available"]:
-        return f"no CUDA driver/device ({status['error']})"
-    return None
 
 
 def _ort_providers() -> list[str]:
