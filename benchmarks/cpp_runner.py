@@ -17,6 +17,7 @@ exported program. Nothing here is a measurement until it is run: see docs/deploy
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import subprocess
@@ -79,7 +80,11 @@ def run_cpp(export: Path, inputs: dict[str, torch.Tensor], device: str, steps: i
         (in_dir / f"{name}.bin").write_bytes(t.contiguous().numpy().tobytes())
     cmd = [str(leapp_run_binary()), str(export), "--in", str(in_dir), "--out", str(out_dir), "--time", str(steps),
            "--device", device]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    from leapp.runtime.libraries import onnxruntime_library
+
+    env = {**os.environ}
+    env.setdefault("LEAPP_ONNXRUNTIME_LIBRARY", str(onnxruntime_library()))  # the ORT leapp.load runs here
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise SystemExit(f"leapp-run failed (exit {r.returncode}): {r.stderr.strip()}")
     medians = {}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from leapp.errors import RuntimeLibraryNotFound, runtime_not_found_message
 
-__all__ = ["native_dir", "library_path", "require_library", "ENV_OVERRIDES", "LIBRARY_NAMES"]
+__all__ = ["native_dir", "library_path", "require_library", "onnxruntime_library", "ENV_OVERRIDES", "LIBRARY_NAMES"]
 
 ENV_OVERRIDES = {
     "pt2": "LEAPP_WARP_PT2_CUSTOM_OP_LIBRARY",
@@ -47,3 +47,20 @@ def require_library(backend: str) -> Path:
     if not path.is_file():
         raise RuntimeLibraryNotFound(runtime_not_found_message(backend, str(path)))
     return path
+
+
+def onnxruntime_library() -> Path:
+    """The ``libonnxruntime.so`` of the onnxruntime this Python imports (the one ``leapp.load`` runs).
+
+    The C++ runner looks for the onnxruntime wheel next to leapp's installed package; a program
+    started from Python where another onnxruntime comes first on ``sys.path`` (a ``PYTHONPATH``
+    overlay of onnxruntime-gpu, say) is given this path in ``LEAPP_ONNXRUNTIME_LIBRARY`` so that
+    both sides run the same ONNX Runtime.
+    """
+    import onnxruntime
+
+    capi = Path(onnxruntime.__file__).resolve().parent / "capi"
+    found = sorted(capi.glob("libonnxruntime.so*"))
+    if not found:
+        raise FileNotFoundError(f"no libonnxruntime.so* in {capi} (onnxruntime {onnxruntime.__version__})")
+    return found[0]

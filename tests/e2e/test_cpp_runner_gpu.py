@@ -66,6 +66,17 @@ def go2_export(tmp_path_factory) -> Path:
     return export
 
 
+@pytest.fixture(scope="module", autouse=True)
+def same_onnxruntime():
+    """leapp-run, the controller and the benchmark load the onnxruntime this Python imports (the GPU machine
+    overlays onnxruntime-gpu on PYTHONPATH; leapp-run alone would find the CPU build next to leapp's package)."""
+    from leapp.runtime.libraries import onnxruntime_library
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LEAPP_ONNXRUNTIME_LIBRARY", str(onnxruntime_library()))
+        yield
+
+
 def _inputs(folder: Path, seed: int) -> dict[str, torch.Tensor]:
     import go2_pipeline
 

@@ -235,11 +235,11 @@ def test_malformed_entry_is_refused_by_both_readers_alike(folder, fake_cuda):
 
 def test_without_the_plugin_the_node_is_refused(folder, fake_cuda, tmp_path):
     """No plugin next to the package (a build without torch) and a plugin that does not load: both name it."""
-    import onnxruntime
+    from leapp.runtime.libraries import onnxruntime_library
 
     empty = tmp_path / "empty_package"
     empty.mkdir()
-    ort_library = next((Path(onnxruntime.__file__).parent / "capi").glob("libonnxruntime.so*"))
+    ort_library = onnxruntime_library()
     env = _env(fake_cuda, LEAPP_PACKAGE_DIR=empty, LEAPP_ONNXRUNTIME_LIBRARY=ort_library,
                LEAPP_WARP_ONNX_CUSTOM_OP_LIBRARY=native_dir() / "libleapp_warp_ort.so")
     text = _refusal(env, folder)

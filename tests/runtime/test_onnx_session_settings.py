@@ -19,6 +19,7 @@ from leapp.runtime import onnx_runner
 from leapp.runtime.onnx_runner import (
     CUDA_STREAM_LEGACY,
     DISABLE_SYNC_RUN_OPTION,
+    GRAPH_ID_RUN_OPTION,
     OnnxRunner,
     cuda_ep_options,
     needs_handoff,
@@ -111,10 +112,19 @@ def test_stream_accepted_reads_the_cuda_eps_reported_options():
 def test_run_options_skip_the_end_of_run_synchronisation():
     """ORT's key (onnxruntime_run_options_config_keys.h) set on a real RunOptions; host-sync mode leaves it unset."""
     assert DISABLE_SYNC_RUN_OPTION == "disable_synchronize_execution_providers"
-    assert run_config(host_sync=False) == {DISABLE_SYNC_RUN_OPTION: "1"}
-    assert run_config(host_sync=True) == {}
+    assert run_config(host_sync=False) == {DISABLE_SYNC_RUN_OPTION: "1", GRAPH_ID_RUN_OPTION: "0"}
+    assert run_config(host_sync=True) == {GRAPH_ID_RUN_OPTION: "0"}
     options = onnx_runner._run_options(ort, host_sync=False)
     assert options.get_run_config_entry(DISABLE_SYNC_RUN_OPTION) == "1"
+
+
+@pytest.mark.parametrize("host_sync", [False, True])
+def test_run_options_name_the_default_graph_id(host_sync):
+    """Unset, "gpu_graph_id" makes onnxruntime's Python run_with_iobinding pay a C++ exception per call
+    (its get_run_config_entry raises); "0" is the id ORT assumes when it is unset."""
+    options = onnx_runner._run_options(ort, host_sync=host_sync)
+    assert GRAPH_ID_RUN_OPTION == "gpu_graph_id"
+    assert options.get_run_config_entry(GRAPH_ID_RUN_OPTION) == "0"
 
 
 def test_pipeline_module_re_exports_the_onnx_runner():
@@ -172,6 +182,48 @@ def test_one_binding_is_rebound_on_every_call(runner_on_cpu):
         previous = (s, p, a, b)
 
 
+class CountingBinding:
+    """The runner's IO binding with its bind calls counted (the runner's own binding underneath)."""
+
+    def __init__(self, binding):
+        self.binding, self.calls = binding, []
+
+    def bind_input(self, name, *args):
+        self.calls.append(name)
+        self.binding.bind_input(name, *args)
+
+    def bind_output(self, name, *args):
+        self.calls.append(name)
+        self.binding.bind_output(name, *args)
+
+    def __getattr__(self, attr):
+        return getattr(self.binding, attr)
+
+
+def test_only_changed_tensors_are_rebound(runner_on_cpu):
+    """A call with the tensors of the last call binds nothing again; a new tensor for one name rebinds that name."""
+    runner = runner_on_cpu
+    counting = CountingBinding(runner._binding)
+    runner._binding = counting
+    a, b = torch.randn(N), torch.randn(N)
+    s, p = runner([a, b])
+    assert counting.calls[:2] == ["a", "b"]
+    counting.calls.clear()
+    del s, p  # the allocator may hand the outputs' memory back: bound pointers are compared, not tensors
+    s, p = runner([a, b])
+    assert "a" not in counting.calls and "b" not in counting.calls
+    torch.testing.assert_close(s, a + b, rtol=0, atol=0)
+    counting.calls.clear()
+    b2 = torch.randn(N)
+    keep = (s, p)  # held: the next outputs get new memory, so they must be rebound
+    s, p = runner([a, b2])
+    assert "b" in counting.calls and "a" not in counting.calls
+    assert {"s", "p"} <= set(counting.calls)
+    torch.testing.assert_close(s, a + b2, rtol=0, atol=0)
+    torch.testing.assert_close(p, a * b2, rtol=0, atol=0)
+    torch.testing.assert_close(keep[0], a + b, rtol=0, atol=0)
+
+
 def test_non_contiguous_inputs_are_bound_contiguous(runner_on_cpu):
     wide = torch.randn(N, 2)
     s, p = runner_on_cpu([wide[:, 0], wide[:, 1]])  # strided views
@@ -180,7 +232,8 @@ def test_non_contiguous_inputs_are_bound_contiguous(runner_on_cpu):
 
 
 def test_threads_calling_one_runner_get_their_own_results(runner_on_cpu):
-    """ORT runs without the GIL: without the runner's lock, threads rebinding one binding read each other's tensors."""
+    """ORT runs without the GIL: without the runner's lock, threads rebinding one binding read each other's tensors.
+    (Each thread's tensors differ, so every call rebinds.)"""
     failures: list[str] = []
 
     def worker(seed: int) -> None:
