@@ -23,13 +23,13 @@ __all__ = ["ROUTES", "Route", "OpenRoute", "cuda_problem", "plan_routes", "open_
 
 @dataclass(frozen=True)
 class Route:
-    """One way of running an export: ``leapp.runtime.pipeline.load`` options, or a runner to come."""
+    """One way of running an export: ``leapp.runtime.pipeline.load`` options, or the C++ runner."""
 
     name: str
     description: str
     cuda_graphs: bool = False
     onnx_ep: str | None = None
-    native: bool = False  # the C++ runner (a later issue)
+    native: bool = False  # leapp-run, the C++ runner (leapp.testing.cpp_runner)
 
 
 ROUTES: dict[str, Route] = {
@@ -44,7 +44,9 @@ ROUTES: dict[str, Route] = {
               onnx_ep="cpu"),
         Route("onnx-cuda-ep", "ONNX nodes on ONNX Runtime's CUDA EP (load(..., onnx_ep='cuda')); other nodes as "
                               "'load'", onnx_ep="cuda"),
-        Route("cpp-runner", "leapp's C++ pipeline runner (reserved: it does not exist yet)", native=True),
+        Route("cpp-runner", "leapp-run, leapp's C++ pipeline runner, in a child process without Python: device "
+                            "buffers and ONNX Runtime's CUDA EP when a node was exported on CUDA, else host buffers "
+                            "and the CPU EP; PT2 nodes from their AOTInductor packages", native=True),
     )
 }
 
@@ -61,6 +63,8 @@ def _is_cuda(device: str) -> bool:
 
 def _node_plan(route: Route, node: Mapping, providers: list[str]) -> tuple:
     """What serves ``node`` under ``route`` (backend, device, execution provider, CUDA graphs)."""
+    if route.native:
+        return ("leapp-run", node["name"])  # another program: never a duplicate of a leapp.load route
     device = node["device"]
     if node["backend"] == "onnx":
         from leapp.runtime.pipeline import onnx_ep_device  # noqa: PLC0415
@@ -73,14 +77,18 @@ def _node_plan(route: Route, node: Mapping, providers: list[str]) -> tuple:
 
 def _blocker(route: Route, desc: Mapping, cuda: str | None, providers: list[str]) -> str | None:
     """Why ``route`` cannot run this export here (every reason, joined), or None."""
-    if route.native:
-        return "the C++ runner does not exist yet (a later issue); the route name is reserved for it"
     nodes = desc["nodes"]
+    reasons = []
+    if route.native:
+        from .cpp_runner import leapp_run_blockers, leapp_run_device  # noqa: PLC0415
+
+        reasons.extend(leapp_run_blockers(desc))
+        if reasons:
+            return "; ".join(reasons)
     if route.onnx_ep and not any(n["backend"] == "onnx" for n in nodes):
         return "the export has no ONNX node"
     if route.cuda_graphs and not any(n["backend"] == "pt2" and _is_cuda(n["device"]) for n in nodes):
         return "no PT2 node was exported on CUDA, so cuda_graphs=True changes nothing"
-    reasons = []
     cpu_segments = [f"{s['id']} ({s['source']})" for n in nodes for s in n["segments"] if not _is_cuda(s["device"])]
     if cpu_segments:
         reasons.append(f"Warp segment(s) {cpu_segments} were captured on the CPU; leapp's runtime replays segments "
@@ -93,7 +101,7 @@ def _blocker(route: Route, desc: Mapping, cuda: str | None, providers: list[str]
         needs.extend(f"node '{n['name']}' ({n['backend']}, exported on {n['device']})" for n in nodes
                      if n["backend"] != "onnx" and _is_cuda(n["device"]))
         needs.extend(f"ONNX node '{n['name']}' on ONNX Runtime's CUDA EP" for n in nodes
-                     if n["backend"] == "onnx" and _node_plan(route, n, providers)[2] == "cuda")
+                     if n["backend"] == "onnx" and _onnx_on_cuda(route, n, desc, providers))
         if route.cuda_graphs:
             needs.append("CUDA graphs")
         if route.onnx_ep == "cuda" and not any("CUDA EP" in x for x in needs):
@@ -102,7 +110,20 @@ def _blocker(route: Route, desc: Mapping, cuda: str | None, providers: list[str]
             reasons.append(f"CUDA is needed for {', '.join(needs)}, and here there is {cuda}")
     if route.onnx_ep == "cuda" and "CUDAExecutionProvider" not in providers:
         reasons.append(f"ONNX Runtime has no CUDAExecutionProvider here (available: {providers})")
+    if (route.native and leapp_run_device(desc) == "cuda" and any(n["backend"] == "onnx" for n in nodes)
+            and "CUDAExecutionProvider" not in providers):
+        reasons.append("leapp-run runs ONNX nodes on ONNX Runtime's CUDA EP with device buffers, and this "
+                       f"onnxruntime has no CUDAExecutionProvider (available: {providers}; install onnxruntime-gpu)")
     return "; ".join(reasons) or None
+
+
+def _onnx_on_cuda(route: Route, node: Mapping, desc: Mapping, providers: list[str]) -> bool:
+    """Whether ``route`` runs ONNX ``node`` on ONNX Runtime's CUDA EP."""
+    if route.native:
+        from .cpp_runner import leapp_run_device  # noqa: PLC0415
+
+        return leapp_run_device(desc) == "cuda"
+    return _node_plan(route, node, providers)[2] == "cuda"
 
 
 _SAME_BECAUSE = {
@@ -181,6 +202,12 @@ def open_route(route: Route, folder: Path) -> tuple[OpenRoute | None, str | None
     from leapp.runtime.pipeline import load  # noqa: PLC0415
 
     try:
+        if route.native:
+            from leapp.pipeline_format import read_pipeline  # noqa: PLC0415
+
+            from .cpp_runner import LeappRunPipeline  # noqa: PLC0415
+
+            return OpenRoute(route, LeappRunPipeline(*read_pipeline(folder))), None
         pipeline = load(folder, cuda_graphs=route.cuda_graphs, onnx_ep=route.onnx_ep)
     except Exception as e:
         if hasattr(e, "add_note"):  # Python >= 3.11

@@ -100,6 +100,25 @@ def test_leapp_run_equals_leapp_load_bit_for_bit(export, tmp_path):
             assert got == t.contiguous().numpy().tobytes(), name
 
 
+def test_one_node_runs_alone_with_node(export, tmp_path):
+    """--node NAME: the node's own inputs and outputs are the files (what leapp.testing localises with)."""
+    pipeline = leapp.load(export)
+    g = torch.Generator().manual_seed(3)
+    node = pipeline.nodes["post"]
+    inputs = {spec.name: torch.randn(spec.shape, generator=g) for spec in node.inputs}
+    (tmp_path / "in").mkdir()
+    for name, t in inputs.items():
+        (tmp_path / "in" / f"{name}.bin").write_bytes(t.numpy().tobytes())
+    r = _leapp_run(export, "--in", tmp_path / "in", "--out", tmp_path / "out", "--node", "post", "--time", "3")
+    assert r.returncode == 0, r.stderr
+    assert "  post " in r.stdout and "  policy " not in r.stdout, r.stdout  # --time: the node's one line
+    expected = pipeline.run_node("post", **inputs)
+    for name, t in expected.items():
+        assert (tmp_path / "out" / f"{name}.bin").read_bytes() == t.contiguous().numpy().tobytes(), name
+    r = _leapp_run(export, "--in", tmp_path / "in", "--out", tmp_path / "out", "--node", "../post")
+    assert r.returncode == 2 and "--node: pipeline 'mlp' has no node '../post' (nodes: 'policy', 'post')" in r.stderr
+
+
 def test_missing_input_file_and_wrong_byte_count_exit_2(export, tmp_path):
     pipeline = leapp.load(export)
     _write_inputs(pipeline, tmp_path / "in")

@@ -27,6 +27,7 @@ from leapp.testing import (
     input_strategy,
     replay_counterexample,
 )
+from leapp.testing.cpp_runner import leapp_run_path
 from leapp.testing.routes import cuda_problem
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
@@ -45,12 +46,52 @@ def test_pure_torch_export_passes(torch_export):
     assert "load" in result.ran
     assert set(result.ran) | set(result.skipped) == set(ROUTES)
     assert all(result.skipped.values()), "every skipped route has a reason"
-    assert "does not exist yet" in result.skipped["cpp-runner"]
+    assert "PT2 node 'pre' has no AOTInductor package" in result.skipped["cpp-runner"]
     if NO_CUDA:
         assert result.ran == ("load",)
         assert "runs exactly what route 'load' runs" in result.skipped["onnx-cpu-ep"]
         assert "CUDA" in result.skipped["onnx-cuda-ep"]
         assert "no PT2 node was exported on CUDA" in result.skipped["load-cuda-graphs"]
+
+
+@pytest.fixture(scope="module")
+def onnx_export(tmp_path_factory) -> Path:
+    return P.export_torch_pipeline(tmp_path_factory.mktemp("onnxpipe"), "onnxpipe", P.onnx_step)
+
+
+needs_leapp_run = pytest.mark.skipif(leapp_run_path() is None, reason="leapp-run was not built: ONNX Runtime's "
+                                     "headers were missing (bash scripts/fetch-ort-headers.sh, then pip install -e .)")
+
+
+@needs_leapp_run
+def test_the_cpp_runner_route_runs_leapp_run(onnx_export):
+    """All-ONNX export: leapp-run runs it in a child process, on host buffers and the CPU EP here."""
+    result = assert_equivalent(P.onnx_step, onnx_export, routes=["load", "cpp-runner"], max_examples=6)
+    assert result.ran == ("load", "cpp-runner") and result.examples == 6
+
+
+@needs_leapp_run
+def test_the_cpp_runner_route_catches_and_localises_a_change(onnx_export, tmp_path):
+    with pytest.raises(AssertionError) as caught:
+        assert_equivalent(P.onnx_step_off, onnx_export, routes=["cpp-runner"], max_examples=10,
+                          counterexample_dir=tmp_path)
+    text = str(caught.value)
+    assert "route 'cpp-runner'" in text, text
+    assert "post (onnx, post.onnx): FIRST DIVERGING NODE" in text and "pre (onnx, pre.onnx): matches" in text, text
+
+
+@needs_leapp_run
+def test_the_cpp_runner_checks_inputs_like_leapp_load(onnx_export):
+    from leapp.pipeline_format import read_pipeline
+    from leapp.testing.cpp_runner import LeappRunPipeline
+
+    runner = LeappRunPipeline(*read_pipeline(onnx_export))
+    x, y = torch.randn(P.N, 3), torch.randn(P.N, 3)
+    torch.testing.assert_close(runner.run(x=x, y=y)["output"], P.onnx_step(x, y))
+    with pytest.raises(PipelineError, match=r"pipeline 'onnxpipe': input 'y' expects float32\[8, 3\], got float64\[8, 3\]"):
+        runner.run(x=x, y=y.double())
+    with pytest.raises(PipelineError, match=r"pipeline 'onnxpipe': no node 'nope' \(nodes: \['pre', 'post'\]\)"):
+        runner.run_node("nope", z=x)
 
 
 def test_a_changed_constant_is_caught_localised_and_replayed(torch_export, tmp_path):
@@ -109,7 +150,7 @@ def test_routes_narrow_and_unknown_routes_are_refused(torch_export):
 
 
 def test_a_named_route_that_cannot_run_is_warned_about(torch_export):
-    with pytest.warns(RouteSkippedWarning, match=r"'cpp-runner': the C\+\+ runner does not exist yet"):
+    with pytest.warns(RouteSkippedWarning, match=r"'cpp-runner': .*PT2 node 'pre' has no AOTInductor package"):
         result = assert_equivalent(P.step, torch_export, routes=["load", "cpp-runner"], max_examples=2)
     assert result.ran == ("load",)
 
@@ -118,7 +159,8 @@ def test_no_runnable_route_is_a_skip_with_every_reason(torch_export):
     with pytest.raises(NoRunnableRoute) as caught:
         assert_equivalent(P.step, torch_export, routes=["cpp-runner"])
     assert isinstance(caught.value, unittest.SkipTest), "pytest reports it as a skip"
-    assert "no route can run export 'torchpipe'" in str(caught.value) and "cpp-runner: the C++ runner" in str(caught.value)
+    assert "no route can run export 'torchpipe'" in str(caught.value)
+    assert "cpp-runner: " in str(caught.value) and "`leapp aoti EXPORT_DIR pre` makes it" in str(caught.value)
 
 
 @pytest.mark.skipif(not NO_CUDA, reason="checks the skip without a GPU; with one, Warp exports run "

@@ -72,7 +72,7 @@ def test_go2_matches_its_export_on_every_route(go2):
 
     has_cuda_ep = "CUDAExecutionProvider" in ort.get_available_providers()
     assert {"load", "load-cuda-graphs"} <= set(result.ran), result
-    assert "does not exist yet" in result.skipped["cpp-runner"], result
+    assert "PT2 node 'obs' has no AOTInductor package" in result.skipped["cpp-runner"], result
     for route in ("onnx-cpu-ep", "onnx-cuda-ep"):
         why = result.skipped.get(route, "")
         # Only one of them differs from 'load' (which uses the CUDA EP when ONNX Runtime has it); the other is
@@ -106,3 +106,25 @@ def test_a_changed_default_pose_is_localised_to_obs_and_its_segment(go2, tmp_pat
         assert str(replayed.value) == text
     finally:
         robot.default_pose = exported_pose
+
+
+def test_go2_matches_its_export_in_the_cpp_runner(go2, tmp_path):
+    """With obs's AOTInductor package (leapp aoti), leapp-run runs the whole export on device buffers: obs from the
+    package, policy and action on ONNX Runtime's CUDA EP; localisation runs each node alone with --node."""
+    import shutil
+
+    from leapp.testing.cpp_runner import leapp_run_path
+
+    if leapp_run_path() is None:
+        pytest.skip("leapp-run was not built (ONNX Runtime's headers were missing when leapp was built)")
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        pytest.skip("leapp-run runs a CUDA export's ONNX nodes on the CUDA EP: install onnxruntime-gpu")
+    _, robot, export = go2
+    export = Path(shutil.copytree(export, tmp_path / "go2"))  # the module's export stays without a package
+    import leapp.aoti
+
+    leapp.aoti.package(export, "obs")
+    result = assert_equivalent(robot.step, export, _inputs(export), max_examples=10, routes=["cpp-runner"])
+    assert result.ran == ("cpp-runner",) and result.examples == 10

@@ -1,4 +1,4 @@
-"""Small exports for the leapp.testing tests: a pure-torch pipeline (PT2 + ONNX) and a Warp node (PT2).
+"""Small exports for the leapp.testing tests: a pure-torch pipeline (PT2 + ONNX, or all ONNX) and a Warp node (PT2).
 
 The eager functions are module-level so that a test can compare an export with a slightly
 changed copy of the code (``step_off``: one constant off by 0.05 in node 'post').
@@ -17,9 +17,12 @@ from leapp import annotate
 N = 8
 
 
-@leapp.node("pre", export_with="pt2")
-def pre(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def _pre(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.relu(x * 2.0 + 1.0) + y
+
+
+pre = leapp.node("pre", export_with="pt2")(_pre)
+pre_onnx = leapp.node("pre", export_with="onnx")(_pre)  # the all-ONNX export that leapp-run runs without packages
 
 
 @leapp.node("post", export_with="onnx")
@@ -40,14 +43,23 @@ def step_off(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return post_off(pre(x, y))
 
 
-def export_torch_pipeline(folder: Path) -> Path:
-    """Traces ``step`` (three passes) and exports it as 'torchpipe': pre.pt2, post.onnx."""
+def onnx_step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return post(pre_onnx(x, y))
+
+
+def onnx_step_off(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return post_off(pre_onnx(x, y))
+
+
+def export_torch_pipeline(folder: Path, name: str = "torchpipe", fn=step) -> Path:
+    """Traces ``fn`` (three passes) and exports it as ``name``: 'torchpipe' = pre.pt2 + post.onnx
+    (``step``); 'onnxpipe' = pre.onnx + post.onnx (``onnx_step``)."""
     gen = torch.Generator().manual_seed(0)
-    with leapp.trace("torchpipe", save_path=str(folder)) as session:
+    with leapp.trace(name, save_path=str(folder)) as session:
         for _ in range(3):
-            step(torch.randn(N, 3, generator=gen), torch.randn(N, 3, generator=gen))
+            fn(torch.randn(N, 3, generator=gen), torch.randn(N, 3, generator=gen))
     session.compile(validate=False)
-    return folder / "torchpipe"
+    return folder / name
 
 
 @wp.kernel

@@ -1,9 +1,10 @@
 // leapp-run: run a leapp export folder on raw input files (docs/deploy.md).
 //
-//   leapp-run EXPORT_DIR --in IN_DIR --out OUT_DIR [--time N] [--device cpu|cuda] [--threads N]
+//   leapp-run EXPORT_DIR --in IN_DIR --out OUT_DIR [--node NAME] [--time N] [--device cpu|cuda] [--threads N]
 //
 // IN_DIR/<input>.bin holds each pipeline input as raw little-endian C-order bytes (dtype and shape from
-// the export's wiring); OUT_DIR/<output>.bin is written the same way. Exit status: 0 done, 1 the export
+// the export's wiring); OUT_DIR/<output>.bin is written the same way. With --node, one node runs alone on
+// its own inputs and outputs (Pipeline::run_node; leapp.testing localises a mismatch with it). Exit status: 0 done, 1 the export
 // was refused or a run failed, 2 bad usage or bad input files (missing, wrong byte count).
 #include <algorithm>
 #include <cstdio>
@@ -23,9 +24,10 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kUsage =
-    "usage: leapp-run EXPORT_DIR --in IN_DIR --out OUT_DIR [--time N] [--device cpu|cuda] [--threads N]\n"
+    "usage: leapp-run EXPORT_DIR --in IN_DIR --out OUT_DIR [--node NAME] [--time N] [--device cpu|cuda] [--threads N]\n"
     "       leapp-run EXPORT_DIR --check   (the wiring and the artifacts' sha256 only; exit 1 with the reason)\n"
     "  IN_DIR/<input>.bin: each pipeline input, raw little-endian C-order bytes; writes OUT_DIR/<output>.bin.\n"
+    "  --node NAME: run that node alone; its own inputs and outputs are the files.\n"
     "  --time N: run N more times and print each node's median time. --device cuda: device buffers, ONNX Runtime's\n"
     "  CUDA EP on one stream (default cpu: host buffers, CPU EP).\n";
 
@@ -64,7 +66,7 @@ double median(std::vector<double> v) {
 }
 
 int run(int argc, char** argv) {
-  std::string export_dir, in_dir, out_dir, device = "cpu";
+  std::string export_dir, in_dir, out_dir, device = "cpu", node;
   long repeat = 0, threads = 0;
   bool check_only = false;
   for (int i = 1; i < argc; ++i) {
@@ -84,6 +86,7 @@ int run(int argc, char** argv) {
     else if (a == "--time") repeat = count(value());
     else if (a == "--threads") threads = count(value());
     else if (a == "--device") device = value();
+    else if (a == "--node") node = value();
     else if (a == "--check") check_only = true;
     else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
@@ -105,10 +108,28 @@ int run(int argc, char** argv) {
   options.intra_op_threads = int(threads);
   std::unique_ptr<leapp::Pipeline> pipeline = leapp::Pipeline::open(export_dir, options);
 
+  const std::vector<leapp::TensorInfo>* in_specs = &pipeline->inputs();
+  const std::vector<leapp::TensorInfo>* out_specs = &pipeline->outputs();
+  if (!node.empty()) {
+    auto it = std::find_if(pipeline->nodes().begin(), pipeline->nodes().end(),
+                           [&](const leapp::NodeInfo& n) { return n.name == node; });
+    if (it == pipeline->nodes().end()) {
+      std::string names;
+      for (const leapp::NodeInfo& n : pipeline->nodes()) names += (names.empty() ? "'" : ", '") + n.name + "'";
+      throw UsageError{"--node: pipeline '" + pipeline->name() + "' has no node '" + node + "' (nodes: " + names + ")"};
+    }
+    in_specs = &it->inputs;
+    out_specs = &it->outputs;
+  }
+  auto run_once = [&](const std::map<std::string, const void*>& in, const std::map<std::string, void*>& out) {
+    if (node.empty()) pipeline->run(in, out);
+    else pipeline->run_node(node, in, out);
+  };
+
   std::vector<std::vector<char>> host_in, host_out;
-  for (const leapp::TensorInfo& t : pipeline->inputs())
+  for (const leapp::TensorInfo& t : *in_specs)
     host_in.push_back(read_input(file_for(in_dir, t.name), t.byte_size(), t));
-  for (const leapp::TensorInfo& t : pipeline->outputs()) {
+  for (const leapp::TensorInfo& t : *out_specs) {
     file_for(out_dir, t.name);
     host_out.emplace_back(t.byte_size());
   }
@@ -124,22 +145,22 @@ int run(int argc, char** argv) {
     LEAPP_CHECK_CU(leapp::driver().cuMemcpyHtoDAsync(p, host.data(), host.size(), leapp::cu_stream_legacy()));
     return reinterpret_cast<void*>(p);
   };
-  for (size_t i = 0; i < host_in.size(); ++i) ins[pipeline->inputs()[i].name] = buffer(host_in[i]);
-  for (size_t i = 0; i < host_out.size(); ++i) outs[pipeline->outputs()[i].name] = buffer(host_out[i]);
+  for (size_t i = 0; i < host_in.size(); ++i) ins[(*in_specs)[i].name] = buffer(host_in[i]);
+  for (size_t i = 0; i < host_out.size(); ++i) outs[(*out_specs)[i].name] = buffer(host_out[i]);
 
-  pipeline->run(ins, outs);
+  run_once(ins, outs);
   pipeline->synchronize();
   if (on_device)
     for (size_t i = 0; i < host_out.size(); ++i)
-      LEAPP_CHECK_CU(leapp::driver().cuMemcpyDtoHAsync(host_out[i].data(), leapp::CUdeviceptr(outs[pipeline->outputs()[i].name]),
+      LEAPP_CHECK_CU(leapp::driver().cuMemcpyDtoHAsync(host_out[i].data(), leapp::CUdeviceptr(outs[(*out_specs)[i].name]),
                                                        host_out[i].size(), leapp::cu_stream_legacy()));
   pipeline->synchronize();
   if (on_device) LEAPP_CHECK_CU(leapp::driver().cuStreamSynchronize(leapp::cu_stream_legacy()));
   fs::create_directories(out_dir);
   for (size_t i = 0; i < host_out.size(); ++i) {
-    std::ofstream f(file_for(out_dir, pipeline->outputs()[i].name), std::ios::binary | std::ios::trunc);
+    std::ofstream f(file_for(out_dir, (*out_specs)[i].name), std::ios::binary | std::ios::trunc);
     f.write(host_out[i].data(), std::streamsize(host_out[i].size()));
-    if (!f) throw leapp::PipelineError("cannot write " + file_for(out_dir, pipeline->outputs()[i].name));
+    if (!f) throw leapp::PipelineError("cannot write " + file_for(out_dir, (*out_specs)[i].name));
   }
 
   if (repeat > 0) {
@@ -148,7 +169,7 @@ int run(int argc, char** argv) {
     std::vector<std::vector<double>> per_node(n_nodes);
     std::vector<double> totals;
     for (long r = 0; r < repeat; ++r) {
-      pipeline->run(ins, outs);
+      run_once(ins, outs);
       pipeline->synchronize();
       const std::vector<double>& s = pipeline->last_node_seconds();
       double total = 0;
@@ -157,9 +178,12 @@ int run(int argc, char** argv) {
     }
     std::printf("pipeline '%s': %ld runs on %s, median per node (ms):\n", pipeline->name().c_str(), repeat,
                 device.c_str());
-    for (size_t n = 0; n < n_nodes; ++n)
-      std::printf("  %-24s %10.4f  (%s)\n", pipeline->nodes()[n].name.c_str(), 1e3 * median(per_node[n]),
-                  pipeline->nodes()[n].execution.c_str());
+    for (size_t n = 0; n < n_nodes; ++n) {
+      const leapp::NodeInfo& info = node.empty() ? pipeline->nodes()[n] :  // --node: its one timing comes first
+          *std::find_if(pipeline->nodes().begin(), pipeline->nodes().end(), [&](const auto& i) { return i.name == node; });
+      if (!node.empty() && n > 0) break;
+      std::printf("  %-24s %10.4f  (%s)\n", info.name.c_str(), 1e3 * median(per_node[n]), info.execution.c_str());
+    }
     std::printf("  %-24s %10.4f\n", "total", 1e3 * median(totals));
   }
   for (leapp::CUdeviceptr p : device_buffers) leapp::driver().cuMemFree(p);

@@ -1,0 +1,162 @@
+"""leapp/testing/cpp_runner.py: the ``cpp-runner`` route: an export run by ``leapp-run``, leapp's C++ runner.
+
+Each call writes its inputs as raw files, runs ``leapp-run`` in a child process (no Python there:
+``libleapp_pipeline.so``, ONNX Runtime's C API, PT2 nodes from their AOTInductor packages) and reads
+the outputs back, so the comparison sees exactly what a C++ deployment computes. One process per
+call costs tens of milliseconds (ONNX Runtime and the packages are opened each time): fine for a
+few hundred examples, and the price of testing the real program rather than a binding of it.
+
+The child gets ``LEAPP_ONNXRUNTIME_LIBRARY`` = the onnxruntime this Python imports, unless the
+caller set it: both sides then run the same ONNX Runtime build.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from leapp.pipeline_format import PipelineError
+from leapp.runtime.pipeline import IOSpec, check_inputs
+
+__all__ = ["LeappRunPipeline", "leapp_run_path", "leapp_run_blockers", "leapp_run_device"]
+
+TIMEOUT_S = 600
+
+
+def leapp_run_path() -> Path | None:
+    """``leapp-run`` next to this Python (the install's scripts folder), else on ``PATH``; None if not built."""
+    beside = Path(sys.executable).with_name("leapp-run")
+    if beside.is_file():
+        return beside
+    found = shutil.which("leapp-run")
+    return Path(found) if found else None
+
+
+def _is_cuda(device: str) -> bool:
+    return torch.device(device).type == "cuda"
+
+
+def leapp_run_device(desc: Mapping) -> str:
+    """``--device`` for the export: ``cuda`` (device buffers, ONNX Runtime's CUDA EP) when a node was
+    exported on CUDA, else ``cpu`` (host buffers, the CPU EP)."""
+    return "cuda" if any(_is_cuda(n["device"]) for n in desc["nodes"]) else "cpu"
+
+
+def leapp_run_blockers(desc: Mapping) -> list[str]:
+    """Why ``leapp-run`` cannot run this export whatever the machine (it refuses these at open)."""
+    reasons = []
+    if leapp_run_path() is None:
+        reasons.append("leapp-run was not built (ONNX Runtime's headers were missing when leapp was built: "
+                       "docs/deploy.md, 'The C++ pipeline runner')")
+    for node in desc["nodes"]:
+        if node["backend"] == "torchscript":
+            reasons.append(f"node '{node['name']}' is TorchScript, which the C++ runner does not run")
+        elif node["backend"] == "pt2" and not node.get("aoti"):
+            reasons.append(f"PT2 node '{node['name']}' has no AOTInductor package; the C++ runner runs PT2 nodes "
+                           f"from one (`leapp aoti EXPORT_DIR {node['name']}` makes it)")
+    return reasons
+
+
+@dataclass
+class RunnerNode:
+    """What the route's report needs of a node (the fields of ``leapp.load``'s ``PipelineNode`` it reads)."""
+
+    name: str
+    backend: str
+    artifact: Path
+    inputs: list[IOSpec]
+    outputs: list[IOSpec]
+    segments: list[dict]
+
+
+def _specs(entries, where: str) -> list[IOSpec]:
+    return [IOSpec.from_yaml(e, where) for e in entries]
+
+
+class LeappRunPipeline:
+    """An export folder run by ``leapp-run``: ``run(**inputs)`` and ``run_node(node, **inputs)`` like ``leapp.load``'s."""
+
+    def __init__(self, folder: Path, desc: Mapping) -> None:
+        self.folder, self.description = Path(folder), desc
+        self.name = desc["name"]
+        self.device = leapp_run_device(desc)
+        self.binary = leapp_run_path()
+        if self.binary is None:
+            raise PipelineError("; ".join(leapp_run_blockers(desc)))
+        where = f"pipeline '{self.name}'"
+        self.inputs = _specs(desc["inputs"], where)
+        self.outputs = _specs(desc["outputs"], where)
+        self.nodes = {
+            n["name"]: RunnerNode(n["name"], n["backend"], self.folder / n["artifact"],
+                                  _specs(n["inputs"], f"{where} node '{n['name']}'"),
+                                  _specs(n["outputs"], f"{where} node '{n['name']}'"), list(n["segments"]))
+            for n in desc["nodes"]
+        }
+        self._leapp_run("--check")  # the wiring and every artifact's sha256, as leapp-run reads them
+
+    def _env(self) -> dict[str, str]:
+        from leapp.runtime.libraries import onnxruntime_library  # noqa: PLC0415
+
+        env = dict(os.environ)
+        if not env.get("LEAPP_ONNXRUNTIME_LIBRARY"):
+            try:
+                env["LEAPP_ONNXRUNTIME_LIBRARY"] = str(onnxruntime_library())
+            except (ImportError, FileNotFoundError):
+                pass  # leapp-run searches on its own and says what it tried
+        return env
+
+    def _leapp_run(self, *args: str) -> str:
+        cmd = [str(self.binary), str(self.folder), *args]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, env=self._env(), timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise PipelineError(f"leapp-run did not finish within {TIMEOUT_S} s: {' '.join(cmd)}") from None
+        if r.returncode != 0:
+            raise PipelineError(f"leapp-run exited with {r.returncode}: {r.stderr.strip() or r.stdout.strip()}")
+        return r.stdout
+
+    def _call(self, where: str, in_specs: list[IOSpec], out_specs: list[IOSpec], values: Mapping,
+              *extra: str) -> dict[str, torch.Tensor]:
+        tensors = check_inputs(in_specs, values, where)  # leapp.load's checks and texts: leapp-run sees bytes only
+        device = next((t.device for t in tensors if t.device.type == "cuda"), torch.device("cpu"))
+        with tempfile.TemporaryDirectory(prefix="leapp-run-") as work:
+            in_dir, out_dir = Path(work, "in"), Path(work, "out")
+            in_dir.mkdir()
+            for spec, t in zip(in_specs, tensors):
+                (in_dir / f"{spec.name}.bin").write_bytes(_raw(t))
+            self._leapp_run("--in", str(in_dir), "--out", str(out_dir), "--device", self.device, *extra)
+            return {spec.name: _tensor((out_dir / f"{spec.name}.bin").read_bytes(), spec).to(device)
+                    for spec in out_specs}
+
+    def run(self, **inputs) -> dict[str, torch.Tensor]:
+        return self._call(f"pipeline '{self.name}'", self.inputs, self.outputs, inputs)
+
+    def run_node(self, node: str, **inputs) -> dict[str, torch.Tensor]:
+        if node not in self.nodes:
+            raise PipelineError(f"pipeline '{self.name}': no node '{node}' (nodes: {list(self.nodes)})")
+        spec = self.nodes[node]
+        return self._call(f"pipeline '{self.name}' node '{node}'", spec.inputs, spec.outputs, inputs, "--node", node)
+
+
+def _raw(t: torch.Tensor) -> bytes:
+    """C-order bytes of ``t`` (little-endian, as leapp-run reads them; every dtype incl. bfloat16)."""
+    flat = t.detach().to("cpu").contiguous().reshape(-1)
+    return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+
+
+def _tensor(data: bytes, spec: IOSpec) -> torch.Tensor:
+    expected = spec.dtype.itemsize * int(torch.Size(spec.shape).numel())
+    if len(data) != expected:
+        raise PipelineError(f"leapp-run wrote {len(data)} bytes for output '{spec.name}', expected {expected} "
+                            f"({spec.describe()})")
+    if not data:
+        return torch.empty(spec.shape, dtype=spec.dtype)
+    return torch.frombuffer(bytearray(data), dtype=spec.dtype).reshape(spec.shape)
