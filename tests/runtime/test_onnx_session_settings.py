@@ -2,7 +2,7 @@
 
 CPU-only checks of what the GPU tests (test_onnx_cuda_ep.py, tests/export/test_onnx_cuda_ep_load.py)
 rely on: the provider and run options built, the stream choice, and the runner's one IO binding
-(rebound per call, shared by threads) on the CPU EP.
+(changed tensors rebound, shared by threads) on the CPU EP.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def test_pipeline_module_re_exports_the_onnx_runner():
         pipeline.no_such_name  # noqa: B018
 
 
-# --- the runner on the CPU EP: one IO binding, rebound per call, threads take turns -----------------------------
+# --- the runner on the CPU EP: one IO binding, changed tensors rebound, threads take turns -----------------------------
 
 N = 257
 
