@@ -106,8 +106,9 @@ def export(n: int, device: str, out: Path) -> tuple[Path, float]:
 # --- measuring ------------------------------------------------------------------------------------
 
 
-def time_calls(fn, calls: int, warmup: int) -> dict:
-    """Per-call latency in µs: CUDA events on torch's current stream and a host clock, synchronised each call."""
+def time_calls(fn, calls: int, warmup: int, keep_samples: bool = False) -> dict:
+    """Per-call latency in µs: CUDA events on torch's current stream and a host clock, synchronised each call
+    (``keep_samples``: also every call's event time, ``samples_us``)."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -124,7 +125,9 @@ def time_calls(fn, calls: int, warmup: int) -> dict:
         ends[i].synchronize()
         wall.append((time.perf_counter() - t0) * 1e6)
     events = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+    extra = {"samples_us": events} if keep_samples else {}
     return {
+        **extra,
         "calls": calls,
         "median_us": statistics.median(events),
         "p90_us": percentile(events, 0.9),

@@ -1,0 +1,194 @@
+"""Per-step latency of the README's robot pipeline (examples/go2_pipeline.py): eager, leapp.load, CUDA graphs.
+
+The example's ``Go2.step`` (obs: PT2 node with a 3-kernel Warp segment; policy: ONNX MLP; action:
+ONNX node with a Warp segment) is traced on cuda:0 and exported for each number of robots, then
+one step is timed per route with replay.py's ``time_calls`` (CUDA events on torch's stream and a
+host clock, each call synchronised before the next: what a control loop sees):
+
+  eager              Go2.step on the inputs, under torch.no_grad (annotations are no-ops)
+  leapp.load         leapp.load(export)(quat=..., joints=...): PT2 through torch, ONNX nodes on ORT's
+                     CUDA EP when onnxruntime-gpu is installed (else the CPU EP; the row says which)
+  leapp.load-graphs  leapp.load(export, cuda_graphs=True), the same input tensors every step
+  floor              the eager step captured once as one CUDA graph (torch.cuda.graph, Warp on
+                     torch's stream) and replayed: every kernel of the step, nothing else
+
+Each route is timed ``--repeats`` times (interleaved); the table gives the median of the per-run
+medians, the p90 of the pooled calls, and the spread (min-max) of the per-run medians.
+
+    python benchmarks/pipeline_step.py                      # GPU: 256 and 4096 robots
+    python benchmarks/pipeline_step.py --envs 256 --calls 300 --repeats 3
+    python benchmarks/pipeline_step.py --dry-run            # CPU: trace and export only
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import warp as wp
+
+import leapp
+import replay
+from replay_report import percentile
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "go2_pipeline.py"
+
+
+def example():
+    """examples/go2_pipeline.py as a module (Warp finds a kernel's module by its name)."""
+    module = sys.modules.get("go2_pipeline")
+    if module is None:
+        spec = importlib.util.spec_from_file_location("go2_pipeline", EXAMPLE)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["go2_pipeline"] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+def export(module, robot, envs: int, device: str, out: Path) -> tuple[Path, float]:
+    start = time.perf_counter()
+    with leapp.trace("go2", save_path=str(out)) as session:
+        for seed in range(3):
+            robot.step(*module.random_state(envs, device, seed))
+    session.compile(validate=False)
+    return out / "go2", time.perf_counter() - start
+
+
+def floor_route(robot, quat: torch.Tensor, joints: torch.Tensor):
+    """The eager step captured as one CUDA graph; replaying it runs every kernel of the step."""
+    static_quat, static_joints = quat.clone(), joints.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), wp.ScopedStream(wp.stream_from_torch(side)), torch.no_grad():
+        for _ in range(3):  # warm-up on the capture stream: Warp modules loaded, allocator pools primed
+            robot.step(static_quat, static_joints)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        with wp.ScopedStream(wp.stream_from_torch(torch.cuda.current_stream())):
+            out = robot.step(static_quat, static_joints)
+    graph.replay()
+    torch.cuda.synchronize()
+    return graph.replay, out
+
+
+def routes(module, robot, folder: Path, envs: int, device: str) -> tuple[dict, dict]:
+    quat, joints = module.random_state(envs, device, 7)
+    with torch.no_grad():
+        expected = robot.step(quat, joints)
+    pipeline = leapp.load(folder)
+    graphed = leapp.load(folder, cuda_graphs=True)
+    ep = {n.name: getattr(n.runner, "stream_mode", n.backend) for n in pipeline.nodes.values()}
+    calls = {
+        "eager": lambda: robot.step(quat, joints),
+        "leapp.load": lambda: pipeline(quat=quat, joints=joints),
+        "leapp.load-graphs": lambda: graphed(quat=quat, joints=joints),
+    }
+    facts = {"nodes": ep, "max_abs_error": {}}
+    with torch.no_grad():
+        for name in ("leapp.load", "leapp.load-graphs"):
+            for _ in range(3):  # cuda_graphs: a direct call, a capture, a replay
+                got = calls[name]()["action"]
+            facts["max_abs_error"][name] = (got - expected).abs().max().item()
+    try:
+        replay_floor, out = floor_route(robot, quat, joints)
+        calls["floor"] = replay_floor
+        facts["max_abs_error"]["floor"] = (out - expected).abs().max().item()
+    except Exception as e:  # noqa: BLE001 - reported in the table instead of a number
+        facts["floor_failed"] = f"{type(e).__name__}: {e}"
+    return calls, facts
+
+
+def measure(calls: dict, n_calls: int, warmup: int, repeats: int) -> dict:
+    runs: dict[str, list[dict]] = {name: [] for name in calls}
+    with torch.no_grad():
+        for _ in range(repeats):
+            for name, fn in calls.items():
+                runs[name].append(replay.time_calls(fn, n_calls, warmup, keep_samples=True))
+    out = {}
+    for name, results in runs.items():
+        medians = [r["median_us"] for r in results]
+        pooled = [s for r in results for s in r["samples_us"]]
+        out[name] = {"median_us": statistics.median(medians), "p90_us": percentile(pooled, 0.9),
+                     "spread_us": [min(medians), max(medians)], "runs": len(results)}
+    return out
+
+
+def table(results: dict) -> str:
+    env = results["environment"]
+    lines = ["robot pipeline step (examples/go2_pipeline.py): " + ", ".join(f"{k} {v}" for k, v in env.items()), "",
+             "| robots | route | median µs | p90 µs | spread of run medians µs | × floor | max abs error |",
+             "|---:|---|---:|---:|---:|---:|---:|"]
+    for envs, entry in results["sizes"].items():
+        if "routes" not in entry:
+            lines.append(f"| {envs} | (dry run: exported in {entry['export_s']:.1f} s) | | | | | |")
+            continue
+        floor = entry["routes"].get("floor", {}).get("median_us", float("nan"))
+        for name, m in entry["routes"].items():
+            error = entry["max_abs_error"].get(name)
+            lines.append(f"| {envs} | {name} | {m['median_us']:.1f} | {m['p90_us']:.1f} | "
+                         f"{m['spread_us'][0]:.1f}-{m['spread_us'][1]:.1f} | {m['median_us'] / floor:.2f} | "
+                         f"{'-' if error is None else f'{error:.3g}'} |")
+        if "floor_failed" in entry:
+            lines.append(f"| {envs} | floor | capture failed: {entry['floor_failed']} | | | | |")
+        lines.append(f"| {envs} | (nodes: {entry['nodes']}) | | | | | |")
+    return "\n".join(lines)
+
+
+def run(args) -> dict:
+    wp.init()
+    gpu = torch.cuda.is_available() and wp.is_cuda_available()
+    if not gpu and not args.dry_run:
+        raise SystemExit("pipeline_step.py: no CUDA device for torch and Warp; use --dry-run on machines without a GPU")
+    device = "cuda:0" if gpu and not args.dry_run else "cpu"
+    module = example()
+    robot = module.Go2(device)
+    import onnxruntime as ort
+
+    env = {"torch": torch.__version__, "warp": wp.config.version, "onnxruntime": ort.__version__,
+           "ort_providers": ort.get_available_providers(), "device": device}
+    if device != "cpu":
+        env["gpu"] = torch.cuda.get_device_name(device)
+    results = {"environment": env, "sizes": {}}
+    out = Path(args.out or tempfile.mkdtemp(prefix="leapp-step-"))
+    for envs in args.envs:
+        folder, export_s = export(module, robot, envs, device, out / str(envs))
+        entry = {"export_s": export_s}
+        if not args.dry_run:
+            calls, facts = routes(module, robot, folder, envs, device)
+            entry.update(facts)
+            with wp.ScopedStream(wp.stream_from_torch(torch.cuda.current_stream())):  # eager Warp on torch's stream
+                entry["routes"] = measure(calls, args.calls, args.warmup, args.repeats)
+        results["sizes"][str(envs)] = entry
+    return results
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--envs", type=lambda s: [int(v) for v in s.split(",")], default=[256, 4096],
+                   help="comma-separated numbers of robots (default 256,4096)")
+    p.add_argument("--calls", type=int, default=500, help="timed calls per route and run")
+    p.add_argument("--warmup", type=int, default=50, help="warm-up calls per route and run")
+    p.add_argument("--repeats", type=int, default=3, help="runs per route, interleaved (the spread)")
+    p.add_argument("--dry-run", action="store_true", help="CPU only: trace and export; time nothing")
+    p.add_argument("--out", help="export folder (default: a new temporary folder)")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    args = p.parse_args(argv)
+    results = run(args)
+    print(table(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
