@@ -11,6 +11,7 @@ import sys
 
 from leapp.cli.diagnostics import doctor, package_version
 from leapp.cli.folder_commands import aoti, write_json
+from leapp.cli.graph import graph_command
 from leapp.cli.inspect import inspect_path
 
 __all__ = ["main", "inspect_path", "doctor", "aoti"]
@@ -35,6 +36,9 @@ def _parser() -> argparse.ArgumentParser:
         "Exit status 1 when a bundle is corrupt or disagrees with its signature or pipeline.yaml.",
     )
     inspect.add_argument("path", help="a .lwb bundle, .onnx, .pt2 or .pt file, or an export folder with pipeline.yaml")
+    inspect.add_argument("--graph", metavar="OUT", default=None,
+                         help="also draw the export folder's pipeline into OUT (.svg, .png or .pdf): nodes, backends, "
+                         "Warp segments and kernels, edges with tensor names, dtypes and shapes (needs leapp[graph])")
     commands.add_parser("doctor", help="report the CUDA driver, devices and op libraries",
                         description="Report the CUDA driver, devices, op libraries and package versions.")
     aoti_parser = commands.add_parser(
@@ -82,7 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "inspect":
-            return 1 if inspect_path(args.path) else 0
+            problems = inspect_path(args.path)
+            drawn = args.graph is None or graph_command(args.path, args.graph) == 0
+            return 1 if problems or not drawn else 0
         if args.command == "aoti":
             return aoti(args.export_dir, args.node, args.output)
         if args.command == "write-json":
