@@ -10,6 +10,7 @@ is printed as an ``error:`` line and makes the exit status 1.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -25,7 +26,12 @@ __all__ = ["inspect_path"]
 
 
 def _tensor_list(entries: list[dict]) -> str:
-    return "; ".join(f"{e['name']}: {e['dtype']}{e['shape']}" for e in entries) or "none"
+    return "; ".join(f"{e['name']}: {e['dtype']}{e['shape']}{_metadata(e)}" for e in entries) or "none"
+
+
+def _metadata(entry: dict) -> str:
+    """' {"kind": "base_quat"}' for an entry with the user's metadata, else ''."""
+    return " " + json.dumps(entry["metadata"], ensure_ascii=False) if entry.get("metadata") else ""
 
 
 def _inspect_dir(path: Path, report: Report, indent: int) -> None:

@@ -8,7 +8,7 @@ runner takes, with errors that name the input and both specs, before anything ru
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -27,16 +27,18 @@ def _dtype(name: str, where: str) -> torch.dtype:
 
 @dataclass(frozen=True)
 class IOSpec:
-    """A named value at a node boundary: dtype and static shape."""
+    """A named value at a node boundary: dtype, static shape, and the user's metadata (deployment fields)."""
 
     name: str
     dtype: torch.dtype
     shape: tuple[int, ...]
+    metadata: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     @classmethod
     def from_yaml(cls, entry: Mapping, where: str) -> IOSpec:
-        """From an entry that ``leapp.pipeline_format`` has checked (name, dtype, shape)."""
-        return cls(str(entry["name"]), _dtype(entry["dtype"], where), tuple(int(d) for d in entry["shape"]))
+        """From an entry that ``leapp.pipeline_format`` has checked (name, dtype, shape, metadata if any)."""
+        return cls(str(entry["name"]), _dtype(entry["dtype"], where), tuple(int(d) for d in entry["shape"]),
+                   dict(entry.get("metadata", {})))
 
     def describe(self) -> str:
         return f"{dtype_name(self.dtype)}{list(self.shape)}"

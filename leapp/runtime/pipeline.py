@@ -84,7 +84,10 @@ class PipelineNode:
 
 @dataclass
 class Pipeline:
-    """A loaded export: ``pipeline(**inputs)`` returns a dict of the final outputs (torch tensors)."""
+    """A loaded export: ``pipeline(**inputs)`` returns a dict of the final outputs (torch tensors).
+
+    ``inputs[name]`` and ``output_specs[name]`` are IOSpecs: dtype, shape and the user's ``metadata``.
+    """
 
     name: str
     path: Path
@@ -92,6 +95,7 @@ class Pipeline:
     inputs: dict[str, IOSpec]
     outputs: dict[str, tuple[str, str]]  # key -> (node, output)
     description: dict
+    output_specs: dict[str, IOSpec] = field(default_factory=dict)
 
     def run(self, **inputs: Any) -> dict[str, torch.Tensor]:
         """Runs every node in order; checks input names, dtypes and shapes first."""
@@ -215,7 +219,8 @@ def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = N
             log.info("pipeline '%s' node '%s': %s runner for %s on %s; %s", name, node_name, entry["backend"],
                      artifact.name, entry["device"], _binaries(entry["backend"], runner, bool(segments)))
     pipeline_inputs, outputs = _wire(name, nodes, desc)
-    return Pipeline(name, folder, nodes, pipeline_inputs, outputs, desc)
+    output_specs = {e["name"]: IOSpec.from_yaml(e, f"pipeline '{name}' outputs") for e in desc["outputs"]}
+    return Pipeline(name, folder, nodes, pipeline_inputs, outputs, desc, output_specs)
 
 
 def _wire(name: str, nodes: dict[str, PipelineNode], desc: dict) -> tuple[dict[str, IOSpec], dict[str, tuple[str, str]]]:

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "json.h"
+#include "json_text.h"
 #include "leapp/pipeline.h"
 #include "pyrepr.h"
 #include "schema.h"
@@ -74,6 +75,7 @@ Spec spec_of(const JsonValue& v) {
   s.name = v.find("name")->string;
   s.dtype = v.find("dtype")->string;
   for (const JsonValue& d : v.find("shape")->array) s.shape.push_back(d.integer);
+  if (const JsonValue* metadata = v.find("metadata")) s.metadata = json_text(*metadata);  // the schema checked it
   return s;
 }
 

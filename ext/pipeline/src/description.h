@@ -11,6 +11,7 @@ namespace leapp::pipeline_detail {
 struct Spec {
   std::string name, dtype;
   std::vector<int64_t> shape;
+  std::string metadata = "{}";  ///< the entry's `metadata` as compact JSON text ("{}" without one)
 };
 
 struct NodeDescription {

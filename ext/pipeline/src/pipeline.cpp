@@ -44,7 +44,7 @@ const DtypeInfo& dtype_info(const std::string& name) {
   throw PipelineError("unknown dtype " + repr_str(name));  // the schema's enum has refused it already
 }
 
-TensorInfo tensor_info(const Spec& s) { return TensorInfo{s.name, s.dtype, s.shape, dtype_info(s.dtype).size}; }
+TensorInfo tensor_info(const Spec& s) { return TensorInfo{s.name, s.dtype, s.shape, dtype_info(s.dtype).size, s.metadata}; }
 
 std::string spec_text(const TensorInfo& t) {
   std::string out = t.dtype + "[";
