@@ -167,6 +167,24 @@ def _binaries(backend: str, runner: NodeRunner, has_segments: bool) -> str:
     return ", ".join(parts)
 
 
+def _log_binary_choice(name: str, node_name: str, entry: dict, artifact: Path, runner: NodeRunner) -> None:
+    """DEBUG: the binary each Warp module of a CUDA node will load first on its device (``binary_choice``)."""
+    from leapp.runtime import binary_choice  # noqa: PLC0415 - reads the bundles again: only when DEBUG is on
+
+    where = f"pipeline '{name}' node '{node_name}'"
+    if torch.device(entry["device"]).type != "cuda":
+        log.debug("%s: Warp segments recorded on %s; they replay on CUDA devices only", where, entry["device"])
+        return
+    capability = binary_choice.device_capability(entry["device"])
+    if capability is None:
+        log.debug("%s: no CUDA device %s visible here; binary choice deferred to the first call", where,
+                  entry["device"])
+        return
+    bundles = binary_choice.bundles_in_artifact(entry["backend"], artifact, runner)
+    for line in binary_choice.binary_choices(bundles, capability):
+        log.debug("%s: %s", where, line)
+
+
 def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = None) -> Pipeline:
     """Loads an exported pipeline folder; checks digests and opens every node with its runtime.
 
@@ -218,6 +236,8 @@ def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = N
         if log.isEnabledFor(logging.INFO):
             log.info("pipeline '%s' node '%s': %s runner for %s on %s; %s", name, node_name, entry["backend"],
                      artifact.name, entry["device"], _binaries(entry["backend"], runner, bool(segments)))
+        if segments and log.isEnabledFor(logging.DEBUG):
+            _log_binary_choice(name, node_name, entry, artifact, runner)
     pipeline_inputs, outputs = _wire(name, nodes, desc)
     output_specs = {e["name"]: IOSpec.from_yaml(e, f"pipeline '{name}' outputs") for e in desc["outputs"]}
     return Pipeline(name, folder, nodes, pipeline_inputs, outputs, desc, output_specs)
