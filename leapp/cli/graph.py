@@ -2,7 +2,8 @@
 
 Drawn from the checked pipeline.yaml alone (``leapp.pipeline_format``), so it needs no
 torch, Warp or GPU: pipeline inputs on top, the nodes in layers by data flow (a node sits
-one row below the lowest node feeding it), pipeline outputs at the bottom. A node's box
+one row below the lowest node feeding it), pipeline outputs at the bottom (with the user's
+metadata, docs/pipeline-format.md). A node's box
 names its backend, device and artifact and lists its Warp segments with their kernels;
 an edge is labelled with the tensors it carries (``from -> to``, dtype and shape);
 feedback edges (state the caller carries between runs) are dashed.
@@ -13,6 +14,7 @@ global state; text stays text in SVG files so they can be searched.
 
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
 from dataclasses import dataclass, field
@@ -34,6 +36,7 @@ H_GAP = 36.0  # between boxes of one row
 V_GAP = 70.0  # between rows: room for the edge labels
 MARGIN = 20.0
 WRAP = 56  # characters per line of a kernel list
+ARROW = {"arrowstyle": "-|>", "mutation_scale": 10, "color": "#333333", "linewidth": 1}
 COLORS = {"onnx": "#dbe9f6", "pt2": "#fde3c8", "torchscript": "#dcefd6", "input": "#eeeeee", "output": "#eeeeee"}
 
 
@@ -76,6 +79,14 @@ def _renamed(source: str, target: str) -> str:
     return source if source == target else f"{source} -> {target}"
 
 
+def _end_lines(kind: str, entry: dict) -> list[str]:
+    """A pipeline input's or output's box: name, dtype and shape, and the user's metadata (wrapped JSON)."""
+    lines = [f"{kind} {entry['name']}", _spec(entry)]
+    if entry.get("metadata"):
+        lines += textwrap.wrap(json.dumps(entry["metadata"], ensure_ascii=False), WRAP // 2)
+    return lines
+
+
 def _node_lines(node: dict) -> list[str]:
     lines = [node["name"], f"{node['backend']} on {node['device']}: {node['artifact']}"]
     prefix = node["name"] + "/"
@@ -108,9 +119,9 @@ def layout(pipeline: dict) -> tuple[list[Box], list[Arrow], float, float]:
     last = 1 + max(row.values(), default=0)
     for entry in pipeline["outputs"]:
         arrows.append(Arrow(entry["node"], f"out:{entry['name']}", entry["output"]))
-    boxes = [Box(f"in:{e['name']}", "input", [f"input {e['name']}", _spec(e)], 0) for e in pipeline["inputs"]]
+    boxes = [Box(f"in:{e['name']}", "input", _end_lines("input", e), 0) for e in pipeline["inputs"]]
     boxes += [Box(name, node["backend"], _node_lines(node), row[name]) for name, node in nodes.items()]
-    boxes += [Box(f"out:{e['name']}", "output", [f"output {e['name']}", _spec(e)], last) for e in pipeline["outputs"]]
+    boxes += [Box(f"out:{e['name']}", "output", _end_lines("output", e), last) for e in pipeline["outputs"]]
     return _placed(boxes, arrows)
 
 
@@ -154,6 +165,41 @@ def _ports(boxes: dict[str, Box], arrows: list[Arrow]) -> dict[int, tuple[float,
     return {i: (out_x[i], in_x[i]) for i in range(len(arrows))}
 
 
+def _detour(points: list[tuple[float, float]], between: list[Box]) -> list[tuple[float, float]]:
+    """``points`` (a straight arrow over rows it skips), led beside the boxes of those rows where it would cross one."""
+    (x0, y0), (x1, y1) = points
+
+    def crosses(box: Box) -> bool:
+        top, bottom = (x0 + (x1 - x0) * (y - y0) / (y1 - y0) for y in (box.y - 4, box.y + box.height + 4))
+        return min(top, bottom) <= box.x + box.width + 4 and max(top, bottom) >= box.x - 4
+
+    if not any(crosses(b) for b in between):
+        return points
+    right = max(b.x + b.width for b in between) + H_GAP / 2
+    left = min(b.x for b in between) - H_GAP / 2
+    middle = (x0 + x1) / 2
+    x = right if left < MARGIN or abs(right - middle) <= abs(left - middle) else left
+    top = min(b.y for b in between) - V_GAP / 3
+    bottom = max(b.y + b.height for b in between) + V_GAP / 3
+    return [(x0, y0), (x, top), (x, bottom), (x1, y1)]
+
+
+def _routes(boxes: list[Box], arrows: list[Arrow]) -> list[list[tuple[float, float]]]:
+    """Each arrow's points: bottom edge to top edge (around boxes in rows it skips); feedback: right side to right side."""
+    by_key = {b.key: b for b in boxes}
+    ports = _ports(by_key, arrows)
+    routes = []
+    for i, arrow in enumerate(arrows):
+        source, target = by_key[arrow.source], by_key[arrow.target]
+        if arrow.feedback:
+            routes.append([(source.x + source.width, source.y + source.height / 2),
+                           (target.x + target.width, target.y + target.height / 2)])
+            continue
+        (x0, x1), between = ports[i], [b for b in boxes if source.row < b.row < target.row]
+        routes.append(_detour([(x0, source.y + source.height), (x1, target.y)], between))
+    return routes
+
+
 def draw_graph(export: str | Path, out: str | Path) -> Path:
     """Draws the export folder's pipeline into ``out`` (.svg, .png or .pdf, by its suffix); returns ``out``.
 
@@ -166,11 +212,13 @@ def draw_graph(export: str | Path, out: str | Path) -> Path:
         import matplotlib
         from matplotlib.figure import Figure
         from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+        from matplotlib.path import Path as MplPath
     except ImportError as e:
         raise GraphError(f"--graph needs matplotlib, which is not installed ({e}): pip install 'leapp[graph]'") from e
     _, pipeline = read_pipeline(export)
     boxes, arrows, width, height = layout(pipeline)
-    by_key = {b.key: b for b in boxes}
+    routes = _routes(boxes, arrows)
+    width = max([width, *(x + MARGIN for points in routes for x, _ in points)])
     with matplotlib.rc_context({"svg.fonttype": "none", "font.family": "monospace", "font.size": FONT_SIZE}):
         fig = Figure(figsize=(width / 72, height / 72), dpi=144)
         ax = fig.add_axes((0, 0, 1, 1))
@@ -184,18 +232,15 @@ def draw_graph(export: str | Path, out: str | Path) -> Path:
                 bold = i == 0 and box.kind not in ("input", "output")
                 ax.text(box.x + PAD, box.y + PAD + (i + 0.5) * LINE_H, line, va="center", ha="left",
                         fontweight="bold" if bold else "normal", gid=f"{box.key}:{i}")
-        ports = _ports(by_key, arrows)
-        for i, arrow in enumerate(arrows):
-            source, target = by_key[arrow.source], by_key[arrow.target]
-            (x0, x1), y0, y1 = ports[i], source.y + source.height, target.y
-            if arrow.feedback:  # upwards, beside the boxes
-                y0, y1 = source.y + source.height / 2, target.y + target.height / 2
-                x0, x1 = source.x + source.width, target.x + target.width
-            patch = FancyArrowPatch((x0, y0), (x1, y1), arrowstyle="-|>", mutation_scale=10, color="#333333",
-                                    linewidth=1, linestyle="--" if arrow.feedback else "-",
-                                    connectionstyle="arc3,rad=-0.4" if arrow.feedback else "arc3")
+        for arrow, points in zip(arrows, routes):
+            if arrow.feedback:  # upwards, curved beside the boxes
+                patch = FancyArrowPatch(*points, connectionstyle="arc3,rad=-0.4", linestyle="--", **ARROW)
+            else:
+                codes = [MplPath.MOVETO] + [MplPath.LINETO] * (len(points) - 1)
+                patch = FancyArrowPatch(path=MplPath(points, codes), **ARROW)
             ax.add_patch(patch)
-            ax.text((x0 + x1) / 2, (y0 + y1) / 2, arrow.label, ha="center", va="center", fontsize=FONT_SIZE - 1,
+            (xa, ya), (xb, yb) = points[len(points) // 2 - 1], points[len(points) // 2]  # the middle segment
+            ax.text((xa + xb) / 2, (ya + yb) / 2, arrow.label, ha="center", va="center", fontsize=FONT_SIZE - 1,
                     linespacing=1.1, bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none"})
         fig.savefig(out, format=out.suffix.lower().lstrip("."))
     return out

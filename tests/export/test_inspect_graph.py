@@ -81,3 +81,26 @@ def test_graph_refuses_without_matplotlib_a_bad_suffix_and_a_single_artifact(exp
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert cli.main(["inspect", str(export), "--graph", str(tmp_path / "g.svg")]) == 1
     assert "pip install 'leapp[graph]'" in capsys.readouterr().err and not (tmp_path / "g.svg").exists()
+
+
+def test_an_arrow_over_a_row_goes_around_its_boxes_and_ends_show_metadata():
+    spec = {"dtype": "float32", "shape": [3]}
+    node = lambda name, inputs: {"name": name, "backend": "onnx", "device": "cpu", "artifact": f"{name}.onnx",  # noqa: E731
+                                 "segments": [], "inputs": [{"name": i, **spec} for i in inputs],
+                                 "outputs": [{"name": "y", **spec}]}
+    pipeline = {
+        "nodes": [node("a", ["x"]), node("b", ["y", "j"])],
+        "edges": [{"from_node": "a", "from_output": "y", "to_node": "b", "to_input": "y"}],
+        "inputs": [{"name": "x", **spec, "consumers": [{"node": "a", "input": "x"}]},
+                   {"name": "j", **spec, "metadata": {"kind": "joint_positions"},
+                    "consumers": [{"node": "b", "input": "j"}]}],
+        "outputs": [{"name": "y", "node": "b", "output": "y", **spec}],
+    }
+    boxes, arrows, _, _ = graph.layout(pipeline)
+    by_key = {b.key: b for b in boxes}
+    assert by_key["in:j"].lines == ["input j", "float32[3]", '{"kind": "joint_positions"}']
+    routes = graph._routes(boxes, arrows)
+    around = routes[[a.source for a in arrows].index("in:j")]
+    a = by_key["a"]
+    assert len(around) == 4 and not (a.x <= around[1][0] <= a.x + a.width)  # beside node a, which it skips
+    assert [len(r) for r in routes].count(2) == len(routes) - 1
