@@ -41,7 +41,15 @@ from leapp.runtime.onnx_runner import (  # noqa: F401 - re-exported (tests impor
     onnx_providers,
     torch_uses_tf32_matmul,
 )
-from leapp.runtime.runners import NodeRunner, load_pt2, make_runner, onnx_ep_device
+from leapp.runtime.runners import (
+    ONNX_EPS,
+    NodeRunner,
+    Pt2Runner,
+    TorchScriptRunner,
+    load_pt2,
+    make_runner,
+    onnx_ep_device,
+)
 
 __all__ = [
     "PIPELINE_FILE",
@@ -49,9 +57,12 @@ __all__ = [
     "PIPELINE_VERSION",
     "IOSpec",
     "NodeRunner",
+    "ONNX_EPS",
     "OnnxRunner",
     "Pipeline",
     "PipelineError",
+    "Pt2Runner",
+    "TorchScriptRunner",
     "check_inputs",
     "cuda_ep_options",
     "dtype_name",
