@@ -1,12 +1,12 @@
 """leapp/cli/graph.py: ``leapp inspect EXPORT --graph out.svg``: a picture of an export's pipeline.
 
 Drawn from the checked pipeline.yaml alone (``leapp.pipeline_format``), so it needs no
-torch, Warp or GPU: pipeline inputs on top, the nodes in layers by data flow (a node sits
-one row below the lowest node feeding it), pipeline outputs at the bottom (with the user's
-metadata, docs/pipeline-format.md). A node's box
-names its backend, device and artifact and lists its Warp segments with their kernels;
-an edge is labelled with the tensors it carries (``from -> to``, dtype and shape);
-feedback edges (state the caller carries between runs) are dashed.
+torch, Warp or GPU: pipeline inputs on top, the nodes in rows by data flow (a node sits one
+row below the lowest node feeding it), pipeline outputs at the bottom; inputs and outputs
+show the user's metadata (docs/pipeline-format.md). A node's box names its backend, device
+and artifact and lists its Warp segments with their kernels; an edge is labelled with the
+tensors it carries (``from -> to``, dtype and shape) and goes around the boxes of rows it
+skips; feedback edges (state the caller carries between runs) are dashed.
 
 Rendered with matplotlib (the optional extra ``leapp[graph]``), without pyplot and its
 global state; text stays text in SVG files so they can be searched.
