@@ -50,11 +50,6 @@ std::string shown_path(const std::string& p) {
   return out.empty() ? "." : out;
 }
 
-bool is_regular_file(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
 std::string read_bounded(const std::string& path, size_t limit) {
   std::ifstream f(path, std::ios::binary);
   if (!f) fail(path + ": cannot be read: " + std::strerror(errno));
@@ -234,6 +229,11 @@ std::string regenerate_hint(const std::string& folder) {
 }
 
 }  // namespace
+
+bool is_regular_file(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
 
 std::string join_shown(const std::string& folder, const std::string& name) {
   return folder == "." ? name : folder == "/" ? "/" + name : folder + "/" + name;

@@ -62,6 +62,9 @@ std::string contained_path(const std::string& folder, const std::string& rel, co
 /// Lower-case hex sha256 of a file (read in chunks).
 std::string sha256_file(const std::string& path);
 
+/// Whether `path` names a regular file (symlinks followed), as Python's Path.is_file().
+bool is_regular_file(const std::string& path);
+
 /// Python's str(Path(a) / b) for display.
 std::string join_shown(const std::string& folder, const std::string& name);
 

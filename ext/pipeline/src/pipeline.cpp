@@ -86,8 +86,7 @@ std::vector<std::string> keys(const std::map<std::string, V>& m) {
 std::string verify_file(const Description& d, const std::string& where, const std::string& rel,
                         const std::string& expected, const std::string& field) {
   std::string path = contained_path(d.folder, rel, field + " (" + where + ")");
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) throw PipelineError(where + ": artifact " + path + " is missing");
+  if (!is_regular_file(path)) throw PipelineError(where + ": artifact " + path + " is missing");
   std::string actual = sha256_file(path);
   if (actual != expected)
     throw PipelineError(where + ": artifact " + path + " has sha256 " + actual + " but pipeline.yaml records " +
