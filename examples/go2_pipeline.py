@@ -25,6 +25,13 @@ from leapp import annotate
 from leapp.errors import ValidationError
 
 NUM_JOINTS = 12
+JOINTS = [f"{leg}_{part}" for leg in ("FL", "FR", "RL", "RR") for part in ("hip", "thigh", "calf")]
+CONTROL_RATE_HZ = 50
+# What a deployment routes robot signals by, written to pipeline.yaml (docs/pipeline-format.md, "Metadata")
+INPUT_METADATA = {"quat": {"kind": "base_quat", "order": "xyzw", "frame": "world"},
+                  "joints": {"kind": "joint_positions", "units": "rad", "joints": JOINTS}}
+ACTION_METADATA = {"action": {"kind": "joint_position_targets", "units": "rad", "joints": JOINTS,
+                              "control_rate_hz": CONTROL_RATE_HZ}}
 
 
 @wp.kernel
@@ -74,7 +81,7 @@ class Go2:
 
     def observe(self, quat: torch.Tensor, joints: torch.Tensor) -> torch.Tensor:
         with leapp.node("obs", export_with="pt2"):
-            quat, joints = annotate.input_tensors("obs", {"quat": quat, "joints": joints})
+            quat, joints = annotate.input_tensors("obs", {"quat": quat, "joints": joints}, metadata=INPUT_METADATA)
             n = quat.shape[0]
             grav = torch.empty(n, 3, device=quat.device)
             joint_obs = torch.empty(n, NUM_JOINTS, device=quat.device)
@@ -99,7 +106,7 @@ class Go2:
             with annotate.warp_op():
                 wp.launch(clamp_scale, dim=raw.shape, inputs=[wp.from_torch(raw), -1.0, 1.0, 0.25],
                           outputs=[wp.from_torch(action)], device=self.device)
-            annotate.output_tensors("action", {"action": action})
+            annotate.output_tensors("action", {"action": action}, metadata=ACTION_METADATA)
         return action
 
     def step(self, quat: torch.Tensor, joints: torch.Tensor) -> torch.Tensor:

@@ -14,20 +14,25 @@ from leapp._recorder.segment import WarpOp
 __all__ = ["input_tensors", "output_tensors", "warp_op"]
 
 
-def input_tensors(node: str, values: dict[str, Any]) -> Any:
+def input_tensors(node: str, values: dict[str, Any], metadata: dict[str, dict] | None = None) -> Any:
     """Declare the inputs of ``node`` (torch tensors or ``wp.array``s), in dict order.
 
     Returns the values: one value when the dict has one entry, else a tuple in
     dict order. Inside a session, use the returned values: an input that is a
     view of a larger allocation comes back as a dense copy (the exported
     boundary is a dense tensor).
+
+    ``metadata`` maps some of the names to the user's fields for deployment, e.g.
+    ``{"quat": {"kind": "base_quat", "frame": "world"}}``: strings, numbers, booleans,
+    lists and mappings of them (docs/recorder.md, "Metadata"). They are written to
+    pipeline.yaml and exposed by ``leapp.load`` and the C++ runner.
     """
-    return declare_inputs(node, values)
+    return declare_inputs(node, values, metadata)
 
 
-def output_tensors(node: str, values: dict[str, Any]) -> Any:
-    """Declare the outputs of ``node``; returns the values like ``input_tensors``."""
-    return declare_outputs(node, values)
+def output_tensors(node: str, values: dict[str, Any], metadata: dict[str, dict] | None = None) -> Any:
+    """Declare the outputs of ``node``; returns the values and takes ``metadata`` like ``input_tensors``."""
+    return declare_outputs(node, values, metadata)
 
 
 def warp_op(node: str | None = None) -> WarpOp:

@@ -19,8 +19,10 @@ place, so a failed compile leaves no file behind.
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,8 @@ from typing import Any
 from leapp._export.paths import artifact_path
 from leapp.errors import ExportError
 from leapp.pipeline_format import PIPELINE_FILE, PipelineError, read_pipeline, sha256_file
+
+log = logging.getLogger(__name__)
 
 __all__ = ["PACKAGE_SUFFIX", "package", "package_path", "compiler_configs", "recorded_path"]
 
@@ -163,6 +167,8 @@ def package(export_dir: str | Path, node: str, out: str | Path | None = None, *,
         from leapp._export.pt2_export import zero_example_inputs
 
         program.example_inputs = zero_example_inputs(program)
+    log.info("%s: compiling %s with AOTInductor into %s", where, artifact.name, target)
+    start = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".leapp-aoti-") as tmp:
         staged = Path(tmp) / target.name
         try:
@@ -173,6 +179,9 @@ def package(export_dir: str | Path, node: str, out: str | Path | None = None, *,
             ) from e
         package_sha256 = sha256_file(staged)
         os.replace(staged, target)
+    recorded = record and recorded_path(folder, target) is not None
+    log.info("%s: AOTInductor package %s written in %.2f s%s", where, target.name, time.perf_counter() - start,
+             "; recorded in pipeline.yaml" if recorded else "")
     if record:
         _record(folder, desc, yaml_sha256, index, target, package_sha256, str(torch.__version__))
     return target

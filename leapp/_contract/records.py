@@ -44,6 +44,8 @@ class TensorSpec:
     shape: tuple[int, ...]
     warp_dtype: str | None = None
     logical_shape: tuple[int, ...] | None = None
+    # Added later: the user's metadata (annotate.input_tensors(..., metadata=)), written to pipeline.yaml.
+    metadata: dict = field(default_factory=dict)
 
 
 @dataclass

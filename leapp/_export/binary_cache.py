@@ -217,6 +217,7 @@ class BinaryCache:
             log.warning("binary cache %s %s: compiling without it (set %s to a folder of your own, or %s=1)",
                         self.folder, problem, CACHE_DIR_ENV, DISABLE_ENV)
             return False
+        log.debug("binary cache %s in use (limit %d MB)", self.folder, self.max_bytes >> 20)
         return True
 
     def get(self, key: CacheKey) -> Entry | None:
@@ -226,6 +227,7 @@ class BinaryCache:
         try:
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         except FileNotFoundError:
+            log.debug("binary cache: %s sm_%d of module '%s' not cached", key.kind, key.arch, key.module)
             return None
         except OSError as e:
             log.warning("binary cache entry %s unreadable (%s): compiling it again", path, e)
@@ -251,6 +253,7 @@ class BinaryCache:
             os.utime(path)  # least recently used goes first when the folder is trimmed
         except OSError:
             pass
+        log.debug("binary cache: %s sm_%d of module '%s' read from %s", key.kind, key.arch, key.module, path.name)
         return entry
 
     def put(self, key: CacheKey, entry: Entry) -> None:
@@ -267,6 +270,8 @@ class BinaryCache:
                 os.fsync(f.fileno())
             os.replace(tmp, self.folder / key.filename())
             tmp = None
+            log.debug("binary cache: %s sm_%d of module '%s' written to %s", key.kind, key.arch, key.module,
+                      key.filename())
         except OSError as e:
             log.warning("binary cache %s: could not write an entry (%s)", self.folder, e)
         finally:
@@ -340,6 +345,7 @@ def _foreign(st: os.stat_result) -> str:
 def default_cache() -> BinaryCache | None:
     """The cache the exporter uses, from the environment now; None when ``LEAPP_NO_CACHE`` is set."""
     if _truthy(os.environ.get(DISABLE_ENV)):
+        log.debug("binary cache off (%s=%s): compiling every binary", DISABLE_ENV, os.environ.get(DISABLE_ENV))
         return None
     raw = os.environ.get(MAX_MB_ENV, "").strip()
     try:

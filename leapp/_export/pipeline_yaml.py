@@ -9,11 +9,11 @@ keys are stable, new keys may be added and readers ignore keys they do not know)
     producer: {leapp, torch, warp, onnx, onnxruntime, onnxscript, python, cuda_toolkit, ptx_isa}
     nodes:                       # in execution order
     - name, backend, artifact (relative path), sha256, files ([{path, sha256}]: ONNX external data),
-      source, device, inputs/outputs ([{name, dtype, shape, warp_dtype?, logical_shape?}]),
+      source, device, inputs/outputs ([{name, dtype, shape, warp_dtype?, logical_shape?, metadata?}]),
       segments ([{id, source, device, digest, kernels, producer}])
     edges: [{from_node, from_output, to_node, to_input}]
-    inputs:  [{name, dtype, shape, consumers: [{node, input}]}]   # values the caller passes
-    outputs: [{name, node, output, dtype, shape}]                 # values the pipeline returns
+    inputs:  [{name, dtype, shape, metadata?, consumers: [{node, input}]}]   # values the caller passes
+    outputs: [{name, node, output, dtype, shape, metadata?}]                 # values the pipeline returns
     constants: [...]             # untraced arrays snapshotted as constants (recorder's report)
 
 Pipeline inputs are node inputs that no edge feeds; nodes that read the same
@@ -92,7 +92,21 @@ def _spec(spec: TensorSpec) -> dict:
         entry["warp_dtype"] = spec.warp_dtype
     if spec.logical_shape is not None:
         entry["logical_shape"] = [int(d) for d in spec.logical_shape]
+    if spec.metadata:
+        entry["metadata"] = spec.metadata
     return entry
+
+
+def _shared_metadata(record: SessionRecord, name: str, users: list[tuple[str, TensorSpec]]) -> dict:
+    """The metadata of a pipeline input read by several nodes: one mapping, whichever of them declared it."""
+    declared = [(node, spec.metadata) for node, spec in users if spec.metadata]
+    for node, fields in declared[1:]:
+        if fields != declared[0][1]:
+            raise ExportError(
+                f"session '{record.name}': pipeline input '{name}' has metadata {declared[0][1]} in node "
+                f"'{declared[0][0]}' but {fields} in node '{node}'; declare the same fields (or declare them once)"
+            )
+    return declared[0][1] if declared else {}
 
 
 def _device(record: NodeRecord) -> str:
@@ -170,7 +184,9 @@ def _pipeline_inputs(record: SessionRecord) -> list[dict]:
         same = all(s.dtype == first.dtype and tuple(s.shape) == tuple(first.shape) for _, s in users)
         if same:
             entry = _spec(first) | {"name": name, "consumers": [{"node": n, "input": name} for n, _ in users]}
-            entries.append(entry)
+            entry.pop("metadata", None)
+            metadata = _shared_metadata(record, name, users)
+            entries.append(entry | ({"metadata": metadata} if metadata else {}))
         else:  # different values under one name: one pipeline input per node
             for node_name, spec in users:
                 entries.append(_spec(spec) | {"name": f"{node_name}.{name}", "consumers": [{"node": node_name, "input": name}]})
@@ -190,7 +206,7 @@ def _pipeline_outputs(record: SessionRecord) -> list[dict]:
             "output": spec.name,
             "dtype": dtype_name(spec.dtype),
             "shape": [int(d) for d in spec.shape],
-        }
+        } | ({"metadata": spec.metadata} if spec.metadata else {})
         for node, spec in finals
     ]
 

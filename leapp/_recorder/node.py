@@ -10,6 +10,7 @@ graph of the node.
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 from typing import Any, Callable
@@ -22,6 +23,7 @@ from leapp._contract.names import NAME_RULE, name_problem, shown
 from leapp._contract.records import NodeRecord, Sample, SegmentRecord, TensorSpec
 from leapp._warp_private import array_base
 from leapp.errors import TraceError
+from leapp.pipeline_format import metadata_problem
 
 from .dtypes import check_boundary_dtype, is_warp_array, spec_for_array, spec_for_tensor
 from .fx_graph import GraphRecorder, NodeDispatchMode
@@ -207,17 +209,17 @@ def _unpack(values: list) -> Any:
     return values[0] if len(values) == 1 else tuple(values)
 
 
-def declare_inputs(node: str, values: dict) -> Any:
-    return _declare(node, values, "annotate.input_tensors", NodeRun.declare_input)
+def declare_inputs(node: str, values: dict, metadata: dict | None = None) -> Any:
+    return _declare(node, values, "annotate.input_tensors", NodeRun.declare_input, metadata)
 
 
-def declare_outputs(node: str, values: dict) -> Any:
-    return _declare(node, values, "annotate.output_tensors", NodeRun.declare_output)
+def declare_outputs(node: str, values: dict, metadata: dict | None = None) -> Any:
+    return _declare(node, values, "annotate.output_tensors", NodeRun.declare_output, metadata)
 
 
-def _declare(node: str, values: dict, api: str, declare) -> Any:
+def _declare(node: str, values: dict, api: str, declare, metadata: dict | None = None) -> Any:
     """Both annotations: a no-op outside a session (observed in observation mode), else each value declared
-    on the node's active run."""
+    on the node's active run, with its metadata checked and attached to its spec."""
     session = current_session()
     if session is None:
         observer = current_observer()
@@ -226,7 +228,31 @@ def _declare(node: str, values: dict, api: str, declare) -> Any:
         return _unpack(list(values.values()))
     where = user_location()
     run = _active_run(session, node, api, where)
-    return _unpack([declare(run, name, v, where) for name, v in values.items()])
+    side = "output" if declare is NodeRun.declare_output else "input"
+    checked = _checked_metadata(metadata, values, f"{api}('{node}') at {where}", side)
+    out = [declare(run, name, v, where) for name, v in values.items()]
+    specs = run.outputs if side == "output" else run.inputs
+    for entry in specs[len(specs) - len(values):]:
+        entry[-1].metadata = checked.get(entry[0], {})
+    return _unpack(out)
+
+
+def _checked_metadata(metadata: Any, values: dict, where: str, side: str) -> dict[str, dict]:
+    """``metadata`` as name -> a copy of its fields, after checking it names declared values and holds plain data."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict):
+        raise TraceError(f"{where}: metadata must map {side} names to mappings, got {type(metadata).__name__}.")
+    unknown = [name for name in metadata if name not in values]
+    if unknown:
+        raise TraceError(f"{where}: metadata for {unknown}, which this call does not declare ({side}s: {list(values)}).")
+    checked = {}
+    for name, fields in metadata.items():
+        problem = metadata_problem(fields, f"metadata of {side} {name!r}")
+        if problem:
+            raise TraceError(f"{where}: {problem}.")
+        checked[name] = copy.deepcopy(fields)
+    return checked
 
 
 def _is_value(x) -> bool:

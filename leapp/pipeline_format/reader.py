@@ -16,7 +16,7 @@ file and the field (``nodes[2].inputs[0].shape``) or the line:
    schema cannot say: unique names, and edges, pipeline inputs and outputs
    that name existing nodes, inputs and outputs with the same dtype and shape,
    every node input fed exactly once, edges in execution order unless marked
-   ``feedback``.
+   ``feedback``; tensors' metadata finite and within its limits (``metadata``).
 
 The writer (``leapp._export.pipeline_yaml``) checks what it writes with the
 same functions, so a file leapp wrote always reads back equal.
@@ -40,6 +40,7 @@ from .format import (
     PipelineError,
     schema,
 )
+from .metadata import metadata_problem
 from .paths import contained_path
 
 __all__ = ["read_pipeline", "parse_description", "validate_description", "field_path"]
@@ -104,6 +105,7 @@ def validate_description(description: Any, file: str | Path = PIPELINE_FILE) -> 
         raise PipelineError(f"{file}: unsupported pipeline.yaml version {version!r} (this leapp reads {PIPELINE_VERSION})")
     _check_schema(description, file)
     _check_references(description, file)
+    _check_metadata(description, file)
 
 
 # --- YAML --------------------------------------------------------------------------------------------
@@ -349,3 +351,14 @@ def _check_references(desc: dict, file) -> None:
         field = f"outputs[{o}]"
         spec = port(field, entry, "node", "output", "outputs")
         same(field, spec, entry, "returns")
+
+
+def _check_metadata(desc: dict, file) -> None:
+    """What the schema cannot say about tensors' metadata: finite numbers, depth and size (``metadata_problem``)."""
+    sides = [(f"nodes[{n}].{side}", node[side]) for n, node in enumerate(desc["nodes"]) for side in ("inputs", "outputs")]
+    for field, entries in [*sides, ("inputs", desc["inputs"]), ("outputs", desc["outputs"])]:
+        for i, entry in enumerate(entries):
+            if "metadata" in entry:
+                problem = metadata_problem(entry["metadata"], f"{field}[{i}].metadata")
+                if problem:
+                    raise PipelineError(f"{file}: {problem}")

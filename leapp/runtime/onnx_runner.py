@@ -33,8 +33,8 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from leapp.pipeline_format import dtype_name
-from leapp.runtime.pipeline import NodeRunner, PipelineError
+from leapp.pipeline_format import PipelineError, dtype_name
+from leapp.runtime.runners import NodeRunner
 
 __all__ = [
     "CUDA_STREAM_LEGACY",

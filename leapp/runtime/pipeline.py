@@ -4,21 +4,17 @@
 sha256), I/O specs and the data-flow edges; ``leapp.pipeline_format`` reads
 and checks it completely (schema, cross-references, limits). ``load`` then
 checks every artifact's path (it must stay in the folder) and digest, opens
-each node with its real runtime (ONNX Runtime with leapp's op library,
-``torch.export.load``, or TorchScript) and wires the nodes by the edges.
-The same per-node runners serve ``leapp._export.validate``, so validation
-exercises exactly what users load.
+each node with its runner (``leapp.runtime.runners``; ONNX nodes
+``leapp.runtime.onnx_runner``) and wires the nodes by the edges.
 
-NOTE: all values crossing node boundaries are torch tensors; ONNX nodes are
-fed through IO binding (no numpy round trip, every dtype including bfloat16) and,
-on the CUDA EP, run on torch's stream without host synchronisation
-(``leapp.runtime.onnx_runner``, whose names this module re-exports).
+NOTE: all values crossing node boundaries are torch tensors. This module
+re-exports the names of ``io``, ``runners`` and ``onnx_runner`` that users
+and tests import from it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +32,24 @@ from leapp.pipeline_format import (
     read_pipeline,
     sha256_file,
 )
+from leapp.runtime.io import IOSpec, check_inputs
+from leapp.runtime.onnx_runner import (  # noqa: F401 - re-exported (tests import _ONNX_TYPES from here)
+    _ONNX_TYPES,
+    OnnxRunner,
+    _onnx_type,
+    cuda_ep_options,
+    onnx_providers,
+    torch_uses_tf32_matmul,
+)
+from leapp.runtime.runners import (
+    ONNX_EPS,
+    NodeRunner,
+    Pt2Runner,
+    TorchScriptRunner,
+    load_pt2,
+    make_runner,
+    onnx_ep_device,
+)
 
 __all__ = [
     "PIPELINE_FILE",
@@ -43,10 +57,15 @@ __all__ = [
     "PIPELINE_VERSION",
     "IOSpec",
     "NodeRunner",
+    "ONNX_EPS",
     "OnnxRunner",
     "Pipeline",
     "PipelineError",
+    "Pt2Runner",
+    "TorchScriptRunner",
+    "check_inputs",
     "cuda_ep_options",
+    "dtype_name",
     "load",
     "load_pt2",
     "make_runner",
@@ -58,217 +77,6 @@ __all__ = [
 
 
 log = logging.getLogger(__name__)
-
-_ONNX_RUNNER_NAMES = frozenset({"OnnxRunner", "cuda_ep_options", "onnx_providers", "torch_uses_tf32_matmul",
-                                "_ONNX_TYPES", "_onnx_type"})
-
-
-def __getattr__(name: str):
-    """The ONNX runner's names, from leapp.runtime.onnx_runner (imported on first use: it imports this module)."""
-    if name in _ONNX_RUNNER_NAMES:
-        from leapp.runtime import onnx_runner
-
-        return getattr(onnx_runner, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _dtype(name: str, where: str) -> torch.dtype:
-    value = getattr(torch, str(name), None)
-    if not isinstance(value, torch.dtype):
-        raise PipelineError(f"{where}: unknown dtype {name!r}")
-    return value
-
-
-@dataclass(frozen=True)
-class IOSpec:
-    """A named value at a node boundary: dtype and static shape."""
-
-    name: str
-    dtype: torch.dtype
-    shape: tuple[int, ...]
-
-    @classmethod
-    def from_yaml(cls, entry: Mapping, where: str) -> IOSpec:
-        """From an entry that ``leapp.pipeline_format`` has checked (name, dtype, shape)."""
-        return cls(str(entry["name"]), _dtype(entry["dtype"], where), tuple(int(d) for d in entry["shape"]))
-
-    def describe(self) -> str:
-        return f"{dtype_name(self.dtype)}{list(self.shape)}"
-
-
-def _as_tensor(value: Any, where: str) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        return value
-    try:
-        import numpy as np
-
-        if isinstance(value, np.ndarray):
-            return torch.from_numpy(value)
-    except ImportError:  # pragma: no cover - numpy is a dependency
-        pass
-    raise PipelineError(f"{where}: expected a torch.Tensor or numpy array, got {type(value).__name__}")
-
-
-def check_inputs(specs: Sequence[IOSpec], values: Mapping[str, Any], where: str) -> list[torch.Tensor]:
-    """The values of ``specs`` in order, after checking names, dtypes and shapes (clear errors)."""
-    if len(values) != len(specs) or any(s.name not in values for s in specs):
-        expected = [s.name for s in specs]
-        unknown = sorted(set(values) - set(expected))
-        missing = [n for n in expected if n not in values]
-        parts = []
-        if missing:
-            parts.append(f"missing {missing}")
-        if unknown:
-            parts.append(f"unexpected {unknown}")
-        raise PipelineError(f"{where}: inputs {', '.join(parts)}; expected {expected}")
-    out = []
-    for spec in specs:
-        tensor = values[spec.name]
-        if not isinstance(tensor, torch.Tensor):
-            tensor = _as_tensor(tensor, f"{where}: input '{spec.name}'")
-        if tensor.dtype != spec.dtype or tensor.shape != spec.shape:
-            raise PipelineError(
-                f"{where}: input '{spec.name}' expects {spec.describe()}, "
-                f"got {dtype_name(tensor.dtype)}{list(tensor.shape)}"
-            )
-        out.append(tensor)
-    return out
-
-
-# --- per-node runners --------------------------------------------------------------------------------
-
-
-def load_pt2(path: str | Path) -> torch.export.ExportedProgram:
-    """``torch.export.load`` after registering ``leapp::warp_segment`` (needed to resolve the op)."""
-    from leapp.runtime import ops
-
-    ops.ensure_registered()
-    return torch.export.load(str(path))
-
-
-class NodeRunner:
-    """Runs one artifact: positional tensors in (node input order), tensors out (node output order)."""
-
-    backend = ""
-
-    def __init__(self, path: Path, inputs: Sequence[IOSpec], outputs: Sequence[IOSpec], device: str):
-        self.path = Path(path)
-        self.inputs = list(inputs)
-        self.outputs = list(outputs)
-        self.device = torch.device(device)
-        self._device_checked = False
-
-    def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        raise NotImplementedError
-
-    def _on_device(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """``inputs`` on the node's recorded device (checked to exist on the first call only)."""
-        device = self.device
-        if not self._device_checked:
-            if device.type == "cuda" and not torch.cuda.is_available():
-                raise PipelineError(f"{self.path}: the node was exported on {device} but torch sees no CUDA device here")
-            self._device_checked = True
-        return [t if t.device == device else t.to(device) for t in inputs]
-
-    def _check_outputs(self, outs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        if len(outs) != len(self.outputs):
-            raise PipelineError(
-                f"{self.path.name}: produced {len(outs)} output(s), pipeline.yaml lists {len(self.outputs)}"
-            )
-        return list(outs)
-
-
-class Pt2Runner(NodeRunner):
-    """The exported program's graph called directly (``Pt2Program``) on the node's recorded device;
-    with ``cuda_graphs``, a CUDA node is replayed from captured graphs (``CudaGraphCall``)."""
-
-    backend = "pt2"
-
-    def __init__(self, path, inputs, outputs, device, cuda_graphs: bool = False):
-        super().__init__(path, inputs, outputs, device)
-        from leapp.runtime.pt2_program import Pt2Program
-
-        self.program = Pt2Program(load_pt2(self.path))
-        self.call = self.program
-        self.no_graphs_reason: str | None = None  # why this node is not replayed from CUDA graphs
-        if cuda_graphs and self.device.type == "cuda":
-            from leapp.runtime.cuda_graphs import CudaGraphCall, capture_blockers
-
-            blockers = capture_blockers(self.program.program.graph)
-            if blockers:
-                self.no_graphs_reason = f"not capturable: {', '.join(blockers[:3])}"
-            else:
-                self.call = CudaGraphCall(self.program, name=f"PT2 node {self.path.name}")
-        elif cuda_graphs:
-            self.no_graphs_reason = f"runs on {self.device}"
-        else:
-            self.no_graphs_reason = "not requested"
-
-    def __call__(self, inputs):
-        return self._check_outputs(self.call(*self._on_device(inputs)))
-
-
-class TorchScriptRunner(NodeRunner):
-    """``torch.jit.load`` of a traced node (nodes without Warp segments only)."""
-
-    backend = "torchscript"
-
-    def __init__(self, path, inputs, outputs, device):
-        super().__init__(path, inputs, outputs, device)
-        self.module = torch.jit.load(str(self.path), map_location=self.device)
-
-    def __call__(self, inputs):
-        outs = self.module(*self._on_device(inputs))
-        if isinstance(outs, torch.Tensor):
-            outs = [outs]
-        return self._check_outputs(list(outs))
-
-
-ONNX_EPS = ("cpu", "cuda")
-
-
-def onnx_ep_device(device: str, onnx_ep: str | None) -> str:
-    """The device an ONNX node's session is opened for (``OnnxRunner`` picks the execution provider from
-    it): the node's recorded device, or the one ``onnx_ep`` asks for: ``"cpu"`` the CPU EP, ``"cuda"``
-    the CUDA EP on the node's CUDA device (``cuda:0`` for a node recorded on the CPU)."""
-    if onnx_ep is None:
-        return device
-    if onnx_ep == "cpu":
-        return "cpu"
-    if onnx_ep == "cuda":
-        return device if torch.device(device).type == "cuda" else "cuda:0"
-    raise PipelineError(f"onnx_ep={onnx_ep!r}: expected None (the node's device), or one of {list(ONNX_EPS)}")
-
-
-def make_runner(
-    backend: str,
-    path: str | Path,
-    inputs: Sequence[IOSpec],
-    outputs: Sequence[IOSpec],
-    device: str = "cpu",
-    has_segments: bool = False,
-    cuda_graphs: bool = False,
-    onnx_ep: str | None = None,
-) -> NodeRunner:
-    """The runner of one artifact; ``has_segments`` makes a missing native op library an error;
-    ``cuda_graphs`` replays CUDA PT2 nodes from captured graphs (see leapp.runtime.cuda_graphs);
-    ``onnx_ep`` opens an ONNX node for another execution provider (``onnx_ep_device``)."""
-    if backend == "onnx":
-        from leapp.runtime.onnx_runner import OnnxRunner
-
-        return OnnxRunner(path, inputs, outputs, onnx_ep_device(device, onnx_ep), needs_library=has_segments)
-    if backend == "pt2":
-        if has_segments:
-            from leapp.runtime import libraries
-
-            libraries.require_library("pt2")
-        return Pt2Runner(path, inputs, outputs, device, cuda_graphs=cuda_graphs)
-    if backend == "torchscript":
-        return TorchScriptRunner(path, inputs, outputs, device)
-    raise PipelineError(f"unknown backend {backend!r} (leapp runs 'onnx', 'pt2' and 'torchscript')")
-
-
-# --- the pipeline ------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -287,7 +95,10 @@ class PipelineNode:
 
 @dataclass
 class Pipeline:
-    """A loaded export: ``pipeline(**inputs)`` returns a dict of the final outputs (torch tensors)."""
+    """A loaded export: ``pipeline(**inputs)`` returns a dict of the final outputs (torch tensors).
+
+    ``inputs[name]`` and ``output_specs[name]`` are IOSpecs: dtype, shape and the user's ``metadata``.
+    """
 
     name: str
     path: Path
@@ -295,6 +106,7 @@ class Pipeline:
     inputs: dict[str, IOSpec]
     outputs: dict[str, tuple[str, str]]  # key -> (node, output)
     description: dict
+    output_specs: dict[str, IOSpec] = field(default_factory=dict)
 
     def run(self, **inputs: Any) -> dict[str, torch.Tensor]:
         """Runs every node in order; checks input names, dtypes and shapes first."""
@@ -366,6 +178,24 @@ def _binaries(backend: str, runner: NodeRunner, has_segments: bool) -> str:
     return ", ".join(parts)
 
 
+def _log_binary_choice(name: str, node_name: str, entry: dict, artifact: Path, runner: NodeRunner) -> None:
+    """DEBUG: the binary each Warp module of a CUDA node will load first on its device (``binary_choice``)."""
+    from leapp.runtime import binary_choice  # noqa: PLC0415 - reads the bundles again: only when DEBUG is on
+
+    where = f"pipeline '{name}' node '{node_name}'"
+    if torch.device(entry["device"]).type != "cuda":
+        log.debug("%s: Warp segments recorded on %s; they replay on CUDA devices only", where, entry["device"])
+        return
+    capability = binary_choice.device_capability(entry["device"])
+    if capability is None:
+        log.debug("%s: no CUDA device %s visible here; binary choice deferred to the first call", where,
+                  entry["device"])
+        return
+    bundles = binary_choice.bundles_in_artifact(entry["backend"], artifact, runner)
+    for line in binary_choice.binary_choices(bundles, capability):
+        log.debug("%s: %s", where, line)
+
+
 def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = None) -> Pipeline:
     """Loads an exported pipeline folder; checks digests and opens every node with its runtime.
 
@@ -417,8 +247,11 @@ def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = N
         if log.isEnabledFor(logging.INFO):
             log.info("pipeline '%s' node '%s': %s runner for %s on %s; %s", name, node_name, entry["backend"],
                      artifact.name, entry["device"], _binaries(entry["backend"], runner, bool(segments)))
+        if segments and log.isEnabledFor(logging.DEBUG):
+            _log_binary_choice(name, node_name, entry, artifact, runner)
     pipeline_inputs, outputs = _wire(name, nodes, desc)
-    return Pipeline(name, folder, nodes, pipeline_inputs, outputs, desc)
+    output_specs = {e["name"]: IOSpec.from_yaml(e, f"pipeline '{name}' outputs") for e in desc["outputs"]}
+    return Pipeline(name, folder, nodes, pipeline_inputs, outputs, desc, output_specs)
 
 
 def _wire(name: str, nodes: dict[str, PipelineNode], desc: dict) -> tuple[dict[str, IOSpec], dict[str, tuple[str, str]]]:

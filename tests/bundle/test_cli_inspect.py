@@ -15,6 +15,7 @@ import yaml
 from onnx import TensorProto, helper, numpy_helper
 
 from leapp import cli
+from leapp.cli import inspect as cli_inspect
 from leapp.bundle import read_bundle, signature_json
 from leapp.bundle.testing import example_bundle, reseal
 
@@ -299,8 +300,8 @@ def test_inspect_is_no_oracle_for_files_outside_the_folder(tmp_path, capsys, mon
     (tmp_path / "secret.onnx").write_bytes((folder / "obs.onnx").read_bytes())
     secret_sha = _sha(tmp_path / "secret.onnx")
     opened = []
-    real = cli.sha256_file
-    monkeypatch.setattr(cli, "sha256_file", lambda p: opened.append(p) or real(p))
+    real = cli_inspect.sha256_file
+    monkeypatch.setattr(cli_inspect, "sha256_file", lambda p: opened.append(p) or real(p))
     for label, mutate in _outside_variants(tmp_path):
         reports = []
         for name in ("secret.onnx", "absent.onnx"):  # exists (same sha256 as recorded) / does not exist

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import leapp
 from leapp.cli import inspect_path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,8 +74,6 @@ def check_cpu_export(folder: Path, files: list[str]) -> None:
     assert sorted(p.name for p in folder.iterdir()) == sorted(files + ["pipeline.json", "pipeline.yaml"])
     text = io.StringIO()
     assert inspect_path(folder, out=text) == 0, f"leapp inspect found problems:\n{text.getvalue()}"
-    import leapp
-
     pipeline = leapp.load(folder)  # opens every artifact with its runtime (replay itself needs CUDA)
     assert list(pipeline.nodes) == [f.rsplit(".", 1)[0] for f in files]
 
@@ -88,6 +87,9 @@ def test_go2_pipeline_exports_on_cpu(tmp_path):
                                                                   "action": "needs-cuda"}
     assert f"Exported to {tmp_path}/go2." in out
     check_cpu_export(tmp_path / "go2", ["obs.pt2", "policy.onnx", "action.onnx"])
+    pipeline = leapp.load(tmp_path / "go2")
+    assert pipeline.inputs["quat"].metadata["kind"] == "base_quat"
+    assert pipeline.output_specs["action"].metadata["control_rate_hz"] == 50
 
 
 @cpu_only

@@ -60,3 +60,75 @@ def test_compile_cache_decisions_are_logged(caplog):
     assert re.fullmatch(r"module '.+' \(\w{7}, block_dim 256\): compiled code reused", second)
     assert re.fullmatch(r"module '.+' \(\w{7}, block_dim 256\): compiled cubin sm_80 in \d+\.\d\d s \(1 thread\(s\)\)",
                         third)
+
+
+def test_binary_cache_logs_each_decision(tmp_path, monkeypatch, caplog):
+    from leapp._export import binary_cache as bc
+
+    key = bc.CacheKey(warp="1.19.0", warp_native="1:1", nvrtc="13.4", module="m", module_hash="ab" * 32,
+                      block_dim=256, kind="ptx", arch=75, bundle_format=1)
+    cache = bc.BinaryCache(tmp_path / "cache", 1 << 20)
+    with caplog.at_level(logging.DEBUG, logger="leapp._export.binary_cache"):
+        assert cache.get(key) is None
+        cache.put(key, bc.Entry(b".version 9.4\n.target sm_75\n\0", {}))
+        assert cache.get(key) is not None
+        monkeypatch.setenv(bc.DISABLE_ENV, "1")
+        assert bc.default_cache() is None
+    assert _messages(caplog, "leapp._export.binary_cache") == [
+        f"binary cache {tmp_path / 'cache' / bc.SUBDIR} in use (limit 1 MB)",
+        "binary cache: ptx sm_75 of module 'm' not cached",
+        f"binary cache: ptx sm_75 of module 'm' written to {key.filename()}",
+        f"binary cache: ptx sm_75 of module 'm' read from {key.filename()}",
+        "binary cache off (LEAPP_NO_CACHE=1): compiling every binary",
+    ]
+
+
+@pytest.fixture(scope="module")
+def segment_export(tmp_path_factory):
+    """A PT2 and an ONNX node with one example segment each (PTX sm_75 only), exported on the CPU."""
+    tmp = tmp_path_factory.mktemp("binaries")
+    record = cr.session(tmp, cr.segment_node("obs", "pt2", n=5), cr.segment_node("act", "onnx", n=5),
+                        edges=[("obs", "out", "act", "x")], name="seg")
+    compile_session(record, validate=False, bundles=cr.example_bundles)
+    return tmp / "seg"
+
+
+def test_load_logs_the_binary_each_warp_module_tries_first(segment_export, caplog, monkeypatch):
+    from leapp.runtime import binary_choice
+    from leapp.runtime import pipeline as rt
+
+    with caplog.at_level(logging.DEBUG, logger="leapp.runtime.pipeline"):
+        pipeline = leapp.load(segment_export)
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and r.name == "leapp.runtime.pipeline"]
+    assert debug == [f"pipeline 'seg' node '{n}': Warp segments recorded on cpu; they replay on CUDA devices only"
+                     for n in ("obs", "act")]
+    # the same nodes as if recorded on a GPU: the bundles are read back from each artifact
+    for capability, expected in (((9, 0), "ptx sm_75 (JIT-compiled by the driver) on sm_90"),
+                                 ((7, 0), "no binary for sm_70 (the bundle has ptx sm_75)")):
+        monkeypatch.setattr(binary_choice, "device_capability", lambda device, c=capability: c)
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="leapp.runtime.pipeline"):
+            for node in pipeline.nodes.values():
+                entry = {"device": "cuda:0", "backend": node.backend}
+                rt._log_binary_choice("seg", node.name, entry, node.artifact, node.runner)
+        assert _messages(caplog, "leapp.runtime.pipeline") == [
+            f"pipeline 'seg' node '{n}': segment {n}/warp_segment_0 module leapp_example_module: {expected}"
+            for n in ("obs", "act")
+        ]
+    monkeypatch.setattr(binary_choice, "device_capability", lambda device: None)
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="leapp.runtime.pipeline"):
+        rt._log_binary_choice("seg", "obs", {"device": "cuda:1", "backend": "pt2"}, pipeline.nodes["obs"].artifact,
+                              pipeline.nodes["obs"].runner)
+    assert _messages(caplog, "leapp.runtime.pipeline") == [
+        "pipeline 'seg' node 'obs': no CUDA device cuda:1 visible here; binary choice deferred to the first call"]
+
+
+def test_binary_choice_prefers_the_devices_cubin_then_older_cubins_then_ptx():
+    from leapp.bundle.testing import example_bundle
+    from leapp.runtime.binary_choice import binary_choices
+
+    bundle = example_bundle(4, segment="a/warp_segment_0", cubins={80: b"x" * 64, 90: b"y" * 64})
+    where = "segment a/warp_segment_0 module leapp_example_module"
+    assert binary_choices([bundle], (9, 0)) == [f"{where}: cubin sm_90 on sm_90; then ptx sm_75"]
+    assert binary_choices([bundle], (8, 6)) == [f"{where}: cubin sm_80 on sm_86; then ptx sm_75"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import logging
 import os
 import re
 import shutil
@@ -71,11 +72,38 @@ def export_dir(tmp_path_factory) -> Path:
     return root / "demo"
 
 
+AOTI_LOG: list[str] = []  # what the package fixture's `leapp aoti` logged (leapp.aoti, INFO)
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def test_leapp_aoti_logs_the_compile_and_its_time(package, export_dir):
+    assert AOTI_LOG[0] == f"pipeline 'demo' node 'obs': compiling obs.pt2 with AOTInductor into {package}"
+    assert re.fullmatch(r"pipeline 'demo' node 'obs': AOTInductor package obs\.aoti\.pt2 written in \d+\.\d\d s; "
+                        r"recorded in pipeline\.yaml", AOTI_LOG[1]), AOTI_LOG
+
+
 @pytest.fixture(scope="module")
 def package(export_dir) -> Path:
     """``leapp aoti EXPORT obs`` (the console entry point, in this process); the global Inductor config is untouched."""
     before = torch._inductor.config.get_config_copy()
-    assert cli.main(["aoti", str(export_dir), "obs"]) == 0
+    logger, handler = logging.getLogger("leapp.aoti"), _Collect()
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        assert cli.main(["aoti", str(export_dir), "obs"]) == 0
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    AOTI_LOG[:] = handler.messages
     assert torch._inductor.config.get_config_copy() == before, "leapp aoti changed torch._inductor.config"
     path = export_dir / "obs.aoti.pt2"
     assert path.is_file()

@@ -22,18 +22,6 @@ namespace fs = std::filesystem;
 namespace leapp::pipeline_detail {
 namespace {
 
-bool is_file(const fs::path& p) {
-  std::error_code ec;
-  return fs::is_regular_file(p, ec);
-}
-
-std::string package_file(const std::string& name) {
-  std::string package = package_dir();
-  if (package.empty()) return "";
-  fs::path path = fs::path(package) / name;
-  return is_file(path) ? path.string() : "";
-}
-
 std::string where_of(const Description& d, size_t index) {
   return "pipeline '" + d.name + "' node '" + d.nodes[index].name + "'";
 }
@@ -51,7 +39,7 @@ std::string checked_bytes(const Description& d, size_t index, std::string* path_
   const NodeDescription& n = d.nodes[index];
   const std::string where = where_of(d, index), field = field_of(d, index);
   std::string path = contained_path(d.folder, n.aoti_path, field + ".path (" + where + ")");
-  if (!is_file(path))
+  if (!is_regular_file(path))
     throw PipelineError(where + ": AOTInductor package " + path + " is missing (" + field + ".path); " + rerun_hint(d, index));
   std::ifstream f(path, std::ios::binary);
   if (!f) throw PipelineError(where + ": AOTInductor package " + path + " cannot be read: " + std::strerror(errno));

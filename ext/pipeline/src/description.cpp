@@ -12,6 +12,7 @@
 #include <set>
 
 #include "json.h"
+#include "json_text.h"
 #include "leapp/pipeline.h"
 #include "pyrepr.h"
 #include "schema.h"
@@ -49,11 +50,6 @@ std::string shown_path(const std::string& p) {
   return out.empty() ? "." : out;
 }
 
-bool is_regular_file(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
 std::string read_bounded(const std::string& path, size_t limit) {
   std::ifstream f(path, std::ios::binary);
   if (!f) fail(path + ": cannot be read: " + std::strerror(errno));
@@ -74,6 +70,7 @@ Spec spec_of(const JsonValue& v) {
   s.name = v.find("name")->string;
   s.dtype = v.find("dtype")->string;
   for (const JsonValue& d : v.find("shape")->array) s.shape.push_back(d.integer);
+  if (const JsonValue* metadata = v.find("metadata")) s.metadata = json_text(*metadata);  // the schema checked it
   return s;
 }
 
@@ -232,6 +229,11 @@ std::string regenerate_hint(const std::string& folder) {
 }
 
 }  // namespace
+
+bool is_regular_file(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
 
 std::string join_shown(const std::string& folder, const std::string& name) {
   return folder == "." ? name : folder == "/" ? "/" + name : folder + "/" + name;

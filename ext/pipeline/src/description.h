@@ -11,6 +11,7 @@ namespace leapp::pipeline_detail {
 struct Spec {
   std::string name, dtype;
   std::vector<int64_t> shape;
+  std::string metadata = "{}";  ///< the entry's `metadata` as compact JSON text ("{}" without one)
 };
 
 struct NodeDescription {
@@ -60,6 +61,9 @@ std::string contained_path(const std::string& folder, const std::string& rel, co
 
 /// Lower-case hex sha256 of a file (read in chunks).
 std::string sha256_file(const std::string& path);
+
+/// Whether `path` names a regular file (symlinks followed), as Python's Path.is_file().
+bool is_regular_file(const std::string& path);
 
 /// Python's str(Path(a) / b) for display.
 std::string join_shown(const std::string& folder, const std::string& name);

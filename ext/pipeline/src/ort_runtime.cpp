@@ -8,17 +8,13 @@
 #include <mutex>
 #include <vector>
 
+#include "description.h"
 #include "leapp/pipeline.h"
 
 namespace fs = std::filesystem;
 
 namespace leapp::pipeline_detail {
 namespace {
-
-bool is_file(const fs::path& p) {
-  std::error_code ec;
-  return fs::is_regular_file(p, ec);
-}
 
 /// The candidates, in order: the requested path, $LEAPP_ONNXRUNTIME_LIBRARY, the onnxruntime wheel next to
 /// leapp's package (site-packages/onnxruntime/capi/libonnxruntime.so.*), then the loader's own search.
@@ -85,10 +81,14 @@ const std::string& load_onnxruntime(const std::string& requested) {
 std::string ort_op_library(const std::string& requested) {
   if (!requested.empty()) return requested;
   if (const char* env = std::getenv("LEAPP_WARP_ONNX_CUSTOM_OP_LIBRARY"); env && *env) return env;
+  return package_file("libleapp_warp_ort.so");
+}
+
+std::string package_file(const std::string& name) {
   std::string package = package_dir();
   if (package.empty()) return "";
-  fs::path library = fs::path(package) / "libleapp_warp_ort.so";
-  return is_file(library) ? library.string() : "";
+  std::string path = (fs::path(package) / name).string();
+  return is_regular_file(path) ? path : "";
 }
 
 std::string ort_error_text(const Ort::Exception& e) {

@@ -16,6 +16,8 @@ namespace leapp::pipeline_detail {
 const std::string& load_onnxruntime(const std::string& requested);
 /// The folder of leapp's package (the folder of libleapp_pipeline.so), "" when unknown.
 std::string package_dir();
+/// The file `name` in leapp's package folder, "" when the folder is unknown or has no such file.
+std::string package_file(const std::string& name);
 /// libleapp_warp_ort.so: `requested`, $LEAPP_WARP_ONNX_CUSTOM_OP_LIBRARY or the package's; "" when none exists.
 std::string ort_op_library(const std::string& requested);
 /// Python's text for an Ort::Exception: "Fail: [ONNXRuntimeError] : 1 : FAIL : ...".

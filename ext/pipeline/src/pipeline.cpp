@@ -44,7 +44,7 @@ const DtypeInfo& dtype_info(const std::string& name) {
   throw PipelineError("unknown dtype " + repr_str(name));  // the schema's enum has refused it already
 }
 
-TensorInfo tensor_info(const Spec& s) { return TensorInfo{s.name, s.dtype, s.shape, dtype_info(s.dtype).size}; }
+TensorInfo tensor_info(const Spec& s) { return TensorInfo{s.name, s.dtype, s.shape, dtype_info(s.dtype).size, s.metadata}; }
 
 std::string spec_text(const TensorInfo& t) {
   std::string out = t.dtype + "[";
@@ -86,8 +86,7 @@ std::vector<std::string> keys(const std::map<std::string, V>& m) {
 std::string verify_file(const Description& d, const std::string& where, const std::string& rel,
                         const std::string& expected, const std::string& field) {
   std::string path = contained_path(d.folder, rel, field + " (" + where + ")");
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) throw PipelineError(where + ": artifact " + path + " is missing");
+  if (!is_regular_file(path)) throw PipelineError(where + ": artifact " + path + " is missing");
   std::string actual = sha256_file(path);
   if (actual != expected)
     throw PipelineError(where + ": artifact " + path + " has sha256 " + actual + " but pipeline.yaml records " +

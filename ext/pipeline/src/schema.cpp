@@ -42,6 +42,14 @@ bool is_type(const JsonValue& v, const std::string& type) {
   throw std::logic_error("pipeline.schema.json: unknown type " + type);
 }
 
+/// The "type" keyword: one type name, or a list of them (any may match).
+bool has_type(const JsonValue& v, const JsonValue& type) {
+  if (type.type != T::kArray) return is_type(v, type.string);
+  for (const JsonValue& option : type.array)
+    if (is_type(v, option.string)) return true;
+  return false;
+}
+
 /// jsonschema's equal(): bools are not numbers, containers compare member-wise.
 bool equal(const JsonValue& a, const JsonValue& b) {
   if (a.type != b.type) {
@@ -108,7 +116,7 @@ void collect(const JsonValue& instance, const JsonValue& schema, std::vector<Pat
     } else if (keyword == "allOf") {
       for (const JsonValue& sub : value.array) collect(instance, sub, path, out);
     } else if (keyword == "type") {
-      if (!is_type(instance, value.string)) fail();
+      if (!has_type(instance, value)) fail();
     } else if (keyword == "const") {
       if (!equal(instance, value)) fail();
     } else if (keyword == "enum") {
@@ -166,7 +174,7 @@ void collect(const JsonValue& instance, const JsonValue& schema, std::vector<Pat
 
 bool matches_type(const Error& e) {
   const JsonValue* type = e.schema->find("type");
-  return type && is_type(*e.instance, type->string);
+  return type && has_type(*e.instance, *type);
 }
 
 /// jsonschema.exceptions.relevance: (-len(path), path, not weak, strong, not matches_type); true when a < b.
@@ -210,7 +218,13 @@ std::string error_text(const Error& e) {
       }
   }
   std::string field = field_path(e.path) + ": ";
-  if (e.keyword == "type") return field + "expected " + type_words(expected.string) + ", got " + describe(value);
+  if (e.keyword == "type") {
+    std::string words;  // reader._error_text: "a string or a number", for a list of types
+    if (expected.type != T::kArray) words = type_words(expected.string);
+    for (size_t i = 0; expected.type == T::kArray && i < expected.array.size(); ++i)
+      words += (i ? " or " : "") + type_words(expected.array[i].string);
+    return field + "expected " + words + ", got " + describe(value);
+  }
   if (e.keyword == "const") return field + "must be " + repr(expected, false) + ", got " + describe(value);
   if (e.keyword == "enum") {
     std::string options;

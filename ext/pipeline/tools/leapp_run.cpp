@@ -1,6 +1,7 @@
 // leapp-run: run a leapp export folder on raw input files (docs/deploy.md).
 //
 //   leapp-run EXPORT_DIR --in IN_DIR --out OUT_DIR [--node NAME] [--time N] [--device cpu|cuda] [--threads N]
+//   leapp-run EXPORT_DIR --describe   (what a deployment routes by: names, dtypes, shapes, metadata)
 //
 // IN_DIR/<input>.bin holds each pipeline input as raw little-endian C-order bytes (dtype and shape from
 // the export's wiring); OUT_DIR/<output>.bin is written the same way. With --node, one node runs alone on
@@ -26,6 +27,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: leapp-run EXPORT_DIR --in IN_DIR --out OUT_DIR [--node NAME] [--time N] [--device cpu|cuda] [--threads N]\n"
     "       leapp-run EXPORT_DIR --check   (the wiring and the artifacts' sha256 only; exit 1 with the reason)\n"
+    "       leapp-run EXPORT_DIR --describe   (open it; print each input and output: dtype, shape, metadata JSON)\n"
     "  IN_DIR/<input>.bin: each pipeline input, raw little-endian C-order bytes; writes OUT_DIR/<output>.bin.\n"
     "  --node NAME: run that node alone; its own inputs and outputs are the files.\n"
     "  --time N: run N more times and print each node's median time. --device cuda: device buffers, ONNX Runtime's\n"
@@ -34,6 +36,25 @@ constexpr const char* kUsage =
 struct UsageError {
   std::string text;
 };
+
+std::string tensor_line(const char* kind, const leapp::TensorInfo& t) {
+  std::string shape;
+  for (size_t i = 0; i < t.shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(t.shape[i]);
+  return std::string(kind) + " " + t.name + " " + t.dtype + "[" + shape + "] " + t.metadata + "\n";
+}
+
+/// --describe: the pipeline's and each node's inputs and outputs, one line each, metadata as JSON.
+void describe(const leapp::Pipeline& pipeline) {
+  std::string out = "pipeline " + pipeline.name() + "\n";
+  for (const leapp::TensorInfo& t : pipeline.inputs()) out += tensor_line("input", t);
+  for (const leapp::TensorInfo& t : pipeline.outputs()) out += tensor_line("output", t);
+  for (const leapp::NodeInfo& node : pipeline.nodes()) {
+    out += "node " + node.name + " " + node.backend + " " + node.execution + "\n";
+    for (const leapp::TensorInfo& t : node.inputs) out += "  " + tensor_line("input", t);
+    for (const leapp::TensorInfo& t : node.outputs) out += "  " + tensor_line("output", t);
+  }
+  std::fputs(out.c_str(), stdout);
+}
 
 /// A pipeline name used as a file name must be one plain name: it comes from an untrusted file.
 std::string file_for(const fs::path& dir, const std::string& name) {
@@ -68,7 +89,7 @@ double median(std::vector<double> v) {
 int run(int argc, char** argv) {
   std::string export_dir, in_dir, out_dir, device = "cpu", node;
   long repeat = 0, threads = 0;
-  bool check_only = false;
+  bool check_only = false, describe_only = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -88,6 +109,7 @@ int run(int argc, char** argv) {
     else if (a == "--device") device = value();
     else if (a == "--node") node = value();
     else if (a == "--check") check_only = true;
+    else if (a == "--describe") describe_only = true;
     else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       return 0;
@@ -98,6 +120,10 @@ int run(int argc, char** argv) {
   if (check_only && !export_dir.empty()) {  // the wiring and the artifacts' digests, no runtime opened
     leapp::Pipeline::check(export_dir);
     std::printf("%s: ok\n", export_dir.c_str());
+    return 0;
+  }
+  if (describe_only && !export_dir.empty()) {
+    describe(*leapp::Pipeline::open(export_dir));
     return 0;
   }
   if (export_dir.empty() || in_dir.empty() || out_dir.empty()) throw UsageError{"EXPORT_DIR, --in and --out are required"};

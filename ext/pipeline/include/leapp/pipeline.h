@@ -1,7 +1,7 @@
 // leapp/pipeline.h: run a leapp export folder from C++ (docs/deploy.md).
 //
 //   auto pipeline = leapp::Pipeline::open("exports/go2");            // checks what leapp.load checks
-//   for (const leapp::TensorInfo& t : pipeline->inputs()) ...         // names, dtypes, shapes
+//   for (const leapp::TensorInfo& t : pipeline->inputs()) ...         // names, dtypes, shapes, metadata
 //   pipeline->run({{"quat", quat_ptr}, ...}, {{"actions", out_ptr}});  // caller-owned buffers
 //
 // The folder's wiring is read from pipeline.json, the JSON twin of pipeline.yaml (one schema:
@@ -35,6 +35,9 @@ struct TensorInfo {
   std::string dtype;
   std::vector<int64_t> shape;
   size_t element_size = 0;
+  /// The user's metadata (annotate.input_tensors(..., metadata=)) as compact JSON text, e.g.
+  /// {"kind":"joint_positions","units":"rad"}; "{}" when none was declared (docs/pipeline-format.md).
+  std::string metadata = "{}";
   size_t byte_size() const;
 };
 

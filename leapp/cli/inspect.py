@@ -1,0 +1,140 @@
+"""leapp/cli/inspect.py: ``leapp inspect PATH``: what an artifact or an export folder holds, and its problems.
+
+NOTE: ``inspect`` reads artifacts without running them, so it works where
+there is no GPU, no Warp and no torch: bundles through ``leapp.bundle``, ONNX
+through the ``onnx`` package, PT2 archives by reading their entries, export
+folders through ``leapp.pipeline_format`` (the reader ``leapp.load`` uses; no
+path it names is opened before it passes the containment rule). Each problem
+is printed as an ``error:`` line and makes the exit status 1.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from leapp.bundle.format import MAGIC
+from leapp.cli.inspect_archive import inspect_pt2, inspect_torchscript
+from leapp.cli.inspect_bundle import inspect_bundle_file
+from leapp.cli.inspect_onnx import inspect_onnx
+from leapp.cli.report import Report
+from leapp.pipeline_format import PIPELINE_FILE, PipelineError, contained_path, read_pipeline, sha256_file
+
+__all__ = ["inspect_path"]
+
+
+def _tensor_list(entries: list[dict]) -> str:
+    return "; ".join(f"{e['name']}: {e['dtype']}{e['shape']}{_metadata(e)}" for e in entries) or "none"
+
+
+def _metadata(entry: dict) -> str:
+    """' {"kind": "base_quat"}' for an entry with the user's metadata, else ''."""
+    return " " + json.dumps(entry["metadata"], ensure_ascii=False) if entry.get("metadata") else ""
+
+
+def _inspect_dir(path: Path, report: Report, indent: int) -> None:
+    pipeline_file = path / PIPELINE_FILE
+    if not pipeline_file.is_file():
+        artifacts = sorted(p for p in path.iterdir() if p.suffix in _INSPECTORS)
+        report.line(f"{path}: no {PIPELINE_FILE}; inspecting {len(artifacts)} artifact files", indent)
+        for artifact in artifacts:
+            try:
+                contained_path(path, artifact.name, str(artifact))  # a symlink out of the folder is not followed
+            except PipelineError as e:
+                report.problem(str(e), indent + 1)
+                continue
+            _inspect_file(artifact, report, indent + 1)
+        return
+    try:
+        _, pipeline = read_pipeline(path)
+    except PipelineError as e:
+        report.problem(str(e), indent)
+        return
+    except OSError as e:  # unreadable (permissions), or gone since the check above
+        report.problem(f"{pipeline_file}: cannot read: {e}", indent)
+        return
+    report.line(f"pipeline {pipeline['name']} ({pipeline['format']} v{pipeline['version']}) in {path}", indent)
+    if pipeline["producer"]:
+        report.line("producer: " + ", ".join(f"{k} {v}" for k, v in pipeline["producer"].items()), indent + 1)
+    report.line(f"inputs: {_tensor_list(pipeline['inputs'])}", indent + 1)
+    report.line(f"outputs: {_tensor_list(pipeline['outputs'])}", indent + 1)
+    for edge in pipeline["edges"]:
+        feedback = " (feedback)" if edge.get("feedback") else ""
+        report.line(
+            f"edge {edge['from_node']}.{edge['from_output']} -> {edge['to_node']}.{edge['to_input']}{feedback}", indent + 1
+        )
+    report.line(f"nodes: {len(pipeline['nodes'])}", indent + 1)
+    for index, node in enumerate(pipeline["nodes"]):
+        _inspect_pipeline_node(path, index, node, report, indent + 2)
+
+
+def _inspect_pipeline_node(folder: Path, index: int, node: dict, report: Report, indent: int) -> None:
+    """One checked node entry: its files (contained, present, sha256) and its artifact's contents."""
+    name = node["name"]
+    report.line(f"node {name}: backend {node['backend']}, artifact {node['artifact']}", indent)
+    report.line(f"inputs: {_tensor_list(node['inputs'])}", indent + 1)
+    report.line(f"outputs: {_tensor_list(node['outputs'])}", indent + 1)
+    for seg in node["segments"]:
+        report.line(f"segment {seg['id']}: digest {seg['digest']}, kernels {seg['kernels']}", indent + 1)
+    entries = [(node["artifact"], node["sha256"], f"nodes[{index}].artifact")] + [
+        (entry["path"], entry["sha256"], f"nodes[{index}].files[{i}].path") for i, entry in enumerate(node["files"])
+    ]
+    artifact = None
+    for number, (rel, expected, field) in enumerate(entries):
+        try:  # before anything touches the file: an outside path is refused, never reported missing or different
+            file = contained_path(folder, rel, f"node {name}: {PIPELINE_FILE} {field}")
+        except PipelineError as e:
+            report.problem(str(e), indent + 1)
+            continue
+        if not file.is_file():
+            report.problem(f"node {name}: {rel} is missing", indent + 1)
+            continue
+        if sha256_file(file) != expected:
+            report.problem(f"node {name}: {rel} sha256 differs from pipeline.yaml's {expected}", indent + 1)
+        if number == 0:
+            artifact = file
+    if artifact is not None:
+        before = report.problems
+        digests = _inspect_file(artifact, report, indent + 1)
+        for seg in node["segments"]:
+            if seg["digest"] not in digests and report.problems == before:
+                report.problem(
+                    f"node {name}: segment {seg['id']} (digest {seg['digest']}) is not in {artifact.name}", indent + 1
+                )
+
+
+_INSPECTORS = {".lwb": inspect_bundle_file, ".onnx": inspect_onnx, ".pt2": inspect_pt2, ".pt": inspect_torchscript}
+
+
+def _inspect_file(path: Path, report: Report, indent: int = 0) -> set[str]:
+    """Inspects one artifact; returns the digests of the bundles it holds."""
+    digests_before = set(report.digests)
+    suffix = path.suffix.lower()
+    inspector = _INSPECTORS.get(suffix)
+    if inspector is None:
+        with path.open("rb") as f:
+            head = f.read(8)
+        if head == MAGIC:
+            inspector = inspect_bundle_file
+        elif head.startswith(b"PK\x03\x04"):
+            inspector = inspect_pt2
+        else:
+            report.problem(f"{path}: not a bundle (.lwb), ONNX (.onnx), PT2 (.pt2) or TorchScript (.pt) file", indent)
+            return set()
+    inspector(path, report, indent)
+    return report.digests - digests_before
+
+
+def inspect_path(path: str | Path, out: TextIO | None = None) -> int:
+    """Prints what ``path`` (bundle, ONNX, PT2, TorchScript or export folder) holds; returns the problem count."""
+    report = Report(out if out is not None else sys.stdout)
+    path = Path(path)
+    if path.is_dir():
+        _inspect_dir(path, report, 0)
+    elif path.is_file():
+        _inspect_file(path, report, 0)
+    else:
+        report.problem(f"{path}: no such file or directory")
+    return report.problems

@@ -1,0 +1,149 @@
+"""leapp/runtime/runners.py: one runner per node artifact (PT2, TorchScript; ONNX in ``onnx_runner``).
+
+A runner takes positional tensors in the node's input order and returns its outputs in
+order; ``make_runner`` picks it from the backend pipeline.yaml records. ``leapp.load``
+and ``leapp._export.validate`` both open nodes through it, so validation runs what users
+load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from leapp.pipeline_format import PipelineError
+from leapp.runtime.io import IOSpec
+
+__all__ = ["ONNX_EPS", "NodeRunner", "Pt2Runner", "TorchScriptRunner", "load_pt2", "make_runner", "onnx_ep_device"]
+
+
+def load_pt2(path: str | Path) -> torch.export.ExportedProgram:
+    """``torch.export.load`` after registering ``leapp::warp_segment`` (needed to resolve the op)."""
+    from leapp.runtime import ops
+
+    ops.ensure_registered()
+    return torch.export.load(str(path))
+
+
+class NodeRunner:
+    """Runs one artifact: positional tensors in (node input order), tensors out (node output order)."""
+
+    backend = ""
+
+    def __init__(self, path: Path, inputs: Sequence[IOSpec], outputs: Sequence[IOSpec], device: str):
+        self.path = Path(path)
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+        self.device = torch.device(device)
+        self._device_checked = False
+
+    def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        raise NotImplementedError
+
+    def _on_device(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """``inputs`` on the node's recorded device (checked to exist on the first call only)."""
+        device = self.device
+        if not self._device_checked:
+            if device.type == "cuda" and not torch.cuda.is_available():
+                raise PipelineError(f"{self.path}: the node was exported on {device} but torch sees no CUDA device here")
+            self._device_checked = True
+        return [t if t.device == device else t.to(device) for t in inputs]
+
+    def _check_outputs(self, outs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        if len(outs) != len(self.outputs):
+            raise PipelineError(
+                f"{self.path.name}: produced {len(outs)} output(s), pipeline.yaml lists {len(self.outputs)}"
+            )
+        return list(outs)
+
+
+class Pt2Runner(NodeRunner):
+    """The exported program's graph called directly (``Pt2Program``) on the node's recorded device;
+    with ``cuda_graphs``, a CUDA node is replayed from captured graphs (``CudaGraphCall``)."""
+
+    backend = "pt2"
+
+    def __init__(self, path, inputs, outputs, device, cuda_graphs: bool = False):
+        super().__init__(path, inputs, outputs, device)
+        from leapp.runtime.pt2_program import Pt2Program
+
+        self.program = Pt2Program(load_pt2(self.path))
+        self.call = self.program
+        self.no_graphs_reason: str | None = None  # why this node is not replayed from CUDA graphs
+        if cuda_graphs and self.device.type == "cuda":
+            from leapp.runtime.cuda_graphs import CudaGraphCall, capture_blockers
+
+            blockers = capture_blockers(self.program.program.graph)
+            if blockers:
+                self.no_graphs_reason = f"not capturable: {', '.join(blockers[:3])}"
+            else:
+                self.call = CudaGraphCall(self.program, name=f"PT2 node {self.path.name}")
+        elif cuda_graphs:
+            self.no_graphs_reason = f"runs on {self.device}"
+        else:
+            self.no_graphs_reason = "not requested"
+
+    def __call__(self, inputs):
+        return self._check_outputs(self.call(*self._on_device(inputs)))
+
+
+class TorchScriptRunner(NodeRunner):
+    """``torch.jit.load`` of a traced node (nodes without Warp segments only)."""
+
+    backend = "torchscript"
+
+    def __init__(self, path, inputs, outputs, device):
+        super().__init__(path, inputs, outputs, device)
+        self.module = torch.jit.load(str(self.path), map_location=self.device)
+
+    def __call__(self, inputs):
+        outs = self.module(*self._on_device(inputs))
+        if isinstance(outs, torch.Tensor):
+            outs = [outs]
+        return self._check_outputs(list(outs))
+
+
+ONNX_EPS = ("cpu", "cuda")
+
+
+def onnx_ep_device(device: str, onnx_ep: str | None) -> str:
+    """The device an ONNX node's session is opened for (``OnnxRunner`` picks the execution provider from
+    it): the node's recorded device, or the one ``onnx_ep`` asks for: ``"cpu"`` the CPU EP, ``"cuda"``
+    the CUDA EP on the node's CUDA device (``cuda:0`` for a node recorded on the CPU)."""
+    if onnx_ep is None:
+        return device
+    if onnx_ep == "cpu":
+        return "cpu"
+    if onnx_ep == "cuda":
+        return device if torch.device(device).type == "cuda" else "cuda:0"
+    raise PipelineError(f"onnx_ep={onnx_ep!r}: expected None (the node's device), or one of {list(ONNX_EPS)}")
+
+
+def make_runner(
+    backend: str,
+    path: str | Path,
+    inputs: Sequence[IOSpec],
+    outputs: Sequence[IOSpec],
+    device: str = "cpu",
+    has_segments: bool = False,
+    cuda_graphs: bool = False,
+    onnx_ep: str | None = None,
+) -> NodeRunner:
+    """The runner of one artifact; ``has_segments`` makes a missing native op library an error;
+    ``cuda_graphs`` replays CUDA PT2 nodes from captured graphs (see leapp.runtime.cuda_graphs);
+    ``onnx_ep`` opens an ONNX node for another execution provider (``onnx_ep_device``)."""
+    if backend == "onnx":
+        from leapp.runtime.onnx_runner import OnnxRunner
+
+        return OnnxRunner(path, inputs, outputs, onnx_ep_device(device, onnx_ep), needs_library=has_segments)
+    if backend == "pt2":
+        if has_segments:
+            from leapp.runtime import libraries
+
+            libraries.require_library("pt2")
+        return Pt2Runner(path, inputs, outputs, device, cuda_graphs=cuda_graphs)
+    if backend == "torchscript":
+        return TorchScriptRunner(path, inputs, outputs, device)
+    raise PipelineError(f"unknown backend {backend!r} (leapp runs 'onnx', 'pt2' and 'torchscript')")
