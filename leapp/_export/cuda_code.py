@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from leapp import _warp_private as wpp
 from leapp._export import binary_cache
+from leapp.runtime.binary_choice import DEFAULT_CUBIN_ARCHS
 from leapp.errors import ExportError
 
 __all__ = [
@@ -47,7 +48,7 @@ __all__ = [
 ]
 
 PTX_ARCH = 75  # driver-JIT fallback for GPUs newer than every cubin
-DEFAULT_CUBIN_ARCHS = (75, 80, 86, 89, 90, 100, 120)  # one per SM family a bundle targets (docs/export-cuda.md)
+# DEFAULT_CUBIN_ARCHS: the cubins of a default export (leapp.runtime.binary_choice, docs/portability.md)
 ARCHS_ENV = "LEAPP_CUDA_ARCHS"  # e.g. "90" or "75,90": restricts cubins (tests); PTX sm_75 is always built
 
 log = logging.getLogger(__name__)
