@@ -3,7 +3,7 @@
 A bundle replays kernels through the CUDA driver, so export needs the exact
 PTX/cubin of each module variant a segment launches. Warp's NVRTC compiles them
 on machines without a driver. We compile one variant (module content + block_dim)
-for PTX sm_75 plus cubins for sm_75/80/86/89/90/100/120 into a temporary
+for PTX sm_75 plus cubins for sm_75/80/86/90/100/110/120 into a temporary
 directory and read the files back. The targets compile concurrently (a thread
 each, up to the CPUs this process may use), and every binary goes into the
 persistent binary cache (``binary_cache``: the user's cache folder, keyed by
@@ -38,6 +38,7 @@ from leapp.errors import ExportError
 
 __all__ = [
     "DEFAULT_CUBIN_ARCHS",
+    "KNOWN_CUBIN_ARCHS",
     "PTX_ARCH",
     "ARCHS_ENV",
     "CompiledModule",
@@ -49,7 +50,10 @@ __all__ = [
 
 PTX_ARCH = 75  # driver-JIT fallback for GPUs newer than every cubin
 # DEFAULT_CUBIN_ARCHS: the cubins of a default export (leapp.runtime.binary_choice, docs/portability.md)
-ARCHS_ENV = "LEAPP_CUDA_ARCHS"  # e.g. "90" or "75,90": restricts cubins (tests); PTX sm_75 is always built
+# Cubin targets $LEAPP_CUDA_ARCHS may name: the SM versions Warp 1.19's NVRTC compiles for (compile_module
+# also checks the installed NVRTC's own list), e.g. "87,110" for an export that runs on Jetsons only.
+KNOWN_CUBIN_ARCHS = (75, 80, 86, 87, 88, 89, 90, 100, 103, 107, 110, 120, 121)
+ARCHS_ENV = "LEAPP_CUDA_ARCHS"  # e.g. "90" or "75,90": the cubins to build (tests, one-GPU exports); PTX sm_75 always
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +126,7 @@ def toolkit_version() -> str:
 
 
 def cubin_archs() -> tuple[int, ...]:
-    """Cubin targets: all of DEFAULT_CUBIN_ARCHS, or the subset named by $LEAPP_CUDA_ARCHS."""
+    """Cubin targets: DEFAULT_CUBIN_ARCHS, or those $LEAPP_CUDA_ARCHS names (any of KNOWN_CUBIN_ARCHS)."""
     raw = os.environ.get(ARCHS_ENV, "").strip()
     if not raw:
         return DEFAULT_CUBIN_ARCHS
@@ -130,9 +134,9 @@ def cubin_archs() -> tuple[int, ...]:
         archs = tuple(sorted({int(a.strip().removeprefix("sm_")) for a in raw.split(",") if a.strip()}))
     except ValueError:
         raise ExportError(f"{ARCHS_ENV}={raw!r}: expected comma-separated SM versions such as '75,90'") from None
-    bad = [a for a in archs if a not in DEFAULT_CUBIN_ARCHS]
+    bad = [a for a in archs if a not in KNOWN_CUBIN_ARCHS]
     if bad or not archs:
-        raise ExportError(f"{ARCHS_ENV}={raw!r}: each arch must be one of {list(DEFAULT_CUBIN_ARCHS)}")
+        raise ExportError(f"{ARCHS_ENV}={raw!r}: each arch must be one of {list(KNOWN_CUBIN_ARCHS)}")
     return archs
 
 

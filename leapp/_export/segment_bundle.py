@@ -73,7 +73,7 @@ def build_segment_bundle(segment, *, cuda_block_dim: int | None = None, archs: t
     Args:
         segment: the recorder's SegmentRecord (its ``.wrp`` bytes, kernels and region roles).
         cuda_block_dim: CUDA block size for kernels captured on CPU with block_dim 1 (default 256).
-        archs: cubin targets (default: sm_75/80/86/89/90/100/120 or $LEAPP_CUDA_ARCHS).
+        archs: cubin targets (default: sm_75/80/86/90/100/110/120 or $LEAPP_CUDA_ARCHS).
 
     Raises:
         ExportError: naming the segment and its source line, for anything that

@@ -30,9 +30,12 @@ NAMED_GPUS: tuple[tuple[str, tuple[int, int]], ...] = (
     ("Jetson Thor", (11, 0)),
     ("GB10 / DGX Spark", (12, 1)),
 )
-# The cubins a default export holds (leapp._export.cuda_code uses this set; docs/portability.md says why),
-# and the PTX ISA / CUDA version of Warp 1.19's NVRTC, which writes them.
-DEFAULT_CUBIN_ARCHS: tuple[int, ...] = (75, 80, 86, 89, 90, 100, 120)
+# The cubins a default export holds (leapp._export.cuda_code uses this set), chosen by CUDA's binary
+# compatibility (SASS for X.y runs on X.z, z >= y, never across majors), one per family plus Ampere's
+# consumer minor: 75 Turing; 80 A100 (8.0); 86 RTX 30xx, Jetson Orin (8.7), RTX 40xx (8.9: its SASS equals
+# sm_86's for the kernels compared, docs/portability.md); 90 H100/H200; 100 B200/B300 (10.3); 110 Jetson
+# Thor; 120 RTX 50xx, GB10 (12.1). And the PTX ISA / CUDA version of Warp 1.19's NVRTC, which writes them.
+DEFAULT_CUBIN_ARCHS: tuple[int, ...] = (75, 80, 86, 90, 100, 110, 120)
 DEFAULT_EXPORT_PTX_ISA = "9.4"
 DEFAULT_EXPORT_TOOLKIT = "13.4"
 REFERENCE_DRIVER = 13000  # CUDA 13.0 (R580, JetPack 7): the oldest driver that loads CUDA 13 cubins

@@ -204,3 +204,15 @@ def test_ptx_isa_of_matches_the_native_reading(text, isa):
     manifest, blobs = example_manifest_and_blobs(8)
     blobs[0] = text + b"\0"
     assert _native.Bundle(write_bundle(manifest, blobs)).binary_choice(0, 9, 0)["candidates"][0]["ptx_isa"] == isa
+
+
+def test_default_cubins_cover_every_named_gpu_with_a_cubin():
+    """With a CUDA 13.0 driver (Thor's JetPack 7, the H200's R580) every named family loads SASS, no JIT."""
+    from leapp._export.cuda_code import DEFAULT_CUBIN_ARCHS
+
+    binaries = [("ptx", 75, "9.4")] + [("cubin", a, "") for a in DEFAULT_CUBIN_ARCHS]
+    expected = {"RTX 4090": 86, "Jetson Orin": 86, "H200": 90, "B300": 100, "Jetson Thor": 110, "GB10 / DGX Spark": 120}
+    for name, (major, minor) in NAMED_GPUS:
+        c = _native.binary_choice_for(binaries, major, minor, 13000, name, "13.4")
+        chosen = c["candidates"][c["chosen"]]
+        assert (chosen["kind"], chosen["arch"]) == ("cubin", expected[name]), (name, c["summary"])
