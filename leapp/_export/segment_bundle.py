@@ -39,6 +39,7 @@ from leapp._apic.wrp import (
     WrpMemtile,
     parse_wrp,
 )
+from leapp.bundle.format import ptx_isa_of
 from leapp.errors import ExportError
 
 __all__ = ["build_segment_bundle", "build_bundle_from_wrp", "torch_dtype_name", "cuda_grid", "DEFAULT_CUDA_BLOCK_DIM"]
@@ -396,8 +397,12 @@ class _Builder:
         m = self.module_index.get(compiled.name)
         if m is None:
             m = len(self.modules)
-            binaries = [{"kind": kind, "arch": arch, "blob": self.add_blob(data)}
-                        for kind, arch, data in compiled.binaries()]
+            binaries = []
+            for kind, arch, data in compiled.binaries():
+                binaries.append({"kind": kind, "arch": arch, "blob": self.add_blob(data)})
+                isa = ptx_isa_of(data) if kind == "ptx" else ""
+                if isa:  # recorded so readers and leapp inspect see which drivers can JIT it
+                    binaries[-1]["ptx_isa"] = isa
             self.modules.append({"name": compiled.name, "binaries": binaries})
             self.module_index[compiled.name] = m
             self.compiled.append(compiled)
@@ -457,6 +462,8 @@ class _Builder:
         }
         if self.compiled:
             producer["ptx_isa"] = self.compiled[0].ptx_isa
+            if self.compiled[0].ptx_toolkit not in ("", producer["cuda_toolkit"]):
+                producer["ptx_toolkit"] = self.compiled[0].ptx_toolkit  # an older NVRTC wrote the PTX
         return {
             "format": "leapp.warp.bundle",
             "segment": self.segment_id,
