@@ -310,6 +310,8 @@ LoadedModule load_module(const CudaDriver& d, const Bundle& bundle, uint32_t ind
            (need ? "CUDA " + version_text(need) + " or later" : "one that reads PTX ISA " + rejected_isa) +
            ", or re-export the bundle with a cubin for sm_" + arch +
            " or with PTX of an older ISA (leapp[ptx-compat], docs/portability.md).";
+    const size_t cubins = choice.summary.find(" Its cubins were built");
+    if (choice.chosen < 0 && cubins != std::string::npos) msg += "\n" + choice.summary.substr(cubins + 1);
   } else if (choice.chosen < 0) {
     msg += "\n" + choice.summary;
   }

@@ -6,7 +6,8 @@
 // kernelParams, so a replay's result proves that relocations, parameter
 // bytes, memsets, copies and inits reached the right addresses. It also
 // imitates the driver rules the runtime must respect: cubins load only on
-// their SM family, PTX only up to MOCK_MAX_PTX (error 222 beyond),
+// their SM family and (as CUDA 13 cubins) only on a CUDA 13+ driver, PTX only
+// up to the ISA its driver version reads (MOCK_MAX_PTX; error 222 beyond),
 // > 48 KiB dynamic shared memory needs cuFuncSetAttribute, and while a
 // stream is being captured a thread not in relaxed mode may not allocate or
 // load modules (error 900); neither may it free memory or unload modules.
@@ -370,6 +371,13 @@ static CUresult m_cuModuleLoadDataEx(MockModule** mod, const void* image, unsign
     uint32_t flags;
     memcpy(&flags, p + 48, 4);
     int arch = (flags >> 8) & 0xff;
+    if (env_int("MOCK_DRIVER_VERSION", 13000) < 13000) {
+      // Test cubins stand for CUDA 13 ones (Warp 1.19's NVRTC 13.4): a CUDA 12 driver is taken to refuse them
+      // (CUDA's compatibility rules, not measured; docs/bundle-format.md section 3).
+      atomic_fetch_add(&g_stats[S_LOADFAIL], 1);
+      set_log(n, options, values, "mock: cubin of a newer CUDA major version than the driver");
+      return 209;
+    }
     if (arch / 10 != cc / 10 || arch % 10 > cc % 10) {
       atomic_fetch_add(&g_stats[S_LOADFAIL], 1);
       set_log(n, options, values, "mock: no kernel image for this device");
