@@ -19,7 +19,14 @@ from pathlib import Path
 
 from leapp.bundle.reader import Bundle
 
-__all__ = ["DEFAULT_CUBIN_ARCHS", "NAMED_GPUS", "REFERENCE_DRIVER", "describe_binary_choice", "describe_machine_binaries", "driver_text"]
+__all__ = [
+    "DEFAULT_CUBIN_ARCHS",
+    "NAMED_GPUS",
+    "REFERENCE_DRIVER",
+    "describe_binary_choice",
+    "describe_machine_binaries",
+    "driver_text",
+]
 
 # Shown when no driver is present: the GPU families docs/portability.md covers.
 NAMED_GPUS: tuple[tuple[str, tuple[int, int]], ...] = (
@@ -97,10 +104,15 @@ def describe_binary_choice(bundle, compute_capability: tuple[int, int] | None = 
         driver_version: cuDriverGetVersion of the driver to judge (13000 = CUDA 13.0); default:
             this machine's driver, or ``REFERENCE_DRIVER`` (CUDA 13.0) when there is none.
 
+    Without leapp._native (a broken install) the one line says so.
+
     Raises:
-        ValueError: the bundle fails validation (the native reader's message).
+        ValueError: the bundle fails the native reader's validation (its message).
     """
-    native = _native_bundle(bundle)
+    try:
+        native = _native_bundle(bundle)
+    except ImportError as e:
+        return [f"binary choice: not available, leapp._native cannot be imported ({e})"]
     modules = _modules(native)
     lines = ["binary choice (docs/portability.md):"]
     if not modules:
@@ -137,7 +149,10 @@ def describe_machine_binaries(cubin_archs: tuple[int, ...] | None = None, ptx_is
     ``cubin_archs`` / ``ptx_isa`` / ``cuda_toolkit`` describe the export (default: leapp's default cubin set,
     PTX sm_75 of ISA 9.4 and CUDA 13.4, Warp 1.19's NVRTC); no Warp or bundle is needed.
     """
-    from leapp import _native  # noqa: PLC0415
+    try:
+        from leapp import _native  # noqa: PLC0415
+    except ImportError as e:
+        return [f"binaries: not available, leapp._native cannot be imported ({e})"]
 
     archs = cubin_archs if cubin_archs is not None else DEFAULT_CUBIN_ARCHS
     isa = ptx_isa or DEFAULT_EXPORT_PTX_ISA

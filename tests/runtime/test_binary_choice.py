@@ -216,3 +216,19 @@ def test_default_cubins_cover_every_named_gpu_with_a_cubin():
         c = _native.binary_choice_for(binaries, major, minor, 13000, name, "13.4")
         chosen = c["candidates"][c["chosen"]]
         assert (chosen["kind"], chosen["arch"]) == ("cubin", expected[name]), (name, c["summary"])
+
+
+def test_without_the_native_module_the_report_says_so(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_native(name, globals=None, locals=None, fromlist=(), level=0):
+        if name == "leapp" and fromlist and "_native" in fromlist:
+            raise ImportError("simulated")
+        return real_import(name, globals, locals, fromlist, level)
+
+    monkeypatch.setattr(builtins, "__import__", no_native)
+    assert describe_binary_choice(b"anything") == [
+        "binary choice: not available, leapp._native cannot be imported (simulated)"]
+    assert describe_machine_binaries() == ["binaries: not available, leapp._native cannot be imported (simulated)"]

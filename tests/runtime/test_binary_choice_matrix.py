@@ -80,6 +80,9 @@ def test_matrix(bundle, gpu, driver):
         assert f"Its PTX is ISA {isa}, this driver reads PTX up to ISA {reads[0]}.{reads[1]}." in text
         if driver < 13000 and any(k == "cubin" and a // 10 == major and a % 10 <= minor for k, a, _ in BUNDLES[bundle]):
             assert "Its cubins were built by CUDA 13.4: they need a CUDA 13.0 driver or later." in text
+            assert "re-export with PTX of an older ISA" in text and "a cubin for" not in text  # it has one
+        else:
+            assert f"re-export with a cubin for sm_{10 * major + minor} or with PTX of an older ISA" in text
 
 
 def test_matrix_headline_rows():

@@ -192,8 +192,9 @@ BinaryChoice choose_binary(const Manifest& manifest, uint32_t module, int cc_maj
     out.summary += " Its PTX is ISA " + isa_text(newest_refused) + ", this driver reads PTX up to ISA " +
                    isa_text(reads) + ".";
     out.summary += need ? " Update the driver to CUDA " + version_text(need) + " or later, or" : " Either";
-    out.summary += " re-export with a cubin for sm_" + std::to_string(arch) +
-                   " or with PTX of an older ISA (leapp[ptx-compat], docs/portability.md).";
+    out.summary += " re-export with " +
+                   (cubin_refused ? std::string() : "a cubin for sm_" + std::to_string(arch) + " or with ") +
+                   "PTX of an older ISA (leapp[ptx-compat], docs/portability.md).";
   }
   if (cubin_refused)
     out.summary += " Its cubins were built by CUDA " + manifest.producer_value("cuda_toolkit") +
@@ -299,6 +300,8 @@ LoadedModule load_module(const CudaDriver& d, const Bundle& bundle, uint32_t ind
                 (jit.empty() ? "" : " JIT log: " + jit);
   }
   std::string msg = where + " could not be loaded on " + context + ". Tried:" + attempts;
+  const bool family_cubin = std::any_of(choice.candidates.begin(), choice.candidates.end(),
+                                        [](const BinaryOption& o) { return o.binary.kind == BinaryKind::kCubin; });
   if (ptx_too_new) {
     const std::pair<int, int> reads = driver_ptx_isa(d.version);
     const std::pair<int, int> isa = parse_isa(rejected_isa);
@@ -308,8 +311,8 @@ LoadedModule load_module(const CudaDriver& d, const Bundle& bundle, uint32_t ind
            (reads.first ? isa_text(reads) : std::string("unknown")) +
            "; a driver reads PTX only up to its own CUDA version). Update the driver to " +
            (need ? "CUDA " + version_text(need) + " or later" : "one that reads PTX ISA " + rejected_isa) +
-           ", or re-export the bundle with a cubin for sm_" + arch +
-           " or with PTX of an older ISA (leapp[ptx-compat], docs/portability.md).";
+           ", or re-export the bundle with " + (family_cubin ? std::string() : "a cubin for sm_" + arch + " or with ") +
+           "PTX of an older ISA (leapp[ptx-compat], docs/portability.md).";
     const size_t cubins = choice.summary.find(" Its cubins were built");
     if (choice.chosen < 0 && cubins != std::string::npos) msg += "\n" + choice.summary.substr(cubins + 1);
   } else if (choice.chosen < 0) {
