@@ -5,6 +5,8 @@ loader's own code), leapp.runtime.binary_choice's report lines, and the optional
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from leapp import _native
 from leapp.bundle import BundleError, read_bundle, write_bundle
@@ -232,3 +234,31 @@ def test_without_the_native_module_the_report_says_so(monkeypatch):
     assert describe_binary_choice(b"anything") == [
         "binary choice: not available, leapp._native cannot be imported (simulated)"]
     assert describe_machine_binaries() == ["binaries: not available, leapp._native cannot be imported (simulated)"]
+
+
+@settings(max_examples=300)
+@given(field=st.one_of(st.sampled_from(["9.0", "9.4", "8.8", "7.5", "10.0", "9.", ".9", "9.0 ", "1234.0", "009.000"]),
+                       st.text(alphabet="0123456789. v\t", max_size=8)),
+       version=st.one_of(st.sampled_from(["9.0", "9.4", "8.8", "009.000", "9.0.1", ""]),
+                         st.text(alphabet="0123456789.", max_size=6)),
+       sep=st.sampled_from([" ", "\t", "  ", ""]), kind=st.sampled_from(["ptx", "cubin"]))
+def test_both_readers_agree_on_the_ptx_isa_field(field, version, sep, kind):
+    """Accept or refuse alike, for any field value, PTX .version text and binary kind."""
+    from leapp.bundle.testing import write_unchecked
+
+    manifest, blobs = example_manifest_and_blobs(8)
+    blobs.append(f"//\n.version{sep}{version}\n.target sm_75\n".encode() + b"\0")
+    manifest["modules"][0]["binaries"] = [{"kind": kind, "arch": 75, "blob": len(blobs) - 1, "ptx_isa": field}]
+    data = write_unchecked(manifest, blobs)
+    try:
+        read_bundle(data)
+        python_ok = True
+    except BundleError:
+        python_ok = False
+    try:
+        _native.Bundle(data)
+        native_ok = True
+    except ValueError:
+        native_ok = False
+    assert python_ok == native_ok, (field, version, sep, kind)
+    assert python_ok == (kind == "ptx" and field == ptx_isa_of(blobs[-1]) != "")
