@@ -135,6 +135,13 @@ def test_default_targets_are_ptx75_plus_one_cubin_per_family(monkeypatch, compil
         assert arch in (e_flags & 0xFF, (e_flags >> 8) & 0xFF), (arch, hex(e_flags))
 
 
+def test_known_archs_are_what_warps_nvrtc_targets():
+    """LEAPP_CUDA_ARCHS's list is Warp 1.19's NVRTC's own (a Warp update that changes it shows here)."""
+    cuda_code.toolkit_version()  # initialises Warp
+    assert set(cuda_code.KNOWN_CUBIN_ARCHS) == set(_warp_private.nvrtc_supported_archs())
+    assert set(cuda_code.DEFAULT_CUBIN_ARCHS) <= set(cuda_code.KNOWN_CUBIN_ARCHS)
+
+
 def test_archs_env(monkeypatch):
     monkeypatch.setenv(cuda_code.ARCHS_ENV, "sm_90, 75")
     assert cuda_code.cubin_archs() == (75, 90)
