@@ -16,6 +16,7 @@ NOTE: nothing here writes ``wp.config`` or a user's module options;
 from __future__ import annotations
 
 import contextlib
+import os
 import functools
 from collections.abc import Iterator
 
@@ -46,6 +47,8 @@ __all__ = [
     "module_identifier",
     "resolved_options",
     "compile_module_variant",
+    "native_include_dir",
+    "mathdx_enabled",
     "needs_deterministic",
     "uses_tiles",
     "expected_arg_size",
@@ -307,3 +310,16 @@ def resolved_options(module, block_dim: int) -> dict:
 def compile_module_variant(module, options: dict, out_dir: str, arch: int, use_ptx: bool) -> None:
     """Compile one variant (``resolved_options``) into ``out_dir`` as PTX or a cubin for ``arch``."""
     module._compile(None, out_dir, output_arch=arch, use_ptx=use_ptx, options=options)
+
+
+def native_include_dir() -> str:
+    """Warp's ``native`` folder: the headers its generated CUDA source includes (NVRTC's --include-path)."""
+    import warp  # noqa: PLC0415
+
+    return os.path.join(os.path.dirname(warp.__file__), "native")
+
+
+def mathdx_enabled() -> bool:
+    """Whether Warp's native library was built with MathDx (its NVRTC compiles define WP_ENABLE_MATHDX to match)."""
+    core = _context().runtime.core
+    return bool(core.wp_is_mathdx_enabled()) if hasattr(core, "wp_is_mathdx_enabled") else False

@@ -5,6 +5,7 @@
 // std::invalid_argument becomes ValueError with the field named.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
@@ -38,6 +39,31 @@ nb::list tensor_specs(const std::vector<TensorSpec>& specs) {
 }
 
 std::string_view bytes_view(const nb::bytes& data) { return {data.c_str(), data.size()}; }
+
+nb::list option_list(const std::vector<BinaryOption>& list) {
+  nb::list out;
+  for (const BinaryOption& o : list) {
+    nb::dict d;
+    d["kind"] = o.binary.kind == BinaryKind::kPtx ? "ptx" : "cubin";
+    d["arch"] = o.binary.arch;
+    d["blob"] = o.binary.blob;
+    d["ptx_isa"] = o.binary.ptx_isa;
+    d["expected"] = o.expected;
+    d["reason"] = o.reason;
+    out.append(d);
+  }
+  return out;
+}
+
+nb::dict choice_dict(const BinaryChoice& c) {
+  nb::dict d;
+  d["candidates"] = option_list(c.candidates);
+  d["excluded"] = option_list(c.excluded);
+  d["chosen"] = c.chosen;
+  d["holdings"] = c.holdings;
+  d["summary"] = c.summary;
+  return d;
+}
 
 }  // namespace
 
@@ -95,6 +121,17 @@ void bind_bundle(nb::module_& m) {
           nb::arg("module"), nb::arg("major"), nb::arg("minor"),
           "The binaries a device of compute capability major.minor would try, best first: [(kind, arch)].")
       .def(
+          "binary_choice",
+          [](const PyBundle& b, uint32_t module, int major, int minor, int driver_version, const std::string& device) {
+            return choice_dict(choose_binary(b.bundle->manifest(), module, major, minor, driver_version, device));
+          },
+          nb::arg("module"), nb::arg("major"), nb::arg("minor"), nb::arg("driver_version") = 0,
+          nb::arg("device") = "",
+          "The runtime's own binary choice for a device of compute capability major.minor under a CUDA driver of "
+          "version driver_version (cuDriverGetVersion; 0 = unknown): {candidates (the load order: [{kind, arch, blob, "
+          "ptx_isa, expected, reason}]), excluded, chosen (index into candidates, -1: none expected to load), "
+          "holdings, summary}.")
+      .def(
           "check_signature",
           [](const PyBundle& b, const std::string& signature) { check_signature(*b.bundle, parse_signature(signature)); },
           nb::arg("signature"), "Raises ValueError when an op's signature string does not describe this bundle.")
@@ -102,6 +139,41 @@ void bind_bundle(nb::module_& m) {
         return "<leapp._native.Bundle '" + b.bundle->segment() + "' " + b.bundle->digest().substr(0, 12) + ", " +
                std::to_string(b.bundle->size()) + " bytes>";
       });
+
+  m.def(
+      "driver_ptx_isa",
+      [](int driver_version) {
+        std::pair<int, int> isa = driver_ptx_isa(driver_version);
+        return nb::make_tuple(isa.first, isa.second);
+      },
+      nb::arg("driver_version"),
+      "(major, minor) of the newest PTX ISA a CUDA driver of this version JIT-compiles; (0, 0) for 0 (unknown), "
+      "(99, 99) for a major version after 13.");
+  m.def(
+      "binary_choice_for",
+      [](const std::vector<std::tuple<std::string, uint32_t, std::string>>& binaries, int major, int minor,
+         int driver_version, const std::string& device, const std::string& cuda_toolkit) {
+        Manifest m;  // one module holding these binaries: the choice for a bundle that is not at hand
+        m.producer.emplace_back("cuda_toolkit", cuda_toolkit);
+        ModuleSpec spec;
+        for (const auto& [kind, arch, isa] : binaries) {
+          if (kind != "ptx" && kind != "cubin") throw std::invalid_argument("kind must be 'ptx' or 'cubin', got '" + kind + "'");
+          BinarySpec b;
+          b.kind = kind == "ptx" ? BinaryKind::kPtx : BinaryKind::kCubin;
+          b.arch = arch;
+          b.blob = uint32_t(spec.binaries.size());
+          b.ptx_isa = b.kind == BinaryKind::kPtx ? isa : "";
+          spec.binaries.push_back(b);
+        }
+        m.modules.push_back(std::move(spec));
+        return choice_dict(choose_binary(m, 0, major, minor, driver_version, device));
+      },
+      nb::arg("binaries"), nb::arg("major"), nb::arg("minor"), nb::arg("driver_version") = 0, nb::arg("device") = "",
+      nb::arg("cuda_toolkit") = "",
+      "Bundle.binary_choice for a module holding `binaries` [(kind, arch, ptx_isa)] built by CUDA `cuda_toolkit`: "
+      "what a bundle of that coverage would load on a device (leapp doctor, the coverage matrix tests).");
+  m.def("ptx_isa_min_driver", &ptx_isa_min_driver, nb::arg("isa_major"), nb::arg("isa_minor"),
+        "The oldest CUDA driver version (e.g. 13040) that reads this PTX ISA; 0 when it is newer than all known.");
 
   m.def(
       "sha256",

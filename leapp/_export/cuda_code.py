@@ -3,7 +3,7 @@
 A bundle replays kernels through the CUDA driver, so export needs the exact
 PTX/cubin of each module variant a segment launches. Warp's NVRTC compiles them
 on machines without a driver. We compile one variant (module content + block_dim)
-for PTX sm_75 plus cubins for sm_75/80/86/89/90/100/120 into a temporary
+for PTX sm_75 plus cubins for sm_75/80/86/90/100/110/120 into a temporary
 directory and read the files back. The targets compile concurrently (a thread
 each, up to the CPUs this process may use), and every binary goes into the
 persistent binary cache (``binary_cache``: the user's cache folder, keyed by
@@ -32,11 +32,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from leapp import _warp_private as wpp
-from leapp._export import binary_cache
+from leapp._export import binary_cache, ptx_compat
+from leapp.runtime.binary_choice import DEFAULT_CUBIN_ARCHS
 from leapp.errors import ExportError
 
 __all__ = [
     "DEFAULT_CUBIN_ARCHS",
+    "KNOWN_CUBIN_ARCHS",
     "PTX_ARCH",
     "ARCHS_ENV",
     "CompiledModule",
@@ -47,8 +49,11 @@ __all__ = [
 ]
 
 PTX_ARCH = 75  # driver-JIT fallback for GPUs newer than every cubin
-DEFAULT_CUBIN_ARCHS = (75, 80, 86, 89, 90, 100, 120)  # one per SM family a bundle targets (docs/export-cuda.md)
-ARCHS_ENV = "LEAPP_CUDA_ARCHS"  # e.g. "90" or "75,90": restricts cubins (tests); PTX sm_75 is always built
+# DEFAULT_CUBIN_ARCHS: the cubins of a default export (leapp.runtime.binary_choice, docs/portability.md)
+# Cubin targets $LEAPP_CUDA_ARCHS may name: the SM versions Warp 1.19's NVRTC compiles for (compile_module
+# also checks the installed NVRTC's own list), e.g. "87,110" for an export that runs on Jetsons only.
+KNOWN_CUBIN_ARCHS = (75, 80, 86, 87, 88, 89, 90, 100, 103, 107, 110, 120, 121)
+ARCHS_ENV = "LEAPP_CUDA_ARCHS"  # e.g. "90" or "75,90": the cubins to build (tests, one-GPU exports); PTX sm_75 always
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +72,7 @@ class CompiledModule:
     smem_bytes: dict[str, int]  # entry symbol -> dynamic shared memory bytes (the .meta file)
     ptx_isa: str  # ".version" of the PTX, e.g. "9.4"
     toolkit: str  # NVRTC / CUDA toolkit version, e.g. "13.4"
+    ptx_toolkit: str = ""  # the NVRTC version that wrote the PTX: toolkit, or an older one (ptx_compat)
     _kernel_names: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary, repr=False)
 
     def entry(self, kernel) -> str:
@@ -121,7 +127,7 @@ def toolkit_version() -> str:
 
 
 def cubin_archs() -> tuple[int, ...]:
-    """Cubin targets: all of DEFAULT_CUBIN_ARCHS, or the subset named by $LEAPP_CUDA_ARCHS."""
+    """Cubin targets: DEFAULT_CUBIN_ARCHS, or those $LEAPP_CUDA_ARCHS names (any of KNOWN_CUBIN_ARCHS)."""
     raw = os.environ.get(ARCHS_ENV, "").strip()
     if not raw:
         return DEFAULT_CUBIN_ARCHS
@@ -129,9 +135,9 @@ def cubin_archs() -> tuple[int, ...]:
         archs = tuple(sorted({int(a.strip().removeprefix("sm_")) for a in raw.split(",") if a.strip()}))
     except ValueError:
         raise ExportError(f"{ARCHS_ENV}={raw!r}: expected comma-separated SM versions such as '75,90'") from None
-    bad = [a for a in archs if a not in DEFAULT_CUBIN_ARCHS]
+    bad = [a for a in archs if a not in KNOWN_CUBIN_ARCHS]
     if bad or not archs:
-        raise ExportError(f"{ARCHS_ENV}={raw!r}: each arch must be one of {list(DEFAULT_CUBIN_ARCHS)}")
+        raise ExportError(f"{ARCHS_ENV}={raw!r}: each arch must be one of {list(KNOWN_CUBIN_ARCHS)}")
     return archs
 
 
@@ -164,6 +170,7 @@ def compile_module(kernel, block_dim: int, archs: tuple[int, ...] | None = None)
         )
     module = kernel.module
     toolkit = toolkit_version()
+    compat = ptx_compat.compat_nvrtc()  # an older NVRTC for the PTX ($LEAPP_PTX_NVRTC), or None
     supported = wpp.nvrtc_supported_archs()
     missing = [a for a in (PTX_ARCH, *archs) if a not in supported]
     if missing:
@@ -173,7 +180,7 @@ def compile_module(kernel, block_dim: int, archs: tuple[int, ...] | None = None)
         module_hash = wpp.module_variant_hash(module, block_dim)
         if kernel not in wpp.kernel_variant_names(module, block_dim):
             raise ExportError(f"kernel '{kernel.key}' is not a live kernel of module '{module.name}'")
-        variant = (module.name, module_hash, block_dim)
+        variant = (module.name, module_hash, block_dim, compat.identity if compat else "")
         compiled = _cache.get((*variant, archs))
         if compiled is not None:
             log.debug("module '%s' (%s, block_dim %d): compiled code reused", module.name, module_hash[:7], block_dim)
@@ -181,7 +188,8 @@ def compile_module(kernel, block_dim: int, archs: tuple[int, ...] | None = None)
             store = _store.get(variant)
             missing = tuple(a for a in archs if store is None or a not in store.cubins)
             if store is None or missing:
-                fresh = _compile_variant(module, block_dim, missing, module_hash, toolkit, ptx=store is None)
+                fresh = _compile_variant(module, block_dim, missing, module_hash, toolkit, ptx=store is None,
+                                         compat=compat)
                 if store is None:
                     store = _store[variant] = fresh
                 store.cubins.update(fresh.cubins)
@@ -201,7 +209,8 @@ def compile_module(kernel, block_dim: int, archs: tuple[int, ...] | None = None)
 
 
 def _compile_variant(
-    module, block_dim: int, archs: tuple[int, ...], module_hash: str, toolkit: str, ptx: bool = True
+    module, block_dim: int, archs: tuple[int, ...], module_hash: str, toolkit: str, ptx: bool = True,
+    compat: ptx_compat.CompatNvrtc | None = None,
 ) -> CompiledModule:
     """The PTX (unless ``ptx`` is False) and the cubins of ``archs`` for one variant: read from the binary cache
     (``binary_cache``) where it has them, the rest compiled concurrently and added to it."""
@@ -212,7 +221,9 @@ def _compile_variant(
     if cache is not None and options.get("extra_cuda_include_dirs"):
         log.debug("module '%s': extra_cuda_include_dirs are not part of Warp's hash, binary cache not used", module.name)
         cache = None
-    keys = {t: _cache_key(module.name, module_hash, block_dim, toolkit, *t) for t in targets} if cache else {}
+    ptx_nvrtc = f"{toolkit}; PTX by {compat.identity}" if compat else toolkit
+    keys = {t: _cache_key(module.name, module_hash, block_dim, ptx_nvrtc if t[0] == "ptx" else toolkit, *t)
+            for t in targets} if cache else {}
     found = {}
     for t in keys:
         entry = cache.get(keys[t])
@@ -220,7 +231,7 @@ def _compile_variant(
             found[t] = entry
     missing = [t for t in targets if t not in found]
     start = time.perf_counter()
-    fresh = _compile_targets(module, options, name, block_dim, missing)
+    fresh = _compile_targets(module, options, name, block_dim, missing, compat)
     if fresh:
         log.info("module '%s' (%s, block_dim %d): compiled %s in %.2f s (%d thread(s))%s", module.name,
                  module_hash[:7], block_dim, _names(fresh), time.perf_counter() - start, _threads(len(fresh)),
@@ -243,6 +254,7 @@ def _compile_variant(
     return CompiledModule(
         name=name, module_hash=module_hash, block_dim=block_dim, ptx=ptx_text, cubins=cubins, smem_bytes=smem,
         ptx_isa=match.group(1).decode() if match else "", toolkit=toolkit,
+        ptx_toolkit=(compat.version_text if compat else toolkit) if ptx else "",
     )
 
 
@@ -259,13 +271,15 @@ def _threads(count: int) -> int:
     return max(1, min(count, cpus))
 
 
-def _compile_targets(module, options: dict, name: str, block_dim: int, targets: list[tuple[str, int]]) -> dict:
+def _compile_targets(module, options: dict, name: str, block_dim: int, targets: list[tuple[str, int]],
+                     compat: ptx_compat.CompatNvrtc | None = None) -> dict:
     """(kind, arch) -> binary_cache.Entry, compiled by Warp's NVRTC, each target in its own temporary folder.
 
     The targets compile on a thread pool: Warp 1.19 serialises codegen under its own lock, builds in
     per-thread folders with per-thread NVRTC PCH folders, and NVRTC (a ctypes call, the GIL released)
     compiles independent programs concurrently. The caller holds ``_cache_lock`` and
-    ``preserved_module_state``, so no other leapp compile touches the module meanwhile.
+    ``preserved_module_state``, so no other leapp compile touches the module meanwhile. With ``compat``, the
+    PTX is then compiled again from the ``.cu`` Warp wrote, by that older NVRTC (``ptx_compat``).
     """
     if not targets:
         return {}
@@ -281,7 +295,10 @@ def _compile_targets(module, options: dict, name: str, block_dim: int, targets: 
                                   f"to {'PTX' if kind == 'ptx' else 'cubin'} sm_{arch} failed: {e}") from e
             meta = json.loads(_read(out_dir, f"{name}.meta").decode("utf-8"))
             smem = {k.removesuffix("_smem_bytes"): int(v) for k, v in meta.items() if k.endswith("_smem_bytes")}
-            return binary_cache.Entry(_read(out_dir, f"{name}.sm{arch}.{kind}"), smem)
+            payload = _read(out_dir, f"{name}.sm{arch}.{kind}")
+            if kind == "ptx" and compat is not None:
+                payload = ptx_compat.compile_ptx(compat, _read(out_dir, f"{name}.cu"), name, options, arch, payload)
+            return binary_cache.Entry(payload, smem)
 
         workers = _threads(len(targets))
         if workers == 1:

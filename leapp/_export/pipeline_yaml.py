@@ -6,7 +6,7 @@ keys are stable, new keys may be added and readers ignore keys they do not know)
     format: leapp.pipeline
     version: 1
     name: <session>
-    producer: {leapp, torch, warp, onnx, onnxruntime, onnxscript, python, cuda_toolkit, ptx_isa}
+    producer: {leapp, torch, warp, onnx, onnxruntime, onnxscript, python, cuda_toolkit, ptx_isa, ptx_toolkit}
     nodes:                       # in execution order
     - name, backend, artifact (relative path), sha256, files ([{path, sha256}]: ONNX external data),
       source, device, inputs/outputs ([{name, dtype, shape, warp_dtype?, logical_shape?, metadata?}]),
@@ -79,7 +79,7 @@ def producer_versions(segment_producers: list[Mapping[str, str]]) -> dict[str, s
         "onnxscript": _version("onnxscript"),
         "python": platform.python_version(),
     }
-    for key in ("cuda_toolkit", "ptx_isa", "param_abi"):
+    for key in ("cuda_toolkit", "ptx_isa", "ptx_toolkit", "param_abi"):
         seen = sorted({str(p[key]) for p in segment_producers if p.get(key)})
         if seen:
             versions[key] = ", ".join(seen)

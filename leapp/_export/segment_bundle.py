@@ -39,6 +39,7 @@ from leapp._apic.wrp import (
     WrpMemtile,
     parse_wrp,
 )
+from leapp.bundle.format import ptx_isa_of
 from leapp.errors import ExportError
 
 __all__ = ["build_segment_bundle", "build_bundle_from_wrp", "torch_dtype_name", "cuda_grid", "DEFAULT_CUDA_BLOCK_DIM"]
@@ -73,7 +74,7 @@ def build_segment_bundle(segment, *, cuda_block_dim: int | None = None, archs: t
     Args:
         segment: the recorder's SegmentRecord (its ``.wrp`` bytes, kernels and region roles).
         cuda_block_dim: CUDA block size for kernels captured on CPU with block_dim 1 (default 256).
-        archs: cubin targets (default: sm_75/80/86/89/90/100/120 or $LEAPP_CUDA_ARCHS).
+        archs: cubin targets (default: sm_75/80/86/90/100/110/120 or $LEAPP_CUDA_ARCHS).
 
     Raises:
         ExportError: naming the segment and its source line, for anything that
@@ -396,8 +397,12 @@ class _Builder:
         m = self.module_index.get(compiled.name)
         if m is None:
             m = len(self.modules)
-            binaries = [{"kind": kind, "arch": arch, "blob": self.add_blob(data)}
-                        for kind, arch, data in compiled.binaries()]
+            binaries = []
+            for kind, arch, data in compiled.binaries():
+                binaries.append({"kind": kind, "arch": arch, "blob": self.add_blob(data)})
+                isa = ptx_isa_of(data) if kind == "ptx" else ""
+                if isa:  # recorded so readers and leapp inspect see which drivers can JIT it
+                    binaries[-1]["ptx_isa"] = isa
             self.modules.append({"name": compiled.name, "binaries": binaries})
             self.module_index[compiled.name] = m
             self.compiled.append(compiled)
@@ -457,6 +462,8 @@ class _Builder:
         }
         if self.compiled:
             producer["ptx_isa"] = self.compiled[0].ptx_isa
+            if self.compiled[0].ptx_toolkit not in ("", producer["cuda_toolkit"]):
+                producer["ptx_toolkit"] = self.compiled[0].ptx_toolkit  # an older NVRTC wrote the PTX
         return {
             "format": "leapp.warp.bundle",
             "segment": self.segment_id,

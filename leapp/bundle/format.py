@@ -8,6 +8,7 @@ warp is installed.
 
 from __future__ import annotations
 
+import re
 import struct
 
 from leapp.errors import LeappError
@@ -41,6 +42,8 @@ __all__ = [
     "DTYPE_ITEMSIZE",
     "DTYPES",
     "align_up",
+    "ptx_isa_of",
+    "is_ptx_isa",
 ]
 
 
@@ -108,3 +111,23 @@ DTYPES = tuple(DTYPE_ITEMSIZE)
 def align_up(n: int, alignment: int = ALIGNMENT) -> int:
     """The smallest multiple of ``alignment`` that is >= n."""
     return (n + alignment - 1) // alignment * alignment
+
+
+_PTX_ISA = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}")
+_PTX_VERSION = re.compile(rb"\.version([ \t]*)([0-9.]*)")
+PTX_ISA_SCAN = 4096  # the .version directive is looked for in a PTX blob's first 4096 bytes
+
+
+def is_ptx_isa(text: str) -> bool:
+    """Whether ``text`` is a PTX ISA version as the manifest writes it: "<1-3 digits>.<1-3 digits>" ("9.0")."""
+    return isinstance(text, str) and _PTX_ISA.fullmatch(text) is not None
+
+
+def ptx_isa_of(ptx: bytes) -> str:
+    """The ISA of a PTX text (section 2, ``binaries[b].ptx_isa``): the first ".version" in its first 4096 bytes,
+    then at least one space or tab, then "<1-3 digits>.<1-3 digits>"; "" when there is none of that form."""
+    match = _PTX_VERSION.search(bytes(ptx[:PTX_ISA_SCAN]))
+    if match is None or not match.group(1):
+        return ""
+    isa = match.group(2).decode("ascii")
+    return isa if is_ptx_isa(isa) else ""

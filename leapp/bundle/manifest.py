@@ -21,6 +21,8 @@ from leapp.bundle.format import (
     MAX_OWNED_BYTES,
     OP_KINDS,
     ROLES,
+    is_ptx_isa,
+    ptx_isa_of,
     BundleError,
 )
 
@@ -201,6 +203,21 @@ class _ManifestCheck:
             blob = self.blob(self.get(binary, "blob", bpath), f"{bpath}.blob")
             if kind == "ptx":
                 self.check_ptx_blob(blob, bpath)
+            if "ptx_isa" in binary:
+                self.check_ptx_isa(binary, kind, blob, bpath)
+
+    def check_ptx_isa(self, binary: dict, kind: str, blob: int, path: str) -> None:
+        """The optional ``ptx_isa``: a PTX binary's ISA, equal to its text's ``.version`` (both readers check it)."""
+        isa = self.field(binary, "ptx_isa", path, "str")
+        if kind != "ptx":
+            self.fail(f"{path}.ptx_isa is given for a cubin (only PTX has an ISA version)")
+        if not is_ptx_isa(isa):
+            self.fail(f'{path}.ptx_isa {_describe(isa)} is not a PTX ISA version such as "9.0"')
+        if self.blobs is not None:
+            own = ptx_isa_of(self.blobs[blob])
+            if own != isa:
+                self.fail(f"{path}.ptx_isa {isa!r} differs from the PTX text's .version "
+                          f"{own or '(none in its first 4096 bytes)'}")
 
     def check_ptx_blob(self, blob: int, path: str) -> None:
         if self.blob_lengths[blob] == 0:

@@ -17,7 +17,7 @@ from typing import Any
 from leapp.bundle import Bundle, BundleError, parse_signature, read_bundle
 from leapp.bundle.describe import describe_bundle, format_bytes
 from leapp.bundle.format import HEADER, MAGIC
-from leapp.cli.inspect_bundle import check_signature
+from leapp.cli.inspect_bundle import check_signature, describe_choice
 from leapp.cli.report import Report
 
 __all__ = ["PT2_OP_TARGET", "inspect_pt2", "inspect_torchscript", "inspect_zip"]
@@ -169,6 +169,7 @@ def _describe_archive(path: Path, archive: zipfile.ZipFile, report: Report, inde
             found += 1
             report.line(f"bundle in {label}:", indent + 1)
             report.lines(describe_bundle(bundle, size), indent + 2)
+            describe_choice(report, f"{path.name}: {label}", data[offset:offset + size], indent + 2)
             report.digests.add(bundle.digest)
             bundles[bundle.digest] = bundle
     if not found:

@@ -13,7 +13,7 @@ from leapp.bundle import Bundle, BundleError, parse_signature, read_bundle, sign
 from leapp.bundle.describe import describe_bundle, format_bytes
 from leapp.cli.report import Report
 
-__all__ = ["check_signature", "inspect_bundle_file", "read_described"]
+__all__ = ["check_signature", "describe_choice", "inspect_bundle_file", "read_described"]
 
 
 def check_signature(report: Report, where: str, text: str | None, bundle: Bundle | None, indent: int) -> None:
@@ -36,6 +36,17 @@ def check_signature(report: Report, where: str, text: str | None, bundle: Bundle
         report.line(f"signature matches the bundle (digest {bundle.digest[:16]}...)", indent)
 
 
+def describe_choice(report: Report, where: str, data: bytes, indent: int) -> None:
+    """Which binary of the bundle loads on this machine's GPUs (or on named GPUs without a driver), and why:
+    the native loader's own choice (``leapp.runtime.binary_choice``)."""
+    from leapp.runtime.binary_choice import describe_binary_choice  # noqa: PLC0415
+
+    try:
+        report.lines(describe_binary_choice(data), indent)
+    except ValueError as e:  # the C++ reader refuses what the Python reader accepted
+        report.problem(f"{where}: native reader: {e}", indent)
+
+
 def read_described(report: Report, where: str, data: bytes, indent: int) -> Bundle | None:
     try:
         bundle = read_bundle(data)
@@ -43,6 +54,7 @@ def read_described(report: Report, where: str, data: bytes, indent: int) -> Bund
         report.problem(f"{where}: {e}", indent)
         return None
     report.lines(describe_bundle(bundle, len(data)), indent)
+    describe_choice(report, where, data, indent)
     report.digests.add(bundle.digest)
     return bundle
 

@@ -1,30 +1,206 @@
-"""leapp/runtime/binary_choice.py: the compiled binary each Warp module of a node tries first on its device.
+"""leapp/runtime/binary_choice.py: which binary of a bundle loads on a GPU, and why, in words.
 
-The native loader picks a module's binary when a segment first runs: the cubin of the
-device's arch, else a compatible older cubin, else the PTX (JIT-compiled by the driver)
-(docs/bundle-format.md §3). ``leapp.load`` logs that choice at DEBUG from the same rule
-(``leapp._native.Bundle.binary_candidates``), so a user sees at load whether a node will
-JIT PTX, or finds no binary for the GPU, before its first call.
+The choice itself is the native runtime's (``choose_binary`` in
+ext/core/src/module_loader.cpp, reached through ``leapp._native``): the loader
+tries exactly the candidates reported here, in this order, so ``leapp inspect``
+and ``leapp doctor`` show what replay will do, not a Python re-implementation
+of it. The rules are docs/bundle-format.md section 3; the coverage they give a
+default export is docs/portability.md.
+
+    describe_binary_choice(bundle_bytes)                  # this machine's GPUs, or named GPUs without a driver
+    describe_binary_choice(path, (8, 7), 13000)           # a Jetson Orin with a CUDA 13.0 driver
+    describe_machine_binaries()                           # doctor: what a default export loads here
+
+``leapp.load`` logs the same choice at DEBUG for each Warp module of a CUDA node (``binary_choices``
+on the bundles read back from the artifact), so a user sees at load whether a node will JIT PTX, or
+finds no binary for the GPU, before its first call.
 """
 
 from __future__ import annotations
 
-import json
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
-import torch
-
 from leapp.bundle.format import MAGIC
+from leapp.bundle.reader import Bundle
 
-__all__ = ["binary_choices", "bundles_in_artifact", "device_capability"]
+__all__ = [
+    "DEFAULT_CUBIN_ARCHS",
+    "NAMED_GPUS",
+    "REFERENCE_DRIVER",
+    "binary_choices",
+    "bundles_in_artifact",
+    "describe_binary_choice",
+    "device_capability",
+    "describe_machine_binaries",
+    "driver_text",
+]
+
+# Shown when no driver is present: the GPU families docs/portability.md covers.
+NAMED_GPUS: tuple[tuple[str, tuple[int, int]], ...] = (
+    ("RTX 4090", (8, 9)),
+    ("Jetson Orin", (8, 7)),
+    ("H200", (9, 0)),
+    ("B300", (10, 3)),
+    ("Jetson Thor", (11, 0)),
+    ("GB10 / DGX Spark", (12, 1)),
+)
+# The cubins a default export holds (leapp._export.cuda_code uses this set), chosen by CUDA's binary
+# compatibility (SASS for X.y runs on X.z, z >= y, never across majors), one per family plus Ampere's
+# consumer minor: 75 Turing; 80 A100 (8.0); 86 RTX 30xx, Jetson Orin (8.7), RTX 40xx (8.9: its SASS equals
+# sm_86's for the kernels compared, docs/portability.md); 90 H100/H200; 100 B200/B300 (10.3); 110 Jetson
+# Thor; 120 RTX 50xx, GB10 (12.1). And the PTX ISA / CUDA version of Warp 1.19's NVRTC, which writes them.
+DEFAULT_CUBIN_ARCHS: tuple[int, ...] = (75, 80, 86, 90, 100, 110, 120)
+DEFAULT_EXPORT_PTX_ISA = "9.4"
+DEFAULT_EXPORT_TOOLKIT = "13.4"
+REFERENCE_DRIVER = 13000  # CUDA 13.0 (R580, JetPack 7): the oldest driver that loads CUDA 13 cubins
+
+
+def driver_text(version: int) -> str:
+    """'CUDA 13.0 (13000)' for cuDriverGetVersion's 13000."""
+    return f"CUDA {version // 1000}.{version % 1000 // 10} ({version})"
+
+
+def _native_bundle(bundle):
+    from leapp import _native  # noqa: PLC0415 - the native module is needed only here
+
+    if isinstance(bundle, _native.Bundle):
+        return bundle
+    if isinstance(bundle, Bundle):
+        from leapp.bundle.writer import write_bundle  # noqa: PLC0415
+
+        return _native.Bundle(write_bundle(bundle.manifest, bundle.blobs))
+    if isinstance(bundle, (str, os.PathLike)):
+        bundle = Path(bundle).read_bytes()
+    return _native.Bundle(bytes(bundle))
+
+
+def _modules(native) -> list[dict]:
+    import json  # noqa: PLC0415
+
+    return json.loads(native.manifest_json)["modules"]
+
+
+def _choice_lines(choice: dict, label: str) -> list[str]:
+    if choice["chosen"] < 0:
+        return [f"{label}: {choice['summary']}"]
+    lines = [f"{label}: loads {choice['summary']}"]
+    fallbacks = [c for i, c in enumerate(choice["candidates"]) if i != choice["chosen"]]
+    if fallbacks:
+        lines.append("    then tries " + "; ".join(
+            f"{c['kind']} sm_{c['arch']}{'' if c['expected'] else ' (expected to fail)'}" for c in fallbacks))
+    return lines
+
+
+def _driver_status() -> dict:
+    try:
+        from leapp import _native  # noqa: PLC0415
+    except ImportError as e:  # pragma: no cover - a broken install
+        return {"available": False, "error": f"leapp._native cannot be imported: {e}", "version": 0, "devices": []}
+    return _native.driver_status()
+
+
+def describe_binary_choice(bundle, compute_capability: tuple[int, int] | None = None,
+                           driver_version: int | None = None) -> list[str]:
+    """Lines (no trailing newline) saying which binary of each module loads, and why.
+
+    Args:
+        bundle: the bundle's bytes, a path to a bundle file, a ``leapp.bundle.Bundle`` or a
+            ``leapp._native.Bundle``.
+        compute_capability: (major, minor) of the GPU to judge; default: every GPU of this
+            machine, or, without a driver, the named GPUs of ``NAMED_GPUS``.
+        driver_version: cuDriverGetVersion of the driver to judge (13000 = CUDA 13.0); default:
+            this machine's driver, or ``REFERENCE_DRIVER`` (CUDA 13.0) when there is none.
+
+    Without leapp._native (a broken install) the one line says so.
+
+    Raises:
+        ValueError: the bundle fails the native reader's validation (its message).
+    """
+    try:
+        native = _native_bundle(bundle)
+    except ImportError as e:
+        return [f"binary choice: not available, leapp._native cannot be imported ({e})"]
+    modules = _modules(native)
+    lines = ["binary choice (docs/portability.md):"]
+    if not modules:
+        return lines + ["  no Warp modules: nothing to load"]
+    status = _driver_status()
+    if driver_version is None:
+        driver_version = int(status["version"]) if status["available"] else REFERENCE_DRIVER
+    targets: list[tuple[str, str, tuple[int, int]]]  # (device name for messages, label, compute capability)
+    if compute_capability is not None:
+        major, minor = int(compute_capability[0]), int(compute_capability[1])
+        targets = [("", f"compute capability {major}.{minor}", (major, minor))]
+        lines.append(f"  with a {driver_text(driver_version)} driver:")
+    elif status["available"] and status["devices"]:
+        targets = [(d["name"], f"device {d['ordinal']} ({d['name']}, {d['compute_capability'][0]}."
+                    f"{d['compute_capability'][1]})", tuple(d["compute_capability"])) for d in status["devices"]]
+        lines.append(f"  this machine: {driver_text(driver_version)} driver")
+    else:
+        why = status["error"] if not status["available"] else "the driver sees no GPU"
+        lines.append(f"  this machine: no CUDA GPU here ({why}); the choice for named GPUs with a "
+                     f"{driver_text(driver_version)} driver:")
+        targets = [(name, f"{name} ({cc[0]}.{cc[1]})", cc) for name, cc in NAMED_GPUS]
+    for name, label, (major, minor) in targets:
+        for m, module in enumerate(modules):
+            choice = native.binary_choice(m, major, minor, driver_version, name)
+            where = f"  {label}" + (f", module {m} {module['name']}" if len(modules) > 1 else "")
+            lines += _choice_lines(choice, where)
+    return lines
+
+
+def describe_machine_binaries(cubin_archs: tuple[int, ...] | None = None, ptx_isa: str | None = None,
+                              cuda_toolkit: str | None = None) -> list[str]:
+    """``leapp doctor``: what this machine's driver reads, and which binary a default export loads on each GPU.
+
+    ``cubin_archs`` / ``ptx_isa`` / ``cuda_toolkit`` describe the export (default: leapp's default cubin set,
+    PTX sm_75 of ISA 9.4 and CUDA 13.4, Warp 1.19's NVRTC); no Warp or bundle is needed.
+    """
+    try:
+        from leapp import _native  # noqa: PLC0415
+    except ImportError as e:
+        return [f"binaries: not available, leapp._native cannot be imported ({e})"]
+
+    archs = cubin_archs if cubin_archs is not None else DEFAULT_CUBIN_ARCHS
+    isa = ptx_isa or DEFAULT_EXPORT_PTX_ISA
+    toolkit = cuda_toolkit or DEFAULT_EXPORT_TOOLKIT
+    binaries = [("ptx", 75, isa)] + [("cubin", a, "") for a in archs]
+    status = _driver_status()
+    held = f"cubins {', '.join(f'sm_{a}' for a in archs)} and PTX sm_75 of ISA {isa} (CUDA {toolkit})"
+    if not status["available"]:
+        return [f"binaries: no CUDA driver here; a default export ({held}) needs a CUDA 13.0 driver for its "
+                f"cubins and CUDA {_min_driver_text(isa)} for its PTX (docs/portability.md)"]
+    version = int(status["version"])
+    reads = _native.driver_ptx_isa(version)
+    reads_text = "any PTX ISA known today" if reads == (99, 99) else f"PTX up to ISA {reads[0]}.{reads[1]}"
+    lines = [f"binaries: the {driver_text(version)} driver reads {reads_text}; a default export holds {held}"]
+    for d in status["devices"]:
+        major, minor = d["compute_capability"]
+        choice = _native.binary_choice_for(binaries, major, minor, version, d["name"], toolkit)
+        lines += _choice_lines(choice, f"  device {d['ordinal']} ({d['name']}, {major}.{minor})")
+    return lines
+
+
+def _min_driver_text(isa: str) -> str:
+    from leapp import _native  # noqa: PLC0415
+
+    major, _, minor = isa.partition(".")
+    need = _native.ptx_isa_min_driver(int(major), int(minor))
+    return f"{need // 1000}.{need % 1000 // 10} or later" if need else f"a driver that reads PTX ISA {isa}"
+
+
+
+
+# --- at load: the choice for a node's device, logged by leapp.runtime.pipeline ------------------------------
 
 
 def device_capability(device: str) -> tuple[int, int] | None:
     """(major, minor) of ``device`` as leapp's driver loader sees it (no CUDA torch needed), or None."""
-    from leapp import _native
+    import torch  # noqa: PLC0415 - leapp inspect and doctor use this module without torch
 
-    status = _native.driver_status()
+    status = _driver_status()
     index = torch.device(device).index or 0
     for entry in status["devices"] if status["available"] else ():
         if entry["ordinal"] == index:
@@ -32,19 +208,23 @@ def device_capability(device: str) -> tuple[int, int] | None:
     return None
 
 
-def _is_bundle(tensor: torch.Tensor) -> bool:
+def _is_bundle(tensor) -> bool:
+    import torch  # noqa: PLC0415
+
     return tensor.dtype == torch.uint8 and tensor.dim() == 1 and tensor.numel() > len(MAGIC)
 
 
 def bundles_in_artifact(backend: str, path: Path, runner) -> list[bytes]:
     """The segment bundles a node's artifact holds: a PT2 program's constants, an ONNX model's initializers."""
     if backend == "pt2":
+        import torch  # noqa: PLC0415
+
         program = runner.program.program
         tensors = [*program.constants.values(), *program.state_dict.values()]
         found = [bytes(t.cpu().numpy()) for t in tensors if isinstance(t, torch.Tensor) and _is_bundle(t)]
     elif backend == "onnx":
-        import onnx
-        from onnx import numpy_helper
+        import onnx  # noqa: PLC0415
+        from onnx import numpy_helper  # noqa: PLC0415
 
         model = onnx.load(str(path))
         found = [numpy_helper.to_array(t, base_dir=str(path.parent)).tobytes() for t in model.graph.initializer
@@ -54,22 +234,20 @@ def bundles_in_artifact(backend: str, path: Path, runner) -> list[bytes]:
     return [data for data in found if data.startswith(MAGIC)]
 
 
-def binary_choices(bundles: Iterable[bytes], capability: tuple[int, int]) -> list[str]:
-    """One line per module of each bundle: what a device of ``capability`` loads first, and what it falls back to."""
-    from leapp import _native
+def binary_choices(bundles: Iterable[bytes], capability: tuple[int, int],
+                   driver_version: int | None = None) -> list[str]:
+    """Lines saying what each module of each bundle loads on a device of ``capability`` with this machine's
+    driver (or ``driver_version``; ``REFERENCE_DRIVER`` without a driver): the native ``choose_binary``."""
+    from leapp import _native  # noqa: PLC0415
 
+    if driver_version is None:
+        status = _driver_status()
+        driver_version = int(status["version"]) if status["available"] else REFERENCE_DRIVER
     major, minor = capability
     lines = []
     for data in bundles:
-        bundle = _native.Bundle(data)
-        for index, module in enumerate(json.loads(bundle.manifest_json)["modules"]):
-            names = [f"{kind} sm_{arch}" for kind, arch in bundle.binary_candidates(index, major, minor)]
-            where = f"segment {bundle.segment} module {module['name']}"
-            if not names:
-                offered = ", ".join(f"{b['kind']} sm_{b['arch']}" for b in module["binaries"])
-                lines.append(f"{where}: no binary for sm_{10 * major + minor} (the bundle has {offered})")
-            else:
-                jit = " (JIT-compiled by the driver)" if names[0].startswith("ptx") else ""
-                rest = f"; then {', '.join(names[1:])}" if names[1:] else ""
-                lines.append(f"{where}: {names[0]}{jit} on sm_{10 * major + minor}{rest}")
+        native = _native.Bundle(data)
+        for m, module in enumerate(_modules(native)):
+            choice = native.binary_choice(m, major, minor, driver_version, "")
+            lines += _choice_lines(choice, f"segment {native.segment} module {module['name']} on sm_{10 * major + minor}")
     return lines

@@ -67,6 +67,14 @@ def test_inspect_bundle_file(tmp_path, capsys):
         f"signature: {SIGNATURE}",
     ):
         assert text in out
+    # which binary loads, from the native loader's own choice: this machine's GPUs, or named GPUs without a driver
+    assert "binary choice (docs/portability.md):" in out
+    from leapp import _native
+
+    if not _native.driver_status()["available"]:
+        assert "this machine: no CUDA GPU here" in out
+        assert "H200 (9.0): loads ptx sm_75: driver JIT of compute_75 PTX (ISA 7.5) for 9.0" in out, out
+        assert "Jetson Thor (11.0): loads ptx sm_75" in out, out
 
 
 def test_inspect_corrupt_bundle_file(tmp_path, capsys):
@@ -97,6 +105,7 @@ def test_inspect_onnx(tmp_path, capsys):
     assert "node obs_warp_segment_0 (leapp.warp::WarpSegment): inputs ['x'], bundle 'seg0_bundle', outputs ['y']" in lines
     assert f"digest {DIGEST} (format v1, 2.8 KiB, 3 blobs)" in lines
     assert f"signature matches the bundle (digest {DIGEST[:16]}...)" in lines
+    assert "binary choice (docs/portability.md):" in lines  # each bundle found in an archive too
 
 
 def test_inspect_onnx_with_external_data(tmp_path, capsys):
@@ -249,6 +258,10 @@ def test_doctor(capsys):
     status = _native.driver_status()
     if not status["available"]:
         assert f"CUDA driver: not available ({status['error']})" in out
+        assert "binaries: no CUDA driver here; a default export (cubins sm_75, sm_80, sm_86, sm_90, sm_100, sm_110, " \
+               "sm_120 and PTX sm_75 of ISA 9.4 (CUDA 13.4)) needs a CUDA 13.0 driver for its cubins" in out, out
+    else:
+        assert "binaries: the CUDA " in out and " driver reads PTX up to ISA " in out, out
 
 
 def test_usage_error(capsys):

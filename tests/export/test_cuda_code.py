@@ -122,11 +122,11 @@ def test_tile_kernel_has_dynamic_shared_memory_from_meta():
     assert _warp_private.uses_tiles(k_tile) and not _warp_private.uses_tiles(k_double)
 
 
-def test_default_targets_are_ptx75_plus_eight_cubins(monkeypatch, compiled):
+def test_default_targets_are_ptx75_plus_one_cubin_per_family(monkeypatch, compiled):
     monkeypatch.delenv(cuda_code.ARCHS_ENV, raising=False)
-    assert cuda_code.cubin_archs() == (75, 80, 86, 89, 90, 100, 120)
+    assert cuda_code.cubin_archs() == (75, 80, 86, 90, 100, 110, 120)  # Thor (11.0) included
     full = cuda_code.compile_module(k_double, 256)
-    assert sorted(full.cubins) == [75, 80, 86, 89, 90, 100, 120] and list(full.ptx) == [75]
+    assert sorted(full.cubins) == [75, 80, 86, 90, 100, 110, 120] and list(full.ptx) == [75]
     # binaries compiled earlier for a subset of targets are reused, not rebuilt
     assert full.cubins[90] is compiled.cubins[90] and full.ptx[75] is compiled.ptx[75]
     for arch, cubin in full.cubins.items():
@@ -135,9 +135,18 @@ def test_default_targets_are_ptx75_plus_eight_cubins(monkeypatch, compiled):
         assert arch in (e_flags & 0xFF, (e_flags >> 8) & 0xFF), (arch, hex(e_flags))
 
 
+def test_known_archs_are_what_warps_nvrtc_targets():
+    """LEAPP_CUDA_ARCHS's list is Warp 1.19's NVRTC's own (a Warp update that changes it shows here)."""
+    cuda_code.toolkit_version()  # initialises Warp
+    assert set(cuda_code.KNOWN_CUBIN_ARCHS) == set(_warp_private.nvrtc_supported_archs())
+    assert set(cuda_code.DEFAULT_CUBIN_ARCHS) <= set(cuda_code.KNOWN_CUBIN_ARCHS)
+
+
 def test_archs_env(monkeypatch):
     monkeypatch.setenv(cuda_code.ARCHS_ENV, "sm_90, 75")
     assert cuda_code.cubin_archs() == (75, 90)
+    monkeypatch.setenv(cuda_code.ARCHS_ENV, "87,110,121")  # beyond the default set: any SM NVRTC targets
+    assert cuda_code.cubin_archs() == (87, 110, 121)
     monkeypatch.setenv(cuda_code.ARCHS_ENV, "91")
     with pytest.raises(ExportError, match="LEAPP_CUDA_ARCHS='91'"):
         cuda_code.cubin_archs()

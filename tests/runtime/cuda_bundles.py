@@ -80,9 +80,12 @@ def fake_cubin(arch: int, *entries: str) -> bytes:
     return bytes(header) + body
 
 
-def with_binaries(binaries: list[tuple[str, int, bytes]], n: int = 64) -> bytes:
-    """The leapp.bundle.testing example (y = x * [1..n]) with its module's binaries replaced."""
+def with_binaries(binaries: list[tuple[str, int, bytes]], n: int = 64, cuda_toolkit: str | None = None) -> bytes:
+    """The leapp.bundle.testing example (y = x * [1..n]) with its module's binaries replaced (and
+    ``producer.cuda_toolkit``, the CUDA of its cubins, when given)."""
     manifest, blobs = example_manifest_and_blobs(n)
+    if cuda_toolkit is not None:
+        manifest["producer"]["cuda_toolkit"] = cuda_toolkit
     entries = []
     for kind, arch, data in binaries:
         entries.append({"kind": kind, "arch": arch, "blob": len(blobs)})

@@ -310,10 +310,11 @@ def test_ptx_too_new_explains_error_222():
         run(data, [np.ones(16, np.float32)], [np.empty(16, np.float32)], stream(0))
     text = str(info.value)
     for part in ("leapp segment 'example/warp_segment_0': module 0 'leapp_example_module' could not be loaded",
-                 "compute capability 9.0", "CUDA driver 13.0", "ptx sm_75, cubin sm_86", "ptx sm_75: "
-                 "CUDA_ERROR_UNSUPPORTED_PTX_VERSION", "Unsupported .version 9.4",
-                 "CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222): the CUDA 13.0 driver cannot JIT-compile PTX ISA 9.4",
-                 "re-export the bundle with a cubin for sm_90"):
+                 "compute capability 9.0", "CUDA driver 13.0", "ptx sm_75 (PTX ISA 9.4), cubin sm_86",
+                 "ptx sm_75: CUDA_ERROR_UNSUPPORTED_PTX_VERSION", "Unsupported .version 9.4",
+                 "CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222): the CUDA 13.0 driver cannot JIT-compile PTX ISA 9.4 "
+                 "(it reads PTX up to ISA 9.0;", "Update the driver to CUDA 13.4 or later",
+                 "re-export the bundle with a cubin for sm_90 or with PTX of an older ISA"):
         assert part in text, (part, text)
 
 

@@ -140,6 +140,16 @@ void read_modules(const Checker& c, const JsonValue& root, const std::vector<std
       if (bs.kind == BinaryKind::kPtx && (data.empty() || data.back() != '\0'))
         c.fail(Checker::join(bpath, "blob"), std::to_string(bs.blob) + " is PTX but not NUL-terminated");
       // cubin bytes are not inspected (the driver judges them at load time)
+      if (bs.kind == BinaryKind::kPtx) bs.ptx_isa = ptx_isa_of(data);
+      if (const JsonValue* isa = bin.find("ptx_isa")) {  // optional: the ISA the writer recorded
+        const std::string ipath = Checker::join(bpath, "ptx_isa");
+        const std::string& text = c.typed(*isa, ipath, Type::kString, "a string").string;
+        if (bs.kind != BinaryKind::kPtx) c.fail(ipath, "is given for a cubin (only PTX has an ISA version)");
+        if (!is_ptx_isa_text(text)) c.fail(ipath, "\"" + shown(text) + "\" is not a PTX ISA version such as \"9.0\"");
+        if (text != bs.ptx_isa)
+          c.fail(ipath, "\"" + text + "\" differs from the PTX text's .version" +
+                            (bs.ptx_isa.empty() ? std::string(" (none in its first 4096 bytes)") : " " + bs.ptx_isa));
+      }
       spec.binaries.push_back(bs);
     }
     m.modules.push_back(std::move(spec));
@@ -475,6 +485,26 @@ Signature read_signature(std::string_view json) {
     }
   }
   return sig;
+}
+
+bool is_ptx_isa_text(std::string_view s) {
+  size_t dot = s.find('.');
+  auto digits = [](std::string_view d) {
+    return !d.empty() && d.size() <= 3 && std::all_of(d.begin(), d.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  };
+  return dot != std::string_view::npos && digits(s.substr(0, dot)) && digits(s.substr(dot + 1));
+}
+
+std::string ptx_isa_of(std::string_view ptx) {
+  std::string_view head = ptx.substr(0, 4096);
+  size_t at = head.find(".version");
+  if (at == std::string_view::npos) return "";
+  size_t i = at + 8, spaces = 0;
+  while (i < head.size() && (head[i] == ' ' || head[i] == '\t')) ++i, ++spaces;
+  size_t j = i;
+  while (j < head.size() && ((head[j] >= '0' && head[j] <= '9') || head[j] == '.')) ++j;
+  std::string_view isa = head.substr(i, j - i);
+  return spaces > 0 && is_ptx_isa_text(isa) ? std::string(isa) : "";
 }
 
 }  // namespace leapp::detail

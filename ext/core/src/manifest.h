@@ -1,6 +1,7 @@
 // ext/core/src/manifest.h: manifest and signature field checks (internal).
 #pragma once
 
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -12,6 +13,13 @@ namespace leapp::detail {
 /// section 2. `blobs` are the (already hash-checked) blob bytes, for index and
 /// length checks. Throws std::invalid_argument("leapp bundle '<segment>': <field> ...").
 Manifest read_manifest(std::string_view json, const std::vector<std::string_view>& blobs);
+
+/// The PTX ISA of a PTX text: the first ".version" in its first 4096 bytes, then spaces or
+/// tabs, then "<1-3 digits>.<1-3 digits>" (e.g. "9.4"); "" when there is none of that form.
+std::string ptx_isa_of(std::string_view ptx);
+
+/// Whether `s` is "<1-3 digits>.<1-3 digits>".
+bool is_ptx_isa_text(std::string_view s);
 
 /// Parses an op's `signature` attribute (see leapp::Signature).
 Signature read_signature(std::string_view json);

@@ -3,14 +3,81 @@
 // A cubin for the device's SM family avoids the driver's PTX JIT, whose
 // accepted PTX ISA is capped by the driver version (a CUDA 13.0 driver rejects
 // Warp 1.19's ISA 9.4 with error 222); PTX stays the fallback for new GPUs.
-// Every candidate is tried in order and each failure is kept for the message.
+// choose_binary() is the one implementation of the choice: the loader tries
+// its candidates in order (each failure is kept for the message), and
+// `leapp inspect` / `leapp doctor` report it through leapp._native.
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
+#include "manifest.h"
 #include "replay_internal.h"
 
 namespace leapp {
+namespace {
+
+std::string binary_name(const BinarySpec& b) {
+  return std::string(b.kind == BinaryKind::kPtx ? "ptx" : "cubin") + " sm_" + std::to_string(b.arch);
+}
+
+std::string cc_text(uint32_t arch) { return std::to_string(arch / 10) + "." + std::to_string(arch % 10); }
+
+std::string version_text(int version) {  // 13040 -> "13.4"
+  return std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
+}
+
+/// {major, minor} of "9.4"; {0, 0} when `s` is not of that form.
+std::pair<int, int> parse_isa(const std::string& s) {
+  if (!detail::is_ptx_isa_text(s)) return {0, 0};
+  size_t dot = s.find('.');
+  return {std::stoi(s.substr(0, dot)), std::stoi(s.substr(dot + 1))};
+}
+
+std::string isa_text(std::pair<int, int> isa) { return std::to_string(isa.first) + "." + std::to_string(isa.second); }
+
+// (CUDA version, newest PTX ISA its driver JIT reads), from the PTX ISA release notes.
+// CUDA 13.x reads ISA 9.x (13.0 -> 9.0 ... 13.4 -> 9.4; measured: a 13.0 driver refuses 9.1-9.4).
+struct IsaRow {
+  int cuda;
+  int major, minor;
+};
+constexpr IsaRow kIsaTable[] = {
+    {10000, 6, 3}, {10010, 6, 4}, {10020, 6, 5}, {11000, 7, 0}, {11010, 7, 1}, {11020, 7, 2}, {11030, 7, 3},
+    {11040, 7, 4}, {11050, 7, 5}, {11060, 7, 6}, {11070, 7, 7}, {11080, 7, 8}, {12000, 8, 0}, {12010, 8, 1},
+    {12020, 8, 2}, {12030, 8, 3}, {12040, 8, 4}, {12050, 8, 5}, {12060, 8, 5}, {12080, 8, 7}, {12090, 8, 8},
+    {13000, 9, 0}, {13010, 9, 1}, {13020, 9, 2}, {13030, 9, 3}, {13040, 9, 4},
+};
+
+/// The CUDA major version of producer.cuda_toolkit ("13.4" -> 13), 0 when it is not a version.
+int toolkit_major(const Manifest& m) {
+  const std::string tk = m.producer_value("cuda_toolkit");
+  size_t digits = 0;
+  while (digits < tk.size() && digits < 3 && tk[digits] >= '0' && tk[digits] <= '9') ++digits;
+  if (digits == 0 || (digits < tk.size() && tk[digits] != '.')) return 0;
+  return std::stoi(tk.substr(0, digits));
+}
+
+bool isa_less(std::pair<int, int> a, std::pair<int, int> b) { return a < b; }
+
+}  // namespace
+
+std::pair<int, int> driver_ptx_isa(int driver_version) {
+  if (driver_version <= 0) return {0, 0};
+  if (driver_version >= 14000) return {99, 99};
+  if (driver_version >= 13000) return {9, (driver_version % 1000) / 10};  // 13.x reads 9.x
+  std::pair<int, int> best{0, 0};
+  for (const IsaRow& row : kIsaTable)
+    if (row.cuda <= driver_version) best = {row.major, row.minor};
+  return best;
+}
+
+int ptx_isa_min_driver(int isa_major, int isa_minor) {
+  for (const IsaRow& row : kIsaTable)
+    if (!isa_less({row.major, row.minor}, {isa_major, isa_minor})) return row.cuda;
+  if (isa_major == 9 && isa_minor < 100) return 13000 + 10 * isa_minor;  // the 13.x rule beyond the table
+  return 0;
+}
 
 std::vector<BinarySpec> binary_candidates(const ModuleSpec& module, int cc_major, int cc_minor) {
   const int arch = 10 * cc_major + cc_minor;
@@ -37,23 +104,106 @@ std::vector<BinarySpec> binary_candidates(const ModuleSpec& module, int cc_major
   return out;
 }
 
+BinaryChoice choose_binary(const Manifest& manifest, uint32_t module, int cc_major, int cc_minor, int driver_version,
+                           const std::string& device) {
+  if (module >= manifest.modules.size())
+    throw std::invalid_argument("module " + std::to_string(module) + " out of range (" +
+                                std::to_string(manifest.modules.size()) + " modules)");
+  const ModuleSpec& spec = manifest.modules[module];
+  const int arch = 10 * cc_major + cc_minor;
+  const std::string cc = std::to_string(cc_major) + "." + std::to_string(cc_minor);
+  const std::pair<int, int> reads = driver_ptx_isa(driver_version);
+  const std::string driver = driver_version > 0 ? "CUDA " + version_text(driver_version) + " driver" : "";
+  const int tk_major = toolkit_major(manifest);
+  BinaryChoice out;
+
+  for (const BinarySpec& b : spec.binaries) {
+    out.holdings += (out.holdings.empty() ? "" : ", ") + binary_name(b);
+    if (b.kind == BinaryKind::kPtx) out.holdings += " (PTX ISA " + (b.ptx_isa.empty() ? "unknown" : b.ptx_isa) + ")";
+  }
+
+  std::vector<BinarySpec> order = binary_candidates(spec, cc_major, cc_minor);
+  std::vector<BinaryOption> later;  // candidates expected to fail: tried after the others
+  std::pair<int, int> newest_refused{0, 0};
+  bool cubin_refused = false;
+  for (const BinarySpec& b : order) {
+    BinaryOption o{b, true, ""};
+    if (b.kind == BinaryKind::kCubin) {
+      o.reason = int(b.arch) == arch ? "exact match for compute capability " + cc
+                                     : "SASS for " + cc_text(b.arch) + " runs on " + cc + " (same major, lower minor)";
+      if (driver_version > 0 && tk_major > 0 && driver_version / 1000 < tk_major) {
+        o.expected = false;
+        cubin_refused = true;
+        o.reason += "; but it was built by CUDA " + manifest.producer_value("cuda_toolkit") + " and a " + driver +
+                    " predates CUDA " + std::to_string(tk_major) + ".0";
+      }
+    } else {
+      const std::pair<int, int> isa = parse_isa(b.ptx_isa);
+      o.reason = "driver JIT of compute_" + std::to_string(b.arch) + " PTX" +
+                 (b.ptx_isa.empty() ? " (ISA unknown)" : " (ISA " + b.ptx_isa + ")") + " for " + cc;
+      if (driver_version > 0 && isa.first > 0) {
+        if (isa_less(reads, isa)) {
+          o.expected = false;
+          if (isa_less(newest_refused, isa)) newest_refused = isa;
+          const int need = ptx_isa_min_driver(isa.first, isa.second);
+          o.reason += "; but the " + driver + " reads PTX up to ISA " + isa_text(reads) + " (ISA " + b.ptx_isa +
+                      (need ? " needs CUDA " + version_text(need) + " or later)" : " is newer than any known driver)");
+        } else {
+          o.reason += reads.first == 99 ? "; the " + driver + " reads it"
+                                        : "; the " + driver + " reads PTX up to ISA " + isa_text(reads);
+        }
+      }
+    }
+    (o.expected ? out.candidates : later).push_back(std::move(o));
+  }
+  if (!out.candidates.empty()) out.chosen = 0;
+  out.candidates.insert(out.candidates.end(), later.begin(), later.end());
+
+  for (const BinarySpec& b : spec.binaries) {
+    if (std::any_of(order.begin(), order.end(), [&](const BinarySpec& c) { return c.blob == b.blob && c.kind == b.kind && c.arch == b.arch; }))
+      continue;
+    BinaryOption o{b, false, ""};
+    if (b.kind == BinaryKind::kCubin)
+      o.reason = "SASS for " + cc_text(b.arch) + " runs only on compute capability " + std::to_string(b.arch / 10) +
+                 ".x with minor >= " + std::to_string(b.arch % 10);
+    else
+      o.reason = "PTX for compute_" + std::to_string(b.arch) + " needs compute capability " + cc_text(b.arch) +
+                 " or later";
+    out.excluded.push_back(std::move(o));
+  }
+
+  const std::string who = (device.empty() ? std::string("a GPU") : device) + " (compute capability " + cc + ")";
+  if (out.chosen >= 0) {
+    const BinaryOption& c = out.candidates[out.chosen];
+    out.summary = binary_name(c.binary) + ": " + c.reason;
+    return out;
+  }
+  out.summary = "no binary fits " + who + (driver.empty() ? "" : " with the " + driver) + ": the bundle holds " +
+                out.holdings + ".";
+  if (order.empty()) {
+    out.summary += " None runs on compute capability " + cc + ".";
+    out.summary += arch < 75 ? " leapp exports for compute capability 7.5 and later (CUDA 13 dropped older GPUs)."
+                             : " Re-export with a cubin for sm_" + std::to_string(arch) +
+                                   " (LEAPP_CUDA_ARCHS) or PTX for an arch <= " + std::to_string(arch) + ".";
+    return out;
+  }
+  if (newest_refused.first > 0) {
+    const int need = ptx_isa_min_driver(newest_refused.first, newest_refused.second);
+    out.summary += " Its PTX is ISA " + isa_text(newest_refused) + ", this driver reads PTX up to ISA " +
+                   isa_text(reads) + ".";
+    out.summary += need ? " Update the driver to CUDA " + version_text(need) + " or later, or" : " Either";
+    out.summary += " re-export with " +
+                   (cubin_refused ? std::string() : "a cubin for sm_" + std::to_string(arch) + " or with ") +
+                   "PTX of an older ISA (leapp[ptx-compat], docs/portability.md).";
+  }
+  if (cubin_refused)
+    out.summary += " Its cubins were built by CUDA " + manifest.producer_value("cuda_toolkit") +
+                   ": they need a CUDA " + std::to_string(tk_major) + ".0 driver or later.";
+  return out;
+}
+
 namespace detail {
 namespace {
-
-std::string binary_name(const BinarySpec& b) {
-  return std::string(b.kind == BinaryKind::kPtx ? "ptx" : "cubin") + " sm_" + std::to_string(b.arch);
-}
-
-/// The ISA of a PTX text (".version 9.4" -> "9.4"), or "" when it has none near the top.
-std::string ptx_isa_of(std::string_view ptx) {
-  size_t at = ptx.substr(0, 4096).find(".version");
-  if (at == std::string_view::npos) return "";
-  size_t i = at + 8;
-  while (i < ptx.size() && (ptx[i] == ' ' || ptx[i] == '\t')) ++i;
-  size_t j = i;
-  while (j < ptx.size() && j - i < 8 && ((ptx[j] >= '0' && ptx[j] <= '9') || ptx[j] == '.')) ++j;
-  return std::string(ptx.substr(i, j - i));
-}
 
 uint64_t read_u64(std::string_view b, size_t at) {
   uint64_t v = 0;
@@ -100,40 +250,31 @@ std::string elf_problem(std::string_view b) {
   return "";
 }
 
-std::string archs_present(const ModuleSpec& module) {
-  std::string s;
-  for (const BinarySpec& b : module.binaries) s += (s.empty() ? "" : ", ") + binary_name(b);
-  return s;
-}
-
 }  // namespace
 
-std::string cuda_version_text(int version) {
-  return std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
-}
+std::string cuda_version_text(int version) { return version_text(version); }
 
 LoadedModule load_module(const CudaDriver& d, const Bundle& bundle, uint32_t index, const DeviceAttrs& dev) {
   const Manifest& m = bundle.manifest();
   const ModuleSpec& module = m.modules.at(index);
-  const std::string isa = m.producer_value("ptx_isa").empty() ? "unknown" : m.producer_value("ptx_isa");
   const std::string cc = std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor);
   const std::string arch = std::to_string(10 * dev.cc_major + dev.cc_minor);
   const std::string where = "leapp segment '" + m.segment + "': module " + std::to_string(index) +
                             (module.name.empty() ? "" : " '" + module.name + "'");
+  const BinaryChoice choice = choose_binary(m, index, dev.cc_major, dev.cc_minor, d.version, dev.name);
   const std::string context = "device " + std::to_string(dev.ordinal) + " (" + dev.name + ", compute capability " + cc +
-                              "), CUDA driver " + cuda_version_text(d.version) + "; the bundle holds " +
-                              archs_present(module) + " (PTX ISA " + isa + ")";
+                              "), CUDA driver " + cuda_version_text(d.version) + "; the bundle holds " + choice.holdings;
 
-  std::vector<BinarySpec> candidates = binary_candidates(module, dev.cc_major, dev.cc_minor);
-  if (candidates.empty())
+  if (choice.candidates.empty())
     throw std::runtime_error(where + " has no binary for " + context + ". Re-export with a cubin for sm_" + arch +
                              " or PTX for an arch <= " + arch + ".");
 
   std::string attempts;
   CUresult last = CUDA_SUCCESS;
   bool ptx_too_new = false;
-  std::string rejected_isa = isa;  // the ISA the driver refused: from the PTX text itself when it says
-  for (const BinarySpec& b : candidates) {
+  std::string rejected_isa;  // the ISA the driver refused
+  for (const BinaryOption& option : choice.candidates) {
+    const BinarySpec& b = option.binary;
     std::string_view image = bundle.blob(b.blob);
     if (b.kind == BinaryKind::kCubin) {
       std::string problem = elf_problem(image);
@@ -151,8 +292,7 @@ LoadedModule load_module(const CudaDriver& d, const Bundle& bundle, uint32_t ind
     last = r;
     if (b.kind == BinaryKind::kPtx && r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION) {
       ptx_too_new = true;
-      std::string own = ptx_isa_of(image);
-      if (!own.empty()) rejected_isa = own;
+      if (rejected_isa.empty()) rejected_isa = b.ptx_isa.empty() ? "unknown" : b.ptx_isa;
     }
     std::string jit(log);
     while (!jit.empty() && (jit.back() == '\n' || jit.back() == ' ')) jit.pop_back();
@@ -160,11 +300,24 @@ LoadedModule load_module(const CudaDriver& d, const Bundle& bundle, uint32_t ind
                 (jit.empty() ? "" : " JIT log: " + jit);
   }
   std::string msg = where + " could not be loaded on " + context + ". Tried:" + attempts;
-  if (ptx_too_new)
+  const bool family_cubin = std::any_of(choice.candidates.begin(), choice.candidates.end(),
+                                        [](const BinaryOption& o) { return o.binary.kind == BinaryKind::kCubin; });
+  if (ptx_too_new) {
+    const std::pair<int, int> reads = driver_ptx_isa(d.version);
+    const std::pair<int, int> isa = parse_isa(rejected_isa);
+    const int need = isa.first ? ptx_isa_min_driver(isa.first, isa.second) : 0;
     msg += "\nCUDA_ERROR_UNSUPPORTED_PTX_VERSION (222): the CUDA " + cuda_version_text(d.version) +
-           " driver cannot JIT-compile PTX ISA " + rejected_isa +
-           " (a driver reads PTX only up to its own CUDA version). Update the driver to one that reads PTX ISA " +
-           rejected_isa + ", or re-export the bundle with a cubin for sm_" + arch + ".";
+           " driver cannot JIT-compile PTX ISA " + rejected_isa + " (it reads PTX up to ISA " +
+           (reads.first ? isa_text(reads) : std::string("unknown")) +
+           "; a driver reads PTX only up to its own CUDA version). Update the driver to " +
+           (need ? "CUDA " + version_text(need) + " or later" : "one that reads PTX ISA " + rejected_isa) +
+           ", or re-export the bundle with " + (family_cubin ? std::string() : "a cubin for sm_" + arch + " or with ") +
+           "PTX of an older ISA (leapp[ptx-compat], docs/portability.md).";
+    const size_t cubins = choice.summary.find(" Its cubins were built");
+    if (choice.chosen < 0 && cubins != std::string::npos) msg += "\n" + choice.summary.substr(cubins + 1);
+  } else if (choice.chosen < 0) {
+    msg += "\n" + choice.summary;
+  }
   if (last == CUDA_SUCCESS) throw std::runtime_error(msg);  // nothing reached the driver
   throw CudaError(last, msg);
 }

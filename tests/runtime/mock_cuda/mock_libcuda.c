@@ -6,7 +6,8 @@
 // kernelParams, so a replay's result proves that relocations, parameter
 // bytes, memsets, copies and inits reached the right addresses. It also
 // imitates the driver rules the runtime must respect: cubins load only on
-// their SM family, PTX only up to MOCK_MAX_PTX (error 222 beyond),
+// their SM family and (as CUDA 13 cubins) only on a CUDA 13+ driver, PTX only
+// up to the ISA its driver version reads (MOCK_MAX_PTX; error 222 beyond),
 // > 48 KiB dynamic shared memory needs cuFuncSetAttribute, and while a
 // stream is being captured a thread not in relaxed mode may not allocate or
 // load modules (error 900); neither may it free memory or unload modules.
@@ -28,7 +29,7 @@
 // Fake cubins (tests): a 64-byte ELF header with e_flags = (arch << 8) | 4 and
 // e_shoff = the image length, followed by the entry names.
 //
-// Environment: MOCK_CC (default 90), MOCK_MAX_PTX (ISA * 10, default 90),
+// Environment: MOCK_CC (default 90), MOCK_MAX_PTX (ISA * 10; default: what MOCK_DRIVER_VERSION reads, 9.0),
 // MOCK_DRIVER_VERSION (default 13000), MOCK_DEVICES (default 1), MOCK_STREAM_DELAY_US (default 0: see below).
 // Test hooks (ctypes): mock_stats, mock_resources, mock_last_loaded, mock_current_ctx, mock_set_capturing,
 // mock_set_stream_delay.
@@ -84,6 +85,18 @@ static int env_int(const char* name, int fallback) {
 }
 static int device_count(void) { int n = env_int("MOCK_DEVICES", 1); return n > MAX_DEVICES ? MAX_DEVICES : n; }
 static int device_cc(void) { return env_int("MOCK_CC", 90); }
+/// The newest PTX ISA (* 10) the driver's JIT reads: MOCK_MAX_PTX, else what a real driver of
+/// MOCK_DRIVER_VERSION reads (CUDA 13.x: 9.x; 12.9: 8.8; 12.8: 8.7; 12.0-12.6: 8.0-8.5; 11.x: 7.x).
+static int max_ptx(void) {
+  int explicit_max = env_int("MOCK_MAX_PTX", 0);
+  if (explicit_max > 0) return explicit_max;
+  int v = env_int("MOCK_DRIVER_VERSION", 13000), major = v / 1000, minor = (v % 1000) / 10;
+  if (major >= 14) return 999;
+  if (major == 13) return 90 + minor;
+  if (major == 12) return minor >= 9 ? 88 : minor == 8 ? 87 : minor >= 5 ? 85 : 80 + minor;
+  if (major == 11) return 70 + minor;
+  return 65;
+}
 
 /// Potentially unsafe calls are refused while any stream captures, unless this thread is relaxed (2).
 static int prohibited(void) {
@@ -358,6 +371,13 @@ static CUresult m_cuModuleLoadDataEx(MockModule** mod, const void* image, unsign
     uint32_t flags;
     memcpy(&flags, p + 48, 4);
     int arch = (flags >> 8) & 0xff;
+    if (env_int("MOCK_DRIVER_VERSION", 13000) < 13000) {
+      // Test cubins stand for CUDA 13 ones (Warp 1.19's NVRTC 13.4): a CUDA 12 driver is taken to refuse them
+      // (CUDA's compatibility rules, not measured; docs/bundle-format.md section 3).
+      atomic_fetch_add(&g_stats[S_LOADFAIL], 1);
+      set_log(n, options, values, "mock: cubin of a newer CUDA major version than the driver");
+      return 209;
+    }
     if (arch / 10 != cc / 10 || arch % 10 > cc % 10) {
       atomic_fetch_add(&g_stats[S_LOADFAIL], 1);
       set_log(n, options, values, "mock: no kernel image for this device");
@@ -387,7 +407,7 @@ static CUresult m_cuModuleLoadDataEx(MockModule** mod, const void* image, unsign
     if (!v) { atomic_fetch_add(&g_stats[S_LOADFAIL], 1); set_log(n, options, values, "mock: no .version"); return 218; }
     int major = 0, minor = 0;
     sscanf(v + 9, "%d.%d", &major, &minor);
-    if (major * 10 + minor > env_int("MOCK_MAX_PTX", 90)) {
+    if (major * 10 + minor > max_ptx()) {
       atomic_fetch_add(&g_stats[S_LOADFAIL], 1);
       char log[200];
       snprintf(log, sizeof(log), "ptxas application ptx input, line 4; fatal   : Unsupported .version %d.%d", major, minor);

@@ -29,6 +29,9 @@ struct BinarySpec {
   BinaryKind kind = BinaryKind::kPtx;
   uint32_t arch = 0;  ///< compute capability * 10 + minor
   uint32_t blob = 0;  ///< index into the blob table
+  /// PTX only: the ISA of the text's `.version` directive ("9.0"), "" when it has none
+  /// (the optional manifest field `ptx_isa`, when present, was checked against it).
+  std::string ptx_isa;
 };
 
 struct ModuleSpec {
@@ -242,5 +245,47 @@ bool stream_is_capturing(CUstream stream);
 /// the highest same-major cubin of a lower minor, then the highest PTX with
 /// arch <= the device's. Empty when none fits. Exposed for tests and diagnostics.
 std::vector<BinarySpec> binary_candidates(const ModuleSpec& module, int cc_major, int cc_minor);
+
+// --- binary choice with the driver version (docs/bundle-format.md section 3) ---------
+
+/// The newest PTX ISA a driver of CUDA version `driver_version` (cuDriverGetVersion,
+/// 13000 = 13.0) JIT-compiles, as {major, minor}: CUDA 12.9 reads 8.8, 13.0 reads 9.0,
+/// 13.x reads 9.x. {0, 0} when the version is 0 (unknown); {99, 99} for a driver of
+/// a later major version than 13 (it reads every ISA known today).
+std::pair<int, int> driver_ptx_isa(int driver_version);
+
+/// The oldest CUDA driver version (e.g. 13040) whose JIT reads PTX ISA major.minor;
+/// 0 when that ISA is newer than every CUDA release known to this code.
+int ptx_isa_min_driver(int isa_major, int isa_minor);
+
+/// One binary of a module, judged for a device and driver.
+struct BinaryOption {
+  BinarySpec binary;
+  /// Whether loading it is expected to work: false when the driver version predicts a
+  /// refusal (PTX of a newer ISA than the driver reads; a cubin of a newer CUDA major
+  /// version than the driver). Always true when the driver version is unknown (0).
+  bool expected = true;
+  std::string reason;  ///< why it is a candidate, or why it is expected to fail / cannot run
+};
+
+/// Which binary of a module loads on a device, and why (docs/bundle-format.md section 3).
+struct BinaryChoice {
+  /// binary_candidates() order, those expected to load first: the order the loader tries.
+  std::vector<BinaryOption> candidates;
+  std::vector<BinaryOption> excluded;  ///< binaries that cannot run on the device at all, each with why
+  int chosen = -1;                     ///< index into candidates of the expected binary; -1: none is expected to load
+  std::string holdings;                ///< "ptx sm_75 (PTX ISA 9.4), cubin sm_80, cubin sm_90"
+  /// One line: "cubin sm_90: exact match for compute capability 9.0", or, when chosen == -1,
+  /// the reason no binary fits (device, driver, what the bundle holds, the fix).
+  std::string summary;
+};
+
+/// The choice for modules[module] of `manifest` on a device of compute capability
+/// cc_major.cc_minor named `device` (may be empty) under a CUDA driver of version
+/// `driver_version` (0: unknown, no driver-based predictions). The runtime's loader
+/// tries exactly `candidates` in order; `leapp inspect` and `leapp doctor` report it.
+/// Throws std::invalid_argument for a module index out of range.
+BinaryChoice choose_binary(const Manifest& manifest, uint32_t module, int cc_major, int cc_minor, int driver_version,
+                           const std::string& device = "");
 
 }  // namespace leapp
