@@ -56,6 +56,7 @@ __all__ = [
     "PIPELINE_FORMAT",
     "PIPELINE_VERSION",
     "IOSpec",
+    "NodeDescription",
     "NodeRunner",
     "ONNX_EPS",
     "OnnxRunner",
@@ -80,8 +81,8 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class PipelineNode:
-    """One node of a loaded pipeline."""
+class NodeDescription:
+    """One node as pipeline.yaml describes it (what reports read; also leapp.testing's C++ runner route)."""
 
     name: str
     backend: str
@@ -89,6 +90,12 @@ class PipelineNode:
     inputs: list[IOSpec]
     outputs: list[IOSpec]
     segments: list[dict]
+
+
+@dataclass
+class PipelineNode(NodeDescription):
+    """One node of a loaded pipeline: its description and the runner that opened its artifact."""
+
     runner: NodeRunner
     sources: dict[str, tuple[str, str] | str] = field(default_factory=dict)  # input -> (node, output) | pipeline input
 

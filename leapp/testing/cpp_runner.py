@@ -18,13 +18,12 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from leapp.pipeline_format import PipelineError
-from leapp.runtime.pipeline import IOSpec, check_inputs
+from leapp.runtime.pipeline import IOSpec, NodeDescription, check_inputs
 
 __all__ = ["LeappRunPipeline", "leapp_run_path", "leapp_run_blockers", "leapp_run_device"]
 
@@ -65,18 +64,6 @@ def leapp_run_blockers(desc: Mapping) -> list[str]:
     return reasons
 
 
-@dataclass
-class RunnerNode:
-    """What the route's report needs of a node (the fields of ``leapp.load``'s ``PipelineNode`` it reads)."""
-
-    name: str
-    backend: str
-    artifact: Path
-    inputs: list[IOSpec]
-    outputs: list[IOSpec]
-    segments: list[dict]
-
-
 def _specs(entries, where: str) -> list[IOSpec]:
     return [IOSpec.from_yaml(e, where) for e in entries]
 
@@ -95,7 +82,7 @@ class LeappRunPipeline:
         self.inputs = _specs(desc["inputs"], where)
         self.outputs = _specs(desc["outputs"], where)
         self.nodes = {
-            n["name"]: RunnerNode(n["name"], n["backend"], self.folder / n["artifact"],
+            n["name"]: NodeDescription(n["name"], n["backend"], self.folder / n["artifact"],
                                   _specs(n["inputs"], f"{where} node '{n['name']}'"),
                                   _specs(n["outputs"], f"{where} node '{n['name']}'"), list(n["segments"]))
             for n in desc["nodes"]
