@@ -73,8 +73,15 @@ def floor_route(robot, quat: torch.Tensor, joints: torch.Tensor):
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph), torch.no_grad():
-        with wp.ScopedStream(wp.stream_from_torch(torch.cuda.current_stream())):
-            out = robot.step(static_quat, static_joints)
+        stream = wp.stream_from_torch(torch.cuda.current_stream())
+        # external=True: Warp learns that torch's capture is running, so the step's scratch array is freed
+        # into the graph (cudaFreeAsync on the capturing stream) instead of by a call that breaks the capture
+        wp.capture_begin(stream=stream, external=True)
+        try:
+            with wp.ScopedStream(stream):
+                out = robot.step(static_quat, static_joints)
+        finally:
+            wp.capture_end(stream=stream)
     graph.replay()
     torch.cuda.synchronize()
     return graph.replay, out
