@@ -4,7 +4,8 @@ Three views of the same rules (docs/bundle-format.md section 3, docs/portability
   * a table: for each bundle kind an export makes, each GPU (Orin 8.7, Thor 11.0, GB10 12.1, B300 10.3,
     H200 9.0, RTX 4090 8.9, a future 13.0) and each driver (below / at / above CUDA 13.0 and 13.4), the
     binary the runtime's choice (leapp._native.binary_choice_for) picks, or that none fits and why;
-  * the real loader against the fake driver (tests/runtime/mock_cuda), one process per GPU and driver: the
+  * the real loader against the fake driver (tests/runtime/mock_cuda), one process per GPU and driver (run
+    together in a module fixture): the
     binary that actually loads, or the error text, agrees with the table;
   * properties (hypothesis) for any binaries, compute capability and driver: what is chosen can run there.
 """
@@ -12,8 +13,10 @@ Three views of the same rules (docs/bundle-format.md section 3, docs/portability
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -132,14 +135,31 @@ def mock_driver_dir(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.mark.parametrize("driver", (12080, 12090, 13000, 13040))
+LOADER_DRIVERS = (12080, 12090, 13000, 13040)
+
+
+@pytest.fixture(scope="module")
+def loader_runs(mock_driver_dir) -> dict:
+    """(gpu, driver) -> the worker's process, all started together: each is a fresh process (the fake driver
+    reads its GPU and version from the environment), and most of each one's time is importing leapp."""
+
+    def run(gpu: str, driver: int) -> subprocess.CompletedProcess:
+        major, minor = GPUS[gpu]
+        env = mock_driver_env(mock_driver_dir, MOCK_CC=10 * major + minor, MOCK_DRIVER_VERSION=driver,
+                              MOCK_MAX_PTX="", MOCK_DEVICES=1)
+        return subprocess.run([sys.executable, "-c", WORKER.format(here=str(HERE)), json.dumps(BUNDLES)],
+                              env=env, capture_output=True, text=True, timeout=300)
+
+    keys = [(gpu, driver) for gpu in GPUS for driver in LOADER_DRIVERS]
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1)) as pool:
+        return dict(zip(keys, pool.map(lambda key: run(*key), keys)))
+
+
+@pytest.mark.parametrize("driver", LOADER_DRIVERS)
 @pytest.mark.parametrize("gpu", list(GPUS))
-def test_loader_agrees_with_the_table(mock_driver_dir, gpu, driver):
+def test_loader_agrees_with_the_table(loader_runs, gpu, driver):
     major, minor = GPUS[gpu]
-    env = mock_driver_env(mock_driver_dir, MOCK_CC=10 * major + minor, MOCK_DRIVER_VERSION=driver, MOCK_MAX_PTX="",
-                          MOCK_DEVICES=1)
-    proc = subprocess.run([sys.executable, "-c", WORKER.format(here=str(HERE)), json.dumps(BUNDLES)],
-                          env=env, capture_output=True, text=True, timeout=300)
+    proc = loader_runs[(gpu, driver)]
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     for bundle, result in results.items():
