@@ -242,7 +242,9 @@ class OnnxRunner(NodeRunner):
                 f"pipeline.yaml lists {[s.name for s in self.inputs]} and {[s.name for s in self.outputs]}"
             )
         self._binding = self.session.io_binding()
-        self._bound: dict[str, tuple] = {}  # name -> (data_ptr, shape, ONNX type) last bound
+        self._bound: dict[str, tuple] = {}  # name -> (data_ptr, shape, dtype) last bound
+        self._io_type = "cuda" if self.io_device.type == "cuda" else "cpu"  # ORT's device name and index
+        self._io_index = self.io_device.index or 0
         self._run_options = _run_options(ort, host_sync=self.stream_mode != "torch-stream")
         self._output_types = [_onnx_type(spec.dtype) for spec in self.outputs]
         self._lock = threading.Lock()
@@ -272,19 +274,17 @@ class OnnxRunner(NodeRunner):
         """Points the runner's binding at this call's tensors; a name whose pointer, shape and dtype are
         those it is bound to already is left as it is (a name bound again replaces its value)."""
         binding, bound = self._binding, self._bound
-        device_type = "cuda" if self.io_device.type == "cuda" else "cpu"
-        device_id = self.io_device.index or 0
         for name, t in zip(self.input_names, tensors):
-            key = (t.data_ptr(), tuple(t.shape), _onnx_type(t.dtype))
+            key = (t.data_ptr(), t.shape, t.dtype)  # torch.Size and dtype compare by value
             if bound.get(name) != key:
                 bound.pop(name, None)  # a failed bind leaves the name unknown, never stale
-                binding.bind_input(name, device_type, device_id, key[2], list(key[1]), key[0])
+                binding.bind_input(name, self._io_type, self._io_index, _onnx_type(t.dtype), list(t.shape), key[0])
                 bound[name] = key
         for name, spec, kind, t in zip(self.output_names, self.outputs, self._output_types, outs):
-            key = (t.data_ptr(), tuple(spec.shape), kind)
+            key = (t.data_ptr(), spec.shape, spec.dtype)
             if bound.get(name) != key:
                 bound.pop(name, None)
-                binding.bind_output(name, device_type, device_id, kind, list(key[1]), key[0])
+                binding.bind_output(name, self._io_type, self._io_index, kind, list(spec.shape), key[0])
                 bound[name] = key
 
     def _prepare(self, inputs) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
