@@ -1,8 +1,8 @@
 """leapp/runtime/build.py: ``leapp-build-warp-runtime``, (re)building the native op libraries.
 
-pip builds ``libleapp_warp_torch.so`` only when torch was installed before
-leapp, and ``libleapp_warp_ort.so`` only when the ONNX Runtime headers were
-there. This command builds them later with CMake, against the torch of the
+pip builds ``libleapp_warp_torch.so`` (and the C++ runner's AOTInductor plugin
+``libleapp_pipeline_aoti.so``) only when torch was installed before leapp, and
+``libleapp_warp_ort.so`` only when the ONNX Runtime headers were there. This command builds them later with CMake, against the torch of the
 running interpreter, and installs them next to ``leapp._native`` (where
 ``leapp.runtime.libraries`` looks). ``--status`` reports what exists and the
 CUDA driver state without building anything.
@@ -24,7 +24,10 @@ from pathlib import Path
 
 from leapp.runtime import libraries
 
-__all__ = ["main", "status_lines", "find_sources", "build"]
+__all__ = ["main", "status_lines", "find_sources", "build", "install_built", "PLUGIN_NAMES"]
+
+# built next to the op libraries when torch is found; found by libleapp_pipeline.so beside it (docs/deploy.md)
+PLUGIN_NAMES = ("libleapp_pipeline_aoti.so",)
 
 
 def find_sources(explicit: str | None = None) -> Path:
@@ -120,9 +123,14 @@ def build(
                 f"leapp-build-warp-runtime: {' '.join(step)} failed ({proc.returncode}):\n"
                 f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
             )
+    return install_built(prefix, dest)
+
+
+def install_built(prefix: Path, dest: Path) -> list[Path]:
+    """Copies the libraries CMake installed under ``prefix/leapp`` into ``dest``; returns the installed paths."""
     installed = []
     dest.mkdir(parents=True, exist_ok=True)
-    for name in libraries.LIBRARY_NAMES.values():
+    for name in (*libraries.LIBRARY_NAMES.values(), *PLUGIN_NAMES):
         built = prefix / "leapp" / name
         if built.is_file():
             target = dest / name
@@ -136,8 +144,9 @@ def build(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="leapp-build-warp-runtime",
-        description="Build leapp's native op libraries (torch: libleapp_warp_torch.so, ONNX Runtime: "
-        "libleapp_warp_ort.so) against the installed torch, into the folder of leapp._native.",
+        description="Build leapp's native op libraries (torch: libleapp_warp_torch.so and the C++ runner's "
+        "AOTInductor plugin libleapp_pipeline_aoti.so; ONNX Runtime: libleapp_warp_ort.so) against the installed "
+        "torch, into the folder of leapp._native.",
     )
     parser.add_argument("--status", action="store_true", help="only report which libraries exist and the driver state")
     parser.add_argument("--source-dir", help="the ext/ folder of a leapp checkout (default: found automatically)")

@@ -26,3 +26,15 @@ def test_sources_are_found():
     assert (sources / "torch" / "leapp_warp_torch.cpp").is_file()
     assert build.find_sources("/nonexistent") == sources  # a wrong explicit folder falls back to the others
     assert build.find_sources(str(sources.parent)) == sources  # a checkout root works as well as its ext/
+
+
+def test_built_libraries_and_the_aoti_plugin_are_installed(tmp_path):
+    """What CMake installed under prefix/leapp goes next to leapp._native, the C++ runner's plugin included."""
+    built = tmp_path / "prefix" / "leapp"
+    built.mkdir(parents=True)
+    for name in ("libleapp_warp_torch.so", "libleapp_pipeline_aoti.so", "unrelated.so"):
+        (built / name).write_bytes(name.encode())
+    installed = build.install_built(tmp_path / "prefix", tmp_path / "dest")
+    assert sorted(p.name for p in installed) == ["libleapp_pipeline_aoti.so", "libleapp_warp_torch.so"]
+    assert (tmp_path / "dest" / "libleapp_pipeline_aoti.so").read_bytes() == b"libleapp_pipeline_aoti.so"
+    assert not (tmp_path / "dest" / "unrelated.so").exists()
