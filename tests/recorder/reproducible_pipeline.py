@@ -16,6 +16,8 @@ import leapp
 from leapp import annotate
 
 N = 12
+# user metadata is written to pipeline.yaml/json: byte identity covers it too
+JOINTS_METADATA = {"kind": "joint_positions", "units": "rad", "names": [f"joint_{i}" for i in range(N)]}
 
 
 @wp.kernel
@@ -38,7 +40,7 @@ class Robot:
 
     def observe(self, joints: torch.Tensor) -> torch.Tensor:
         with leapp.node("obs", export_with="pt2"):
-            joints = annotate.input_tensors("obs", {"joints": joints})
+            joints = annotate.input_tensors("obs", {"joints": joints}, metadata={"joints": JOINTS_METADATA})
             offsets = torch.empty_like(joints)
             with annotate.warp_op():
                 wp.launch(joint_offsets, dim=N, inputs=[wp.from_torch(joints), self.rest],
@@ -54,7 +56,8 @@ class Robot:
             with annotate.warp_op():
                 wp.launch(clamp_scale, dim=N, inputs=[wp.from_torch(raw), -1.0, 1.0, 0.25],
                           outputs=[wp.from_torch(action)], device="cpu")
-            annotate.output_tensors("action", {"action": action})
+            annotate.output_tensors("action", {"action": action}, metadata={"action": {"kind": "joint_targets",
+                                                                                       "rate_hz": 50.0}})
         return action
 
     def step(self, joints: torch.Tensor) -> torch.Tensor:
