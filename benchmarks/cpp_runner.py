@@ -17,7 +17,6 @@ exported program. Nothing here is a measurement until it is run: see docs/deploy
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import statistics
 import subprocess
@@ -74,17 +73,17 @@ def make_inputs(pipeline, seed: int) -> dict[str, torch.Tensor]:
 
 def run_cpp(export: Path, inputs: dict[str, torch.Tensor], device: str, steps: int, work: Path) -> tuple[dict, dict]:
     """(node -> median ms incl. 'total', output name -> tensor) from leapp-run."""
+    from leapp.testing.cpp_runner import value_file
+
     in_dir, out_dir = work / "in", work / "out"
     in_dir.mkdir()
     for name, t in inputs.items():
-        (in_dir / f"{name}.bin").write_bytes(t.contiguous().numpy().tobytes())
+        value_file(in_dir, name).write_bytes(t.contiguous().numpy().tobytes())
     cmd = [str(leapp_run_binary()), str(export), "--in", str(in_dir), "--out", str(out_dir), "--time", str(steps),
            "--device", device]
-    from leapp.runtime.libraries import onnxruntime_library
+    from leapp.testing.cpp_runner import leapp_run_env  # the ORT leapp.load runs here
 
-    env = {**os.environ}
-    env.setdefault("LEAPP_ONNXRUNTIME_LIBRARY", str(onnxruntime_library()))  # the ORT leapp.load runs here
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=leapp_run_env())
     if r.returncode != 0:
         raise SystemExit(f"leapp-run failed (exit {r.returncode}): {r.stderr.strip()}")
     medians = {}

@@ -25,7 +25,8 @@ import torch
 from leapp.pipeline_format import PipelineError
 from leapp.runtime.pipeline import IOSpec, NodeDescription, check_inputs
 
-__all__ = ["LeappRunPipeline", "leapp_run_path", "leapp_run_blockers", "leapp_run_device"]
+__all__ = ["LeappRunPipeline", "leapp_run_path", "leapp_run_blockers", "leapp_run_device", "leapp_run_env",
+           "value_file"]
 
 TIMEOUT_S = 600
 
@@ -37,6 +38,27 @@ def leapp_run_path() -> Path | None:
         return beside
     found = shutil.which("leapp-run")
     return Path(found) if found else None
+
+
+def leapp_run_env() -> dict[str, str]:
+    """This process's environment with ``LEAPP_ONNXRUNTIME_LIBRARY`` = the onnxruntime Python imports, unless set."""
+    from leapp.runtime.libraries import onnxruntime_library  # noqa: PLC0415
+
+    env = dict(os.environ)
+    if not env.get("LEAPP_ONNXRUNTIME_LIBRARY"):
+        try:
+            env["LEAPP_ONNXRUNTIME_LIBRARY"] = str(onnxruntime_library())
+        except (ImportError, FileNotFoundError):
+            pass  # leapp-run searches on its own and says what it tried
+    return env
+
+
+def value_file(folder: Path, name: str) -> Path:
+    """``folder/<name>.bin`` for a value named by the (untrusted) export; leapp-run's own rule and words
+    (``file_for`` in ext/pipeline/tools/leapp_run.cpp): one plain name, never a path."""
+    if name in ("", ".", "..") or "/" in name or "\0" in name:
+        raise PipelineError(f"the export names a value '{name}', which cannot be a file name in {folder}")
+    return folder / f"{name}.bin"
 
 
 def _is_cuda(device: str) -> bool:
@@ -89,21 +111,10 @@ class LeappRunPipeline:
         }
         self._leapp_run("--check")  # the wiring and every artifact's sha256, as leapp-run reads them
 
-    def _env(self) -> dict[str, str]:
-        from leapp.runtime.libraries import onnxruntime_library  # noqa: PLC0415
-
-        env = dict(os.environ)
-        if not env.get("LEAPP_ONNXRUNTIME_LIBRARY"):
-            try:
-                env["LEAPP_ONNXRUNTIME_LIBRARY"] = str(onnxruntime_library())
-            except (ImportError, FileNotFoundError):
-                pass  # leapp-run searches on its own and says what it tried
-        return env
-
     def _leapp_run(self, *args: str) -> str:
         cmd = [str(self.binary), str(self.folder), *args]
         try:
-            r = subprocess.run(cmd, capture_output=True, text=True, env=self._env(), timeout=TIMEOUT_S)
+            r = subprocess.run(cmd, capture_output=True, text=True, env=leapp_run_env(), timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:
             raise PipelineError(f"leapp-run did not finish within {TIMEOUT_S} s: {' '.join(cmd)}") from None
         if r.returncode != 0:
@@ -118,9 +129,9 @@ class LeappRunPipeline:
             in_dir, out_dir = Path(work, "in"), Path(work, "out")
             in_dir.mkdir()
             for spec, t in zip(in_specs, tensors):
-                (in_dir / f"{spec.name}.bin").write_bytes(_raw(t))
+                value_file(in_dir, spec.name).write_bytes(_raw(t))
             self._leapp_run("--in", str(in_dir), "--out", str(out_dir), "--device", self.device, *extra)
-            return {spec.name: _tensor((out_dir / f"{spec.name}.bin").read_bytes(), spec).to(device)
+            return {spec.name: _tensor(value_file(out_dir, spec.name).read_bytes(), spec).to(device)
                     for spec in out_specs}
 
     def run(self, **inputs) -> dict[str, torch.Tensor]:

@@ -267,3 +267,13 @@ def test_the_cuda_graphs_route_refills_fixed_inputs_and_copies_outputs(torch_exp
     assert len(calls) == 4, "direct call, capture, replay; then one replay"
     assert all(c["x"] is calls[0]["x"] and c["y"] is calls[0]["y"] for c in calls), "one fixed tensor per input"
     assert calls[0]["x"] is not calls[0]["y"]
+
+
+def test_value_names_from_the_export_never_become_paths(tmp_path):
+    """The cpp-runner route writes inputs and reads outputs named by pipeline.yaml (untrusted): one plain name only."""
+    from leapp.testing.cpp_runner import value_file
+
+    assert value_file(tmp_path, "quat") == tmp_path / "quat.bin"
+    for name in ("", ".", "..", "../escape", "a/b", "/abs", "nul\0byte"):
+        with pytest.raises(PipelineError, match="cannot be a file name in"):
+            value_file(tmp_path, name)
