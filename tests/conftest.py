@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +20,27 @@ def _session_binary_cache(tmp_path_factory):
         mp.setenv("LEAPP_CACHE_DIR", str(tmp_path_factory.mktemp("leapp-cache")))
         mp.delenv("LEAPP_NO_CACHE", raising=False)
         yield os.environ["LEAPP_CACHE_DIR"]
+
+
+@pytest.fixture
+def cmake_build_with_leapp():
+    """``build(src, build_dir)``: configures and builds a CMake project that does ``find_package(leapp)``
+    (leapp_DIR from ``leapp --cmake-dir``), failing with CMake's output; skips without cmake."""
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        pytest.skip("no cmake on PATH (leapp's C++ package is used through CMake)")
+    leapp = Path(sys.executable).with_name("leapp")
+    cmake_dir = subprocess.run([str(leapp), "--cmake-dir"], capture_output=True, text=True, check=True).stdout.strip()
+    assert (Path(cmake_dir) / "leappConfig.cmake").is_file(), cmake_dir
+
+    def build(src: Path, build_dir: Path) -> Path:
+        for step in ([cmake, "-S", str(src), "-B", str(build_dir), f"-Dleapp_DIR={cmake_dir}", "-DCMAKE_BUILD_TYPE=Release"],
+                     [cmake, "--build", str(build_dir), "-j", "2"]):
+            r = subprocess.run(step, capture_output=True, text=True, timeout=300)
+            assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        return build_dir
+
+    return build
 
 
 @functools.lru_cache(maxsize=1)

@@ -15,7 +15,6 @@ example. CPU CI covers the same code paths with the fake driver (tests/runtime/t
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import time
@@ -112,16 +111,8 @@ def test_leapp_run_cuda_equals_leapp_load(go2_export, tmp_path):
             torch.testing.assert_close(got, expected.cpu(), rtol=1e-5, atol=1e-6)
 
 
-def test_controller_example_runs_the_robot_export_on_cuda(go2_export, tmp_path):
-    cmake = shutil.which("cmake")
-    if cmake is None:
-        pytest.skip("no cmake")
-    cmake_dir = subprocess.run([str(Path(sys.executable).with_name("leapp")), "--cmake-dir"], capture_output=True,
-                               text=True, check=True).stdout.strip()
-    build = tmp_path / "build"
-    subprocess.run([cmake, "-S", ROOT / "examples" / "cpp", "-B", build, f"-Dleapp_DIR={cmake_dir}",
-                    "-DCMAKE_BUILD_TYPE=Release"], check=True, capture_output=True, timeout=300)
-    subprocess.run([cmake, "--build", build, "-j", "4"], check=True, capture_output=True, timeout=300)
+def test_controller_example_runs_the_robot_export_on_cuda(go2_export, tmp_path, cmake_build_with_leapp):
+    build = cmake_build_with_leapp(ROOT / "examples" / "cpp", tmp_path / "build")
     dump = tmp_path / "dump"
     dump.mkdir()
     r = subprocess.run([str(build / "controller"), str(go2_export), "--steps", "500", "--device", "cuda", "--dump",

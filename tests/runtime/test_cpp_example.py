@@ -7,7 +7,6 @@ the last step's inputs and outputs; leapp.load on those inputs must give the sam
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,6 @@ import torch
 import leapp
 
 ROOT = Path(__file__).resolve().parents[2]
-LEAPP = Path(sys.executable).with_name("leapp")
 LEAPP_RUN = Path(sys.executable).with_name("leapp-run")
 pytestmark = pytest.mark.skipif(not LEAPP_RUN.is_file(), reason="the C++ pipeline library was not built (ONNX Runtime's "
                                 "headers are missing: bash scripts/fetch-ort-headers.sh, then pip install -e . again)")
@@ -46,17 +44,8 @@ def export(tmp_path_factory) -> Path:
     return save / "robot"
 
 
-def test_controller_example_builds_runs_and_equals_leapp_load(export, tmp_path):
-    cmake = shutil.which("cmake")
-    if cmake is None:
-        pytest.skip("no cmake on PATH (examples/cpp is built with CMake)")
-    cmake_dir = subprocess.run([str(LEAPP), "--cmake-dir"], capture_output=True, text=True, check=True).stdout.strip()
-    build = tmp_path / "build"
-    configure = subprocess.run([cmake, "-S", ROOT / "examples" / "cpp", "-B", build, f"-Dleapp_DIR={cmake_dir}",
-                                "-DCMAKE_BUILD_TYPE=Release"], capture_output=True, text=True, timeout=300)
-    assert configure.returncode == 0, configure.stdout[-3000:] + configure.stderr[-3000:]
-    built = subprocess.run([cmake, "--build", build, "-j", "2"], capture_output=True, text=True, timeout=300)
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+def test_controller_example_builds_runs_and_equals_leapp_load(export, tmp_path, cmake_build_with_leapp):
+    build = cmake_build_with_leapp(ROOT / "examples" / "cpp", tmp_path / "build")
     dump = tmp_path / "dump"
     dump.mkdir()
     r = subprocess.run([str(build / "controller"), str(export), "--steps", "50", "--dump", str(dump)],

@@ -260,14 +260,8 @@ def test_stale_or_missing_twin_names_leapp_write_json(folder):
     assert _leapp_run(folder, "--check").returncode == 0
 
 
-def test_find_package_leapp_builds_a_program(export, tmp_path):
+def test_find_package_leapp_builds_a_program(export, tmp_path, cmake_build_with_leapp):
     """find_package(leapp) with `leapp --cmake-dir`: a program links leapp::pipeline, lists the I/O and runs."""
-    cmake = shutil.which("cmake")
-    if cmake is None:
-        pytest.skip("no cmake on PATH")
-    cmake_dir = subprocess.run([str(Path(sys.executable).with_name("leapp")), "--cmake-dir"], capture_output=True,
-                               text=True, check=True).stdout.strip()
-    assert (Path(cmake_dir) / "leappConfig.cmake").is_file()
     src = tmp_path / "src"
     src.mkdir()
     (src / "CMakeLists.txt").write_text(textwrap.dedent("""\
@@ -296,10 +290,7 @@ def test_find_package_leapp_builds_a_program(export, tmp_path):
           return 0;
         }
         """))
-    build = tmp_path / "build"
-    subprocess.run([cmake, "-S", src, "-B", build, f"-Dleapp_DIR={cmake_dir}", "-DCMAKE_BUILD_TYPE=Release"],
-                   check=True, capture_output=True, timeout=300)
-    subprocess.run([cmake, "--build", build, "-j", "2"], check=True, capture_output=True, timeout=300)
+    build = cmake_build_with_leapp(src, tmp_path / "build")
     r = subprocess.run([str(build / "use_leapp"), str(export)], capture_output=True, text=True, timeout=120)
     pipeline = leapp.load(export)
     for name, spec in pipeline.inputs.items():
