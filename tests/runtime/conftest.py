@@ -26,3 +26,12 @@ def fake_cuda(tmp_path_factory) -> tuple[Path, Path]:
     if mock is None:
         pytest.skip("no C compiler to build the fake libcuda.so.1")
     return library, mock
+
+
+@pytest.fixture(scope="session")
+def mock_driver_dir(tmp_path_factory) -> Path:
+    """The folder of the fake libcuda.so.1 (tests/runtime/mock_cuda), built once per session."""
+    out = build_mock_driver(tmp_path_factory.mktemp("mock_cuda"))
+    if out is None:
+        pytest.skip("no C compiler to build the fake libcuda.so.1")
+    return out

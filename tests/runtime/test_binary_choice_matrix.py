@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from runtime_helpers import build_mock_driver, mock_driver_env
+from runtime_helpers import mock_driver_env
 
 from leapp import _native
 from leapp._export.cuda_code import DEFAULT_CUBIN_ARCHS
@@ -125,14 +125,6 @@ for name, binaries in json.loads(sys.argv[1]).items():
         out[name] = {{"error": str(e)}}
 print(json.dumps(out))
 """
-
-
-@pytest.fixture(scope="module")
-def mock_driver_dir(tmp_path_factory) -> Path:
-    out = build_mock_driver(tmp_path_factory.mktemp("mock_cuda_matrix"))
-    if out is None:
-        pytest.skip("no C compiler to build the fake libcuda.so.1")
-    return out
 
 
 LOADER_DRIVERS = (12080, 12090, 13000, 13040)
