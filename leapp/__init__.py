@@ -82,8 +82,11 @@ def compile_graph(validate: bool = True, rtol: float = 1e-3, atol: float = 1e-5)
     return _last_session().compile(validate=validate, rtol=rtol, atol=atol)
 
 
-def node(name: str, export_with: str = "onnx", **backend_params: Any) -> "_NodeScope":
+def node(name: str, export_with: str = "onnx", *, dynamic_batch: Any = None, **backend_params: Any) -> "_NodeScope":
     """Mark a node: ``with leapp.node("obs", export_with="pt2"):`` or ``@leapp.node("policy")``.
+
+    ``dynamic_batch=True`` (or a ``(min, max)`` range) exports the node once for every batch size:
+    dim 0 of every input and output is the batch (docs/recorder.md section 1.0).
 
     As a decorator, tensor arguments are the node's inputs (named after the
     parameters) and the return value (a tensor, a tuple/list or a dict of
@@ -91,7 +94,7 @@ def node(name: str, export_with: str = "onnx", **backend_params: Any) -> "_NodeS
     """
     from leapp._recorder.node import NodeScope as _NodeScope  # noqa: PLC0415
 
-    return _NodeScope(name, export_with, **backend_params)
+    return _NodeScope(name, export_with, dynamic_batch=dynamic_batch, **backend_params)
 
 
 def load(path: str, *, cuda_graphs: bool = False) -> Any:

@@ -25,6 +25,7 @@ __all__ = [
     "KernelRef",
     "SegmentRecord",
     "Sample",
+    "Probe",
     "NodeRecord",
     "SessionRecord",
     "warp_segment_call",
@@ -109,6 +110,19 @@ class Sample:
 
 
 @dataclass
+class Probe:
+    """A second capture of a ``dynamic_batch`` node at another batch size (docs/recorder.md section 1.0).
+
+    ``segments`` are captured exactly like the capture pass's (same order), so
+    the exporter can compare what each segment did at ``batch`` with the
+    capture at the traced batch.
+    """
+
+    batch: int
+    segments: list[SegmentRecord]
+
+
+@dataclass
 class NodeRecord:
     """Everything recorded for one ``leapp.node``.
 
@@ -126,6 +140,9 @@ class NodeRecord:
     graph: "torch.fx.GraphModule"
     segments: list[SegmentRecord]
     samples: list[Sample]
+    # Added later: dynamic batch (docs/recorder.md section 1.0): (min, max) or None, and the probe captures.
+    dynamic_batch: tuple[int, int] | None = None
+    probes: list[Probe] = field(default_factory=list)
 
 
 @dataclass

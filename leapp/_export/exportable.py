@@ -81,6 +81,27 @@ def _segment_calls(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
     return [n for n in gm.graph.nodes if n.op == "call_function" and n.target is warp_segment_call]
 
 
+def _dynamic_bundles(record: NodeRecord) -> BundleProvider:
+    """Bundles with dynamic-batch rules learned from the node's probes (docs/recorder.md section 1.0)."""
+    from leapp._export.dynamic_batch import build_dynamic_bundle  # noqa: PLC0415
+
+    traced = int(record.inputs[0].shape[0])
+
+    def build(seg: SegmentRecord) -> bytes:
+        probes = [(p.batch, p.segments[seg.index]) for p in record.probes if seg.index < len(p.segments)]
+        return build_dynamic_bundle(seg, probes, record.dynamic_batch, traced)
+
+    return build
+
+
+def example_batch_inputs(record: NodeRecord) -> tuple[torch.Tensor, ...]:
+    """Example inputs for torch.export of a dynamic node: a sample at a batch >= 2 (torch specializes 0 and 1)."""
+    for sample in record.samples:
+        if sample.inputs and sample.inputs[0].dim() and sample.inputs[0].shape[0] >= 2:
+            return tuple(sample.inputs)
+    return example_inputs(record)
+
+
 def _check_side(record: NodeRecord, seg: SegmentRecord, side: str, specs: list[dict], expected: list[TensorSpec]) -> None:
     """The bundle's signature must describe the segment the recorder saw (count, dtype, shape per value)."""
     where = f"node '{record.name}' segment '{seg.id}' ({seg.source})"
@@ -120,6 +141,8 @@ def build_exportable(record: NodeRecord, bundles: BundleProvider | None = None) 
     by_id = {seg.id: seg for seg in record.segments}
     exports: list[SegmentExport] = []
     calls = _segment_calls(gm)
+    if calls and bundles is None and record.dynamic_batch is not None:
+        bundles = _dynamic_bundles(record)
     if calls and bundles is None:
         from leapp._export.segment_bundle import build_segment_bundle
 

@@ -34,12 +34,31 @@ def to_exported_program(node: ExportableNode) -> torch.export.ExportedProgram:
     ops.ensure_registered()
     record = node.record
     strict = bool(record.backend_params.get("strict", False))
+    args, dynamic_shapes = node.example_inputs, None
+    if record.dynamic_batch is not None:
+        from leapp._export.exportable import example_batch_inputs  # noqa: PLC0415
+
+        args = example_batch_inputs(record)
+        dynamic_shapes = batch_dynamic_shapes(record, args)
     try:
-        return torch.export.export(node.module, node.example_inputs, strict=strict)
+        return torch.export.export(node.module, args, strict=strict, dynamic_shapes=dynamic_shapes)
     except Exception as e:  # torch raises many types here; the node and its source matter most
+        hint = ""
+        if dynamic_shapes is not None:
+            hint = (f" (dynamic_batch={record.dynamic_batch}: dim 0 of every input is torch.export.Dim('batch'); "
+                    "the recorded graph must not bake the batch into a size)")
         raise ExportError(
-            f"node '{record.name}' ({record.source}): torch.export.export failed: {type(e).__name__}: {e}"
+            f"node '{record.name}' ({record.source}): torch.export.export failed{hint}: {type(e).__name__}: {e}"
         ) from e
+
+
+def batch_dynamic_shapes(record, args) -> tuple:
+    """``dynamic_shapes`` for torch.export: dim 0 of every input is one Dim with the node's range."""
+    lo, hi = record.dynamic_batch
+    # torch.export treats 0 and 1 as special sizes; a Dim's min is at least 2, and batch 1 still runs (checked
+    # by validation at the range's smallest batch).
+    batch = torch.export.Dim("batch", min=max(lo, 2), max=hi)
+    return tuple({0: batch} for _ in args)
 
 
 def export_pt2(node: ExportableNode, out_dir: Path) -> Path:

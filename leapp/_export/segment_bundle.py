@@ -119,14 +119,37 @@ def build_bundle_from_wrp(
     """
     from leapp.bundle import BundleError, write_bundle  # noqa: PLC0415
 
-    builder = _Builder(wrp, segment_id, source, kernels, constants or {}, scratch or {}, cuda_block_dim, archs)
-    builder.add_signature(inputs, outputs)
-    builder.add_ops()
+    builder = make_builder(wrp, segment_id=segment_id, source=source, kernels=kernels, inputs=inputs,
+                           outputs=outputs, constants=constants, scratch=scratch, cuda_block_dim=cuda_block_dim,
+                           archs=archs)
     manifest = builder.manifest()
     try:
         return write_bundle(manifest, builder.blobs)
     except BundleError as e:
         raise ExportError(f"{builder.where}: the bundle breaks the format: {e}") from e
+
+
+def make_builder(wrp: WrpFile, *, segment_id: str, source: str, kernels: Sequence, inputs: Sequence,
+                 outputs: Sequence, constants: Mapping[int, bytes] | None = None,
+                 scratch: Mapping[int, int] | None = None, cuda_block_dim: int | None = None,
+                 archs: tuple[int, ...] | None = None) -> "_Builder":
+    """A builder holding the manifest (``manifest()``, ``launch_facts``) and ``blobs`` of one capture."""
+    builder = _Builder(wrp, segment_id, source, kernels, constants or {}, scratch or {}, cuda_block_dim, archs)
+    builder.add_signature(inputs, outputs)
+    builder.add_ops()
+    return builder
+
+
+def segment_builder(segment, *, cuda_block_dim: int | None = None, archs: tuple[int, ...] | None = None) -> "_Builder":
+    """``make_builder`` for a recorded SegmentRecord (its .wrp parsed here)."""
+    where = _where(segment.id, segment.source)
+    try:
+        wrp = parse_wrp(segment.wrp)
+    except ExportError as e:
+        raise ExportError(f"{where}: {e}") from e
+    return make_builder(wrp, segment_id=segment.id, source=segment.source, kernels=segment.kernels,
+                        inputs=segment.inputs, outputs=segment.outputs, constants=segment.constants,
+                        scratch=segment.scratch, cuda_block_dim=cuda_block_dim, archs=archs)
 
 
 def _where(segment_id: str, source: str) -> str:
@@ -171,6 +194,8 @@ class _Builder:
     ops: list[dict] = field(default_factory=list)
     signature: dict = field(default_factory=dict)
     compiled: list[cuda_code.CompiledModule] = field(default_factory=list)
+    # per launch op (by identity of its dict): what the dynamic-batch rules need (size, grid kind, kernel, site)
+    launch_facts: dict[int, dict] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.where = _where(self.segment_id, self.source)
@@ -388,10 +413,16 @@ class _Builder:
         params, relocs = self.pack_params(op, kernel, what)
         grid_stride = bool(op.grid_stride) if self.wrp.device == "cuda" else bool(kernel.grid_stride)
         grid = cuda_grid(op.size, block_dim, grid_stride, op.max_blocks if self.wrp.device == "cuda" else 0)
-        self.ops.append({
+        launch = {
             "op": "launch", "kernel": k, "grid": list(grid), "block": [block_dim, 1, 1],
             "smem": self.kernels[k]["smem_bytes"], "params": params, "relocs": relocs,
-        })
+        }
+        self.ops.append(launch)
+        launches_before = sum(1 for o in self.wrp.ops[:op.index] if isinstance(o, WrpLaunch))
+        self.launch_facts[id(launch)] = {
+            "size": op.size, "grid_stride": grid_stride, "max_blocks": op.max_blocks if self.wrp.device == "cuda" else 0,
+            "kernel": kernel, "ndim": len(op.shape), "ordinal": launches_before,
+        }
 
     def kernel_entry(self, compiled: cuda_code.CompiledModule, kernel, block_dim: int) -> int:
         m = self.module_index.get(compiled.name)

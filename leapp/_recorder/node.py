@@ -20,7 +20,7 @@ import warp as wp
 
 from leapp._contract.backends import backend_problem
 from leapp._contract.names import NAME_RULE, name_problem, shown
-from leapp._contract.records import NodeRecord, Sample, SegmentRecord, TensorSpec
+from leapp._contract.records import NodeRecord, Probe, Sample, SegmentRecord, TensorSpec
 from leapp._warp_private import array_base
 from leapp.errors import TraceError
 from leapp.pipeline_format import metadata_problem
@@ -45,7 +45,11 @@ class NodeRun:
         self.name = state.name
         self.source = source
         self.pass_index = state.runs
-        self.recorder = GraphRecorder(state.name, build=self.pass_index == 1, owners=session.owners)
+        # A dynamic_batch node's later passes are captures too until it has its probes (docs/recorder.md 1.0).
+        self.probing = (state.dynamic_batch is not None and self.pass_index >= 2 and state.record is not None
+                        and bool(state.record.segments) and len(state.record.probes) < 2)
+        self.capturing = self.pass_index == 1 or self.probing
+        self.recorder = GraphRecorder(state.name, build=self.capturing, owners=session.owners)
         self.mode = NodeDispatchMode(self.recorder)
         self.inputs: list[tuple[str, torch.Tensor, TensorSpec]] = []
         self.outputs: list[tuple[str, Any, torch.Tensor, TensorSpec]] = []
@@ -55,13 +59,15 @@ class NodeRun:
 
     @property
     def pass_name(self) -> str:
+        if self.probing:
+            return f"probe pass {self.pass_index + 1}"
         return _PASS_NAMES[self.pass_index] if self.pass_index < 2 else f"sample pass {self.pass_index + 1}"
 
     @property
     def keeps_sample(self) -> bool:
         state = self.state
-        if self.pass_index == 1:
-            return True
+        if self.pass_index == 1 or self.probing:
+            return True  # a probe's sample is at another batch size: always worth validating
         return self.pass_index > 1 and state.record is not None and len(state.record.samples) < MAX_SAMPLES
 
     def enter(self) -> None:
@@ -150,6 +156,8 @@ class NodeRun:
             state.discovered = list(self.segments_met)
         elif self.pass_index == 1:
             self._finish_capture()
+        elif self.probing:
+            self._finish_probe()
         else:
             self._finish_sample()
         state.runs += 1
@@ -170,8 +178,59 @@ class NodeRun:
             graph=graph,
             segments=segments,
             samples=[self._sample()],
+            dynamic_batch=state.dynamic_batch,
         )
+        if state.dynamic_batch is not None:
+            lo, hi = state.dynamic_batch
+            batch = self.batch()
+            if not lo <= batch <= hi:
+                state.record = None
+                raise TraceError(
+                    f"leapp.node('{self.name}') at {self.source}: the capture pass ran at batch {batch} (dim 0 of "
+                    f"input {self.inputs[0][0]!r}), outside its dynamic_batch=({lo}, {hi})."
+                )
         self.session.notes.extend(rec.notes)
+
+    def batch(self) -> int:
+        """The batch of a dynamic_batch execution: dim 0 of every input and output (checked)."""
+        where = f"leapp.node('{self.name}', dynamic_batch={self.state.dynamic_batch}) at {self.source}"
+        if not self.inputs:
+            raise TraceError(f"{where} declares no input; dim 0 of the inputs is the batch, so it needs one.")
+        values = [("input", n, t) for n, t, _ in self.inputs] + [("output", n, t) for n, _, t, _ in self.outputs]
+        first = values[0]
+        if first[2].dim() == 0:
+            raise TraceError(f"{where}: input {first[1]!r} is 0-d; dim 0 of every input and output is the batch.")
+        batch = int(first[2].shape[0])
+        for side, name, t in values:
+            if t.dim() == 0 or int(t.shape[0]) != batch:
+                shape = tuple(t.shape)
+                raise TraceError(
+                    f"{where} ({self.pass_name}): {side} {name!r} has shape {shape}, but dim 0 of every input and "
+                    f"output is the batch, {batch} here (dim 0 of input {first[1]!r}). A size that depends on the "
+                    "batch must come from the inputs' shapes (x.shape[0]), not from a Python value."
+                )
+        return batch
+
+    def _finish_probe(self) -> None:
+        state = self.state
+        record = state.record
+        batch = self.batch()
+        seen = [record.inputs[0].shape[0]] + [p.batch for p in record.probes]
+        if batch in seen or len(self.segments_met) != len(record.segments):
+            why = ("at a batch size already captured" if batch in seen else
+                   f"met {len(self.segments_met)} Warp segments, the capture pass {len(record.segments)}")
+            self.session.notes.append(f"node '{self.name}' {self.pass_name} at batch {batch}: {why}; kept as a "
+                                      "validation sample, not as a probe.")
+            self._finish_sample()
+            return
+        lo, hi = state.dynamic_batch
+        if not lo <= batch <= hi:
+            raise TraceError(
+                f"leapp.node('{self.name}') at {self.source} ({self.pass_name}) ran at batch {batch}, outside its "
+                f"dynamic_batch=({lo}, {hi})."
+            )
+        record.probes.append(Probe(batch, list(self.segments_met)))
+        record.samples.append(self._sample())
 
     def _finish_sample(self) -> None:
         state = self.state
@@ -262,13 +321,15 @@ def _is_value(x) -> bool:
 class NodeScope:
     """``leapp.node(name, export_with=..., **backend_params)``: context manager and decorator."""
 
-    __slots__ = ("name", "export_with", "backend_params", "_runs")
+    __slots__ = ("name", "export_with", "backend_params", "dynamic_batch", "_runs")
 
-    def __init__(self, name: str, export_with: str = "onnx", **backend_params: Any) -> None:
+    def __init__(self, name: str, export_with: str = "onnx", *, dynamic_batch: Any = None,
+                 **backend_params: Any) -> None:
         _check_declaration(name, export_with, backend_params)
         self.name = name
         self.export_with = export_with
         self.backend_params = backend_params
+        self.dynamic_batch = dynamic_batch_range(name, dynamic_batch)
         self._runs: list[NodeRun | None] = []
 
     # ---- context manager ----
@@ -296,7 +357,7 @@ class NodeScope:
                 f"leapp.node('{self.name}') at {source} is inside leapp.node('{session.current.name}'); "
                 "nodes cannot be nested."
             )
-        state = session.node_state(self.name, self.export_with, self.backend_params, source)
+        state = session.node_state(self.name, self.export_with, self.backend_params, source, self.dynamic_batch)
         run = NodeRun(session, state, source)
         session.current = run
         run.enter()
@@ -319,6 +380,7 @@ class NodeScope:
             run = self._begin(session, source)
             try:
                 bound = signature.bind(*args, **kwargs)
+                original = dict(bound.arguments)
                 where = f"{source} (arguments of {fn.__qualname__})"
                 for pname, value in list(bound.arguments.items()):
                     bound.arguments[pname] = _declare_structure(run, pname, value, where)
@@ -328,6 +390,14 @@ class NodeScope:
                 _end(run, failed=True)
                 raise
             _end(run, failed=False)
+            if run.pass_index == 1 and run.state.record is not None and run.state.record.segments \
+                    and self.dynamic_batch is not None:
+                traced_batch = run.state.record.inputs[0].shape[0]
+                for b in probe_batches(traced_batch, *self.dynamic_batch):
+                    probe = {k: _resized(v, b) for k, v in original.items()}
+                    bound_probe = signature.bind_partial()
+                    bound_probe.arguments.update(probe)
+                    traced(*bound_probe.args, **bound_probe.kwargs)
             return result
 
         return traced
@@ -355,6 +425,57 @@ def _observed_call(observer, name: str, fn: Callable, signature, source: str, ar
         raise
     run.end(failed=False)
     return result
+
+
+DEFAULT_DYNAMIC_BATCH = (1, 65536)
+MAX_BATCH = 2**31 - 1
+
+
+def dynamic_batch_range(name: str, value: Any) -> tuple[int, int] | None:
+    """``dynamic_batch=`` as (min, max), or None; refused where the node is declared (docs/recorder.md 1.0)."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return DEFAULT_DYNAMIC_BATCH
+    ok = (isinstance(value, (tuple, list)) and len(value) == 2
+          and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+          and 1 <= value[0] < value[1] <= MAX_BATCH)
+    if not ok:
+        raise TraceError(
+            f"leapp.node({name!r}) at {user_location()}: dynamic_batch={value!r} must be True or a (min, max) pair of "
+            f"integers with 1 <= min < max <= {MAX_BATCH}."
+        )
+    return int(value[0]), int(value[1])
+
+
+def probe_batches(traced: int, lo: int, hi: int) -> list[int]:
+    """The batch sizes the decorator probes at: min and max of the range, else sizes next to the traced one."""
+    out: list[int] = []
+    for b in (lo, hi, traced + 1, traced - 1, traced + 2, traced - 2, (lo + hi) // 2):
+        if lo <= b <= hi and b != traced and b not in out:
+            out.append(b)
+    return out[:2]
+
+
+def _resized(value: Any, batch: int) -> Any:
+    """A node argument at another batch: tensors and Warp arrays sliced or tiled along dim 0; others as they are."""
+    if isinstance(value, torch.Tensor):
+        if value.dim() == 0:
+            return value
+        n = value.shape[0]
+        if batch <= n:
+            return value[:batch].clone()
+        reps = -(-batch // n)
+        return torch.cat([value] * reps)[:batch].contiguous()
+    if is_warp_array(value):
+        t = _resized(wp.to_torch(value, requires_grad=False), batch)
+        return wp.from_torch(t, dtype=value.dtype)
+    if isinstance(value, (tuple, list)):
+        items = [_resized(v, batch) for v in value]
+        return type(value)(items) if isinstance(value, list) else tuple(items)
+    if isinstance(value, dict):
+        return {k: _resized(v, batch) for k, v in value.items()}
+    return value
 
 
 _CHECKED: set[tuple[str, str]] = set()  # declarations without backend_params already found valid

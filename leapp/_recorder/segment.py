@@ -173,7 +173,7 @@ class _Block:
         self._guard.__enter__()
         self.session.block = self
         run.recorder.block = self
-        if run.pass_index == 1:
+        if run.capturing:
             try:
                 self._begin_capture()
             except BaseException:
@@ -251,7 +251,7 @@ class _Block:
             )
             return
         self._check_same_ops(ops, sites)
-        if run.pass_index == 1:
+        if run.capturing:
             closed = ClosedSegment(self.segment_id, run.name, self.index, self.source, self.device, self.launches,
                                    self.discovered.ops, self.discovered.call_sites, self._census)
             analysis = CaptureAnalysis(closed, graph, run.recorder, self.session.constants_report)

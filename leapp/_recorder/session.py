@@ -63,6 +63,7 @@ class NodeState:
     discovered: list[DiscoveredSegment] = field(default_factory=list)
     record: NodeRecord | None = None
     skipped: list[DiscoveredSegment] = field(default_factory=list)
+    dynamic_batch: tuple[int, int] | None = None  # (min, max): docs/recorder.md section 1.0
 
 
 class Session:
@@ -130,7 +131,8 @@ class Session:
 
     # ---- nodes ----
 
-    def node_state(self, name: str, export_with: str, backend_params: dict, source: str) -> NodeState:
+    def node_state(self, name: str, export_with: str, backend_params: dict, source: str,
+                   dynamic_batch: tuple[int, int] | None = None) -> NodeState:
         state = self._nodes.get(name)
         if state is None:
             other = next((s for n, s in self._nodes.items() if n.lower() == name.lower()), None)
@@ -139,7 +141,8 @@ class Session:
                     f"leapp.node('{name}') at {source}: node '{other.name}' at {other.source} differs only in case; "
                     "their artifacts would be one file on a case-insensitive file system. Rename one of them."
                 )
-            state = self._nodes[name] = NodeState(name, export_with, dict(backend_params), source)
+            state = self._nodes[name] = NodeState(name, export_with, dict(backend_params), source,
+                                                  dynamic_batch=dynamic_batch)
         elif state.source != source:
             raise TraceError(
                 f"leapp.node('{name}') at {source}: a node of that name is already traced at {state.source}; "
@@ -149,6 +152,11 @@ class Session:
             raise TraceError(
                 f"leapp.node('{name}') at {source} has export_with='{export_with}', but the same node was "
                 f"declared with export_with='{state.export_with}' at {state.source}."
+            )
+        elif state.dynamic_batch != dynamic_batch:
+            raise TraceError(
+                f"leapp.node('{name}') at {source} has dynamic_batch={dynamic_batch}, but the same node was "
+                f"declared with dynamic_batch={state.dynamic_batch} at {state.source}."
             )
         return state
 
@@ -186,6 +194,9 @@ class Session:
                     f"{NOT_EXECUTED_TWICE} (the capture pass met {len(state.record.segments)} of "
                     f"{len(state.discovered)} discovered segments)."
                 )
+            problem = probe_problem(state)
+            if problem:
+                problems.append(problem)
             if not state.record.outputs:
                 problems.append(
                     f"leapp.node('{state.name}') at {state.source} declared no outputs "
@@ -217,6 +228,28 @@ class Session:
             raise TraceError(f"session '{self.name}' has no exporter to compile with; "
                              "begin sessions with leapp.trace or leapp.start")
         return self._export(record, validate=validate, rtol=rtol, atol=atol)
+
+
+def probes_needed(lo: int, hi: int) -> int:
+    """Probe captures a dynamic node needs: two (three batches in all), fewer only when the range is that small."""
+    return min(2, hi - lo)
+
+
+def probe_problem(state: NodeState) -> str | None:
+    record = state.record
+    if record is None or state.dynamic_batch is None or not record.segments:
+        return None
+    lo, hi = state.dynamic_batch
+    need = probes_needed(lo, hi)
+    if len(record.probes) >= need:
+        return None
+    seen = [record.inputs[0].shape[0]] + [p.batch for p in record.probes] if record.inputs else []
+    return (
+        f"leapp.node('{state.name}') at {state.source} declares dynamic_batch=({lo}, {hi}) and has Warp segments, "
+        f"but it ran at only {len(seen)} distinct batch size(s) {seen}; leapp learns how each segment depends on "
+        f"the batch from {need + 1} batch sizes. Run the node at {need + 1 - len(seen)} more batch size(s) in "
+        "the range (the decorator form, @leapp.node(...), does this itself)."
+    )
 
 
 def start(name: str, save_path: str = ".", *, export: Callable[..., Any] | None = None) -> Session:

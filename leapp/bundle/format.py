@@ -19,6 +19,9 @@ __all__ = [
     "FORMAT_VERSION",
     "MIN_READER_VERSION",
     "READER_VERSION",
+    "DYNAMIC_BATCH_VERSION",
+    "MAX_RULE_COEFFICIENT",
+    "MAX_BATCH",
     "OLDEST_READABLE_VERSION",
     "HEADER",
     "HEADER_SIZE",
@@ -59,7 +62,10 @@ BundleError.__module__ = "leapp.bundle"
 MAGIC = b"LEAPPWB\0"
 FORMAT_VERSION = 1  # what this writer writes
 MIN_READER_VERSION = 1  # the oldest reader able to read what this writer writes
-READER_VERSION = 1  # the newest format this reader knows (files with min_reader_version above it are refused)
+READER_VERSION = 2  # the newest format this reader knows (files with min_reader_version above it are refused)
+DYNAMIC_BATCH_VERSION = 2  # format_version and min_reader_version of a bundle with dynamic-batch rules
+MAX_RULE_COEFFICIENT = 2**40  # |a| and |b| of a dynamic-batch rule [a, b]
+MAX_BATCH = 2**31 - 1
 OLDEST_READABLE_VERSION = 1  # the oldest format_version this reader still reads
 
 # magic, format_version, min_reader_version, file_size, blob_table_offset,

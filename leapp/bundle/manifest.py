@@ -16,7 +16,9 @@ from leapp.bundle.format import (
     BINARY_KINDS,
     DTYPE_ITEMSIZE,
     FORMAT_NAME,
+    MAX_BATCH,
     MAX_BUFFER_BYTES,
+    MAX_RULE_COEFFICIENT,
     MAX_INT,
     MAX_OWNED_BYTES,
     OP_KINDS,
@@ -182,6 +184,7 @@ class _ManifestCheck:
             self.check_init(buffer, i)
         for i, op in enumerate(self.ops):
             self.check_op(op, f"ops[{i}]")
+        _DynamicCheck(self).run()
 
     def check_module(self, module: Any, path: str) -> None:
         module = self.obj(module, path)
@@ -420,3 +423,228 @@ class _ManifestCheck:
                 f"{path} copies buffers[{op['src']}] [{src_offset}, {src_offset + nbytes}) onto the "
                 f"overlapping [{dst_offset}, {dst_offset + nbytes})"
             )
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Dynamic batch (docs/bundle-format.md, "Dynamic batch"): rules [a, b] = a * batch + b, checked at both ends.
+
+_OP_RULES = {"memset": ("offset_rule", "bytes_rule"), "copy": ("src_offset_rule", "dst_offset_rule", "bytes_rule")}
+_LAUNCH_KEYS = ("size_rule", "grid_stride", "max_blocks", "patches")
+
+
+def grid_for(size: int, block_dim: int, grid_stride: bool, max_blocks: int) -> tuple[int, int, int]:
+    """Warp's grid for ``size`` threads (docs/export-cuda.md section 3); the runtime computes the same."""
+    total = (size + block_dim - 1) // block_dim
+    if grid_stride:
+        cap = max_blocks if max_blocks > 0 else 2**31 - 1
+        return (max(1, min(total, cap)), 1, 1)
+    gx = max(1, min(total, (1 << 24) // block_dim))
+    remaining = (gx and (total + gx - 1) // gx)
+    gy = max(1, min(remaining, 65535))
+    gz = max(1, min((remaining + gy - 1) // gy, 65535))
+    return (gx, gy, gz)
+
+
+class _DynamicCheck:
+    """The optional dynamic-batch fields, after the static rules held (static values are the traced batch's)."""
+
+    def __init__(self, base: _ManifestCheck):
+        self.c = base
+        self.m = base.m
+
+    def fail(self, message: str) -> NoReturn:
+        self.c.fail(message)
+
+    def rule(self, value: Any, path: str) -> tuple[int, int]:
+        if not isinstance(value, list) or len(value) != 2:
+            self.fail(f"{path} must be an array of two integers [a, b] (a * batch + b), got {_describe(value)}")
+        a, b = (self.c.integer(v, f"{path}[{i}]", lo=-MAX_RULE_COEFFICIENT, hi=MAX_RULE_COEFFICIENT)
+                for i, v in enumerate(value))
+        return a, b
+
+    def at(self, rule: tuple[int, int], batch: int) -> int:
+        return rule[0] * batch + rule[1]
+
+    def traced_equal(self, rule: tuple[int, int], static: int, path: str, static_path: str) -> None:
+        value = self.at(rule, self.traced)
+        if value != static:
+            self.fail(f"{path} {list(rule)} gives {value} at batch.traced {self.traced}, but {static_path} is {static}")
+
+    def each_end(self):
+        return (("batch.min", self.lo), ("batch.max", self.hi))
+
+    def within(self, rule: tuple[int, int], path: str, lo: int, hi: int) -> None:
+        for name, batch in self.each_end():
+            v = self.at(rule, batch)
+            if not lo <= v <= hi:
+                self.fail(f"{path} {list(rule)} gives {v} at {name} {batch}, outside [{lo}, {hi}]")
+
+    def optional_rule(self, obj: dict, key: str, path: str) -> tuple[int, int] | None:
+        return self.rule(obj[key], f"{path}.{key}") if key in obj else None
+
+    def rule_keys_present(self) -> str | None:
+        for i, b in enumerate(self.c.buffers):
+            if "bytes_rule" in b:
+                return f"buffers[{i}].bytes_rule"
+        for side in ("inputs", "outputs"):
+            for j, e in enumerate(self.c.signature[side]):
+                if "batch_rule" in e:
+                    return f"signature.{side}[{j}].batch_rule"
+        for i, op in enumerate(self.c.ops):
+            for key in _LAUNCH_KEYS + _OP_RULES.get(op["op"], ()):
+                if key in op:
+                    return f"ops[{i}].{key}"
+            for r, reloc in enumerate(op.get("relocs", [])):
+                if "buffer_offset_rule" in reloc:
+                    return f"ops[{i}].relocs[{r}].buffer_offset_rule"
+        return None
+
+    def run(self) -> None:
+        if "batch" not in self.m:
+            found = self.rule_keys_present()
+            if found:
+                self.fail(f"{found} is a dynamic-batch rule, but the manifest has no batch")
+            return
+        batch = self.c.obj(self.m["batch"], "batch")
+        self.lo = self.c.field(batch, "min", "batch", "int", lo=1, hi=MAX_BATCH)
+        self.hi = self.c.field(batch, "max", "batch", "int", lo=1, hi=MAX_BATCH)
+        self.traced = self.c.field(batch, "traced", "batch", "int", lo=1, hi=MAX_BATCH)
+        if not self.lo <= self.traced <= self.hi:
+            self.fail(f"batch must have min <= traced <= max, got min {self.lo}, traced {self.traced}, max {self.hi}")
+        self.bytes_rules = [self.buffer(b, i) for i, b in enumerate(self.c.buffers)]
+        for name, batch_value in self.each_end():
+            owned = sum(self.at(r, batch_value) for r, b in zip(self.bytes_rules, self.c.buffers)
+                        if b["role"] in ("scratch", "constant"))
+            if owned > MAX_OWNED_BYTES:
+                self.fail(f"buffers hold {owned} bytes of scratch and constant memory at {name} {batch_value}, "
+                          f"more than {MAX_OWNED_BYTES} (2^40)")
+        for i, b in enumerate(self.c.buffers):
+            if self.c.init_kind(b, f"buffers[{i}]") == "input":
+                j = b["init"]["input"]
+                src = self.c.sig_inputs[j]["buffer"]
+                if self.bytes_rules[src] != self.bytes_rules[i]:
+                    self.fail(f"buffers[{i}].init.input {j}: the buffer's size rule {list(self.bytes_rules[i])} "
+                              f"differs from buffers[{src}]'s {list(self.bytes_rules[src])}")
+        follows = False
+        for side in ("inputs", "outputs"):
+            for j, entry in enumerate(self.c.signature[side]):
+                rule = self.signature_entry(entry, f"signature.{side}[{j}]")
+                follows = follows or (side == "inputs" and rule is not None and rule[0] != 0)
+        if not follows:
+            self.fail("batch is given, but no signature input has a batch_rule [a, b] with a != 0 "
+                      "(the runtime reads the batch from one)")
+        for i, op in enumerate(self.c.ops):
+            path = f"ops[{i}]"
+            if op["op"] == "launch":
+                self.launch(op, path)
+            else:
+                self.transfer(op, path)
+
+    def buffer(self, b: dict, i: int) -> tuple[int, int]:
+        path = f"buffers[{i}]"
+        rule = self.optional_rule(b, "bytes_rule", path)
+        if rule is None:
+            return (0, b["bytes"])
+        if b["role"] == "constant":
+            self.fail(f"{path}.bytes_rule is given for a constant buffer (constants never change size)")
+        self.traced_equal(rule, b["bytes"], f"{path}.bytes_rule", f"{path}.bytes")
+        self.within(rule, f"{path}.bytes_rule", 1, MAX_BUFFER_BYTES)
+        return rule
+
+    def signature_entry(self, entry: dict, path: str) -> tuple[int, int] | None:
+        rule = self.optional_rule(entry, "batch_rule", path)
+        buffer_rule = self.bytes_rules[entry["buffer"]]
+        if rule is None:
+            if buffer_rule[0] != 0:
+                self.fail(f"{path} has no batch_rule, but buffers[{entry['buffer']}] has bytes_rule {list(buffer_rule)}")
+            return None
+        shape = entry["shape"]
+        if not shape:
+            self.fail(f"{path}.batch_rule is given for a 0-d tensor (dim 0 follows the batch)")
+        self.traced_equal(rule, shape[0], f"{path}.batch_rule", f"{path}.shape[0]")
+        self.within(rule, f"{path}.batch_rule", 1, MAX_BUFFER_BYTES)
+        row = DTYPE_ITEMSIZE[entry["dtype"]] * math.prod(shape[1:])
+        expected = (rule[0] * row, rule[1] * row)
+        if buffer_rule != expected:
+            self.fail(f"{path}.batch_rule {list(rule)} with rows of {row} bytes needs buffers[{entry['buffer']}]"
+                      f".bytes_rule {list(expected)}, got {list(buffer_rule)}")
+        return rule
+
+    def launch(self, op: dict, path: str) -> None:
+        sizes = op["params"]["sizes"]
+        relocs = op["relocs"]
+        for r, reloc in enumerate(relocs):
+            rpath = f"{path}.relocs[{r}]"
+            rule = self.optional_rule(reloc, "buffer_offset_rule", rpath)
+            if rule is None:
+                continue
+            self.traced_equal(rule, reloc["buffer_offset"], f"{rpath}.buffer_offset_rule", f"{rpath}.buffer_offset")
+            buffer_rule = self.bytes_rules[reloc["buffer"]]
+            for name, batch in self.each_end():
+                v, n = self.at(rule, batch), self.at(buffer_rule, batch)
+                if not 0 <= v <= n:
+                    self.fail(f"{rpath}.buffer_offset_rule {list(rule)} gives {v} at {name} {batch}, outside "
+                              f"[0, {n}] (buffers[{reloc['buffer']}] at that batch)")
+        present = [k for k in _LAUNCH_KEYS if k in op]
+        if not present:
+            return
+        if len(present) != len(_LAUNCH_KEYS):
+            missing = [k for k in _LAUNCH_KEYS if k not in op]
+            self.fail(f"{path} has {', '.join(present)} but not {', '.join(missing)} (they go together)")
+        size_rule = self.rule(op["size_rule"], f"{path}.size_rule")
+        self.within(size_rule, f"{path}.size_rule", 0, MAX_INT)
+        grid_stride = op["grid_stride"]
+        if not isinstance(grid_stride, bool):
+            self.fail(f"{path}.grid_stride must be true or false, got {_describe(grid_stride)}")
+        max_blocks = self.c.field(op, "max_blocks", path, "int", hi=U32_MAX)
+        traced_grid = grid_for(self.at(size_rule, self.traced), op["block"][0], grid_stride, max_blocks)
+        if list(traced_grid) != op["grid"]:
+            self.fail(f"{path}.grid {op['grid']} is not the grid {list(traced_grid)} of size_rule {list(size_rule)} at "
+                      f"batch.traced {self.traced}")
+        patches = self.c.arr(op["patches"], f"{path}.patches")
+        taken: set[tuple[int, int]] = {(rel["param"], rel["offset"] + i) for rel in relocs for i in range(8)}
+        blob = self.c.blobs[op["params"]["blob"]] if self.c.blobs is not None else None
+        for q, patch in enumerate(patches):
+            ppath = f"{path}.patches[{q}]"
+            patch = self.c.obj(patch, ppath)
+            p = self.c.index(self.c.get(patch, "param", ppath), f"{ppath}.param", len(sizes), f"{path}.params.sizes")
+            offset = self.c.field(patch, "offset", ppath, "int")
+            width = self.c.field(patch, "width", ppath, "int")
+            if width not in (4, 8):
+                self.fail(f"{ppath}.width must be 4 or 8, got {width}")
+            if offset + width > sizes[p]:
+                self.fail(f"{ppath}.offset {offset} + width {width} exceeds params.sizes[{p}] = {sizes[p]}")
+            for i in range(width):
+                if (p, offset + i) in taken:
+                    self.fail(f"{ppath} overlaps a relocation or an earlier patch of parameter {p} at byte {offset + i}")
+                taken.add((p, offset + i))
+            rule = self.rule(self.c.get(patch, "rule", ppath), f"{ppath}.rule")
+            self.within(rule, f"{ppath}.rule", 0, U32_MAX if width == 4 else MAX_INT)
+            if blob is not None:
+                start = op["params"]["offsets"][p] + offset
+                static = int.from_bytes(bytes(blob[start:start + width]), "little")
+                self.traced_equal(rule, static, f"{ppath}.rule", f"the {width} bytes it patches")
+
+    def transfer(self, op: dict, path: str) -> None:
+        rules = {}
+        for key in _OP_RULES[op["op"]]:
+            static_key = key.removesuffix("_rule")
+            rule = self.optional_rule(op, key, path)
+            if rule is not None:
+                self.traced_equal(rule, op[static_key], f"{path}.{key}", f"{path}.{static_key}")
+            rules[static_key] = rule or (0, op[static_key])
+        self.within(rules["bytes"], f"{path}.bytes_rule" if "bytes_rule" in op else f"{path}.bytes", 1,
+                    MAX_BUFFER_BYTES)
+        ranges = [("offset", "buffer")] if op["op"] == "memset" else [("src_offset", "src"), ("dst_offset", "dst")]
+        for name, batch in self.each_end():
+            n = self.at(rules["bytes"], batch)
+            spans = []
+            for offset_key, buffer_key in ranges:
+                off = self.at(rules[offset_key], batch)
+                size = self.at(self.bytes_rules[op[buffer_key]], batch)
+                if off < 0 or off + n > size:
+                    self.fail(f"{path}.{offset_key} {off} + bytes {n} at {name} {batch} exceeds "
+                              f"buffers[{op[buffer_key]}] of {size} bytes at that batch")
+                spans.append(off)
+            if op["op"] == "copy" and op["src"] == op["dst"] and spans[0] < spans[1] + n and spans[1] < spans[0] + n:
+                self.fail(f"{path} copies overlapping ranges of buffers[{op['src']}] at {name} {batch}")

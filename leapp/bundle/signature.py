@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from leapp.bundle.format import DTYPE_ITEMSIZE, MAX_INT, BundleError
+from leapp.bundle.format import DTYPE_ITEMSIZE, MAX_BATCH, MAX_INT, MAX_RULE_COEFFICIENT, BundleError
 from leapp.bundle.reader import Bundle
 from leapp.bundle.strict_json import decode_strict_json
 
@@ -39,14 +39,23 @@ def signature_json(bundle_or_manifest: Bundle | dict, digest: str | None = None)
         sig = {
             "digest": digest,
             "segment": manifest["segment"],
-            "inputs": [{k: t[k] for k in _TENSOR_KEYS} for t in manifest["signature"]["inputs"]],
-            "outputs": [{k: t[k] for k in _TENSOR_KEYS} for t in manifest["signature"]["outputs"]],
+            "inputs": [_entry(t) for t in manifest["signature"]["inputs"]],
+            "outputs": [_entry(t) for t in manifest["signature"]["outputs"]],
         }
+        if "batch" in manifest:  # dynamic batch: what a fake kernel needs to size outputs from the inputs
+            sig["batch"] = {k: manifest["batch"][k] for k in ("min", "max", "traced")}
     except (KeyError, TypeError) as e:
         raise BundleError(f"signature: the manifest lacks segment/signature fields: {e!r}") from e
     text = json.dumps(sig, sort_keys=True, separators=(",", ":"))
     parse_signature(text)  # a signature we write is one we accept
     return text
+
+
+def _entry(t: dict) -> dict:
+    entry = {k: t[k] for k in _TENSOR_KEYS}
+    if "batch_rule" in t:
+        entry["batch_rule"] = t["batch_rule"]
+    return entry
 
 
 def _fail(message: str) -> BundleError:
@@ -75,6 +84,13 @@ def _tensors(sig: dict, side: str) -> list[dict]:
             isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= MAX_INT for d in shape
         ):
             raise _fail(f"{path}.shape must be an array of non-negative integers, got {shape!r}")
+        if "batch_rule" in t:
+            rule = t["batch_rule"]
+            if not (isinstance(rule, list) and len(rule) == 2 and all(
+                    isinstance(v, int) and not isinstance(v, bool) and abs(v) <= MAX_RULE_COEFFICIENT for v in rule)):
+                raise _fail(f"{path}.batch_rule must be [a, b], two integers in [-2^40, 2^40], got {rule!r}")
+            if not shape:
+                raise _fail(f"{path}.batch_rule is given for a 0-d tensor")
     return entries
 
 
@@ -90,6 +106,15 @@ def parse_signature(text: str) -> dict[str, Any]:
         raise _fail(f"digest must be 64 lowercase hex digits (a sha256), got {digest!r}")
     if not isinstance(sig.get("segment"), str):
         raise _fail(f"segment must be a string, got {sig.get('segment')!r}")
-    _tensors(sig, "inputs")
+    inputs = _tensors(sig, "inputs")
     _tensors(sig, "outputs")
+    if "batch" in sig:
+        batch = sig["batch"]
+        ok = isinstance(batch, dict) and all(
+            isinstance(batch.get(k), int) and not isinstance(batch.get(k), bool) for k in ("min", "max", "traced"))
+        if not ok or not 1 <= batch["min"] <= batch["traced"] <= batch["max"] <= MAX_BATCH:
+            raise _fail(f"batch must be {{min, traced, max}} integers with 1 <= min <= traced <= max <= 2^31-1, "
+                        f"got {batch!r}")
+        if not any(t.get("batch_rule", [0])[0] for t in inputs):
+            raise _fail("batch is given but no input has a batch_rule [a, b] with a != 0")
     return sig

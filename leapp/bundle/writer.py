@@ -15,6 +15,7 @@ from leapp.bundle.format import (
     ALIGNMENT,
     BLOB_ENTRY,
     BLOB_ENTRY_SIZE,
+    DYNAMIC_BATCH_VERSION,
     FORMAT_VERSION,
     HASH_SIZE,
     HEADER,
@@ -57,11 +58,14 @@ def write_bundle(manifest: dict, blobs: Sequence[bytes | bytearray | memoryview]
     raw = encode_manifest(manifest)
     if len(raw) > MAX_MANIFEST_SIZE:
         raise BundleError(f"bundle manifest: {len(raw)} bytes of JSON, at most {MAX_MANIFEST_SIZE} are allowed")
-    validate_manifest(decode_manifest(raw), [len(b) for b in blob_bytes], blob_bytes)
-    return pack(raw, blob_bytes)
+    decoded = decode_manifest(raw)
+    validate_manifest(decoded, [len(b) for b in blob_bytes], blob_bytes)
+    # A bundle with dynamic-batch rules needs a reader that applies them (an older one would replay the traced batch).
+    versions = (DYNAMIC_BATCH_VERSION, DYNAMIC_BATCH_VERSION) if "batch" in decoded else None
+    return pack(raw, blob_bytes, versions=versions)
 
 
-def pack(raw_manifest: bytes, blobs: Sequence[bytes]) -> bytes:
+def pack(raw_manifest: bytes, blobs: Sequence[bytes], *, versions: tuple[int, int] | None = None) -> bytes:
     """Lays out header, blob table, manifest bytes and blobs, then seals the file; checks nothing.
 
     ``write_bundle`` is the public entry; ``leapp.bundle.testing`` uses this to build invalid files.
@@ -79,8 +83,9 @@ def pack(raw_manifest: bytes, blobs: Sequence[bytes]) -> bytes:
     file_size = body_end + HASH_SIZE
 
     out = bytearray(file_size)  # zero-filled: padding bytes are 0
+    format_version, min_reader = versions or (FORMAT_VERSION, MIN_READER_VERSION)
     out[0:HEADER_SIZE] = HEADER.pack(
-        MAGIC, FORMAT_VERSION, MIN_READER_VERSION, file_size, HEADER_SIZE, len(blobs), 0,
+        MAGIC, format_version, min_reader, file_size, HEADER_SIZE, len(blobs), 0,
         manifest_offset, len(raw), 0,
     )
     out[HEADER_SIZE:manifest_offset] = table

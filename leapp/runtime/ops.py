@@ -50,7 +50,47 @@ def _fake(inputs: list[torch.Tensor], bundle: torch.Tensor, signature: str) -> l
     device = inputs[0].device if inputs else bundle.device
     if bundle.device.type == "meta" or any(t.device.type == "meta" for t in inputs):
         _refuse_meta_with_data(inputs, bundle, signature)
-    return [torch.empty(shape, dtype=dtype, device=device) for _, dtype, shape in output_specs(signature)]
+    return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in output_shapes(inputs, signature)]
+
+
+def output_shapes(inputs: list[torch.Tensor], signature: str) -> list[tuple[list, torch.dtype]]:
+    """Each output's (shape, dtype) for these inputs: the signature's, with dim 0 from the batch when the
+    segment has a dynamic batch (docs/bundle-format.md, "Dynamic batch"). Works on symbolic shapes."""
+    specs = output_specs(signature)
+    sig = json.loads(signature)
+    if "batch" not in sig:
+        return [(shape, dtype) for _, dtype, shape in specs]
+    batch = segment_batch(inputs, sig)
+    out = []
+    for (_, dtype, shape), entry in zip(specs, sig["outputs"]):
+        if "batch_rule" in entry:
+            a, b = entry["batch_rule"]
+            shape = [a * batch + b] + list(shape[1:])
+        out.append((shape, dtype))
+    return out
+
+
+def segment_batch(inputs: list[torch.Tensor], sig: dict):
+    """The batch of a dynamic segment call, from the first input whose dim 0 follows it (may be symbolic)."""
+    segment = sig.get("segment", "?")
+    if len(inputs) != len(sig["inputs"]):
+        raise ValueError(f"{OP_NAME} '{segment}': expected {len(sig['inputs'])} inputs, got {len(inputs)}")
+    j, entry = next((j, e) for j, e in enumerate(sig["inputs"]) if e.get("batch_rule", [0])[0])
+    a, b = entry["batch_rule"]
+    t = inputs[j]
+    if t.dim() != len(entry["shape"]):
+        raise ValueError(f"{OP_NAME} '{segment}': input {j} '{entry['name']}' has {t.dim()} dims, expected "
+                         f"{len(entry['shape'])} (shape {entry['shape']} with a dynamic dim 0)")
+    batch = (t.shape[0] - b) // a
+    if isinstance(batch, int):
+        lo, hi = sig["batch"]["min"], sig["batch"]["max"]
+        if a * batch + b != t.shape[0] or not lo <= batch <= hi:
+            raise ValueError(f"{OP_NAME} '{segment}': input {j} '{entry['name']}' has {t.shape[0]} rows, which is "
+                             f"batch {(t.shape[0] - b) / a:g}; the segment runs batches {lo}..{hi} "
+                             f"(dim 0 = {a} * batch + {b})")
+    else:
+        torch._check(a * batch + b == t.shape[0])
+    return batch
 
 
 def _refuse_meta_with_data(inputs: list[torch.Tensor], bundle: torch.Tensor, signature: str) -> None:

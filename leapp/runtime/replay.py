@@ -124,6 +124,14 @@ def _describe(dtype: str, shape) -> str:
     return f"{dtype}{list(shape)}"
 
 
+def _shape_matches(shape, spec: dict, dynamic: bool) -> bool:
+    """The signature's shape, except dim 0 of an input that follows the batch (checked by output_shapes)."""
+    want = list(spec["shape"])
+    if dynamic and "batch_rule" in spec:
+        return len(shape) == len(want) and list(shape[1:]) == want[1:]
+    return list(shape) == want
+
+
 def warp_segment_cuda(inputs: list[torch.Tensor], bundle: torch.Tensor, signature: str) -> list[torch.Tensor]:
     """Replays the segment on the current CUDA stream of the inputs' device; returns new output tensors."""
     from leapp import _native
@@ -145,16 +153,15 @@ def warp_segment_cuda(inputs: list[torch.Tensor], bundle: torch.Tensor, signatur
                 f"{where}: input {j} '{spec['name']}' is on {t.device}, input 0 on {device} "
                 "(all inputs must be on one CUDA device)"
             )
-        if t.dtype != want_dtype or tuple(t.shape) != tuple(spec["shape"]):
+        if t.dtype != want_dtype or not _shape_matches(t.shape, sig["inputs"][j], "batch" in sig):
             raise ValueError(
                 f"{where}: input {j} '{spec['name']}' expects {_describe(spec['dtype'], spec['shape'])}, "
                 f"got {str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
             )
         dense.append(t.contiguous())
-    outputs = [
-        torch.empty(tuple(spec["shape"]), dtype=getattr(torch, spec["dtype"]), device=device)
-        for spec in parsed.outputs
-    ]
+    from leapp.runtime.ops import output_shapes  # noqa: PLC0415
+
+    outputs = [torch.empty(tuple(shape), dtype=dtype, device=device) for shape, dtype in output_shapes(dense, signature)]
     stream = torch.cuda.current_stream(device).cuda_stream
     _native.run_segment(
         parsed,
