@@ -232,32 +232,51 @@ class WarpSegmentKernel {
       throw BadArgument("has " + std::to_string(ctx.GetOutputCount()) + " outputs, the segment produces " +
                         std::to_string(m.outputs.size()));
 
+    // Dynamic batch: the batch comes from the input the manifest names; every dim 0 with a rule follows it.
+    int64_t batch = 0;
+    if (m.dynamic) {
+      std::vector<uint64_t> bytes(m.inputs.size(), 0);
+      auto info = ctx.GetInput(m.batch_input).GetTensorTypeAndShapeInfo();
+      bytes[m.batch_input] = uint64_t(info.GetElementCount()) * leapp::dtype_itemsize(m.inputs[m.batch_input].dtype);
+      batch = leapp::segment_batch(*bundle, bytes);
+    }
+    auto shape_at = [&](const leapp::TensorSpec& spec) {
+      std::vector<int64_t> shape = spec.shape;
+      if (m.dynamic && spec.has_batch_rule) shape[0] = spec.batch_rule.at(batch);
+      return shape;
+    };
+    auto bytes_at = [&](const leapp::TensorSpec& spec) {
+      return m.dynamic ? uint64_t(m.buffers[spec.buffer].bytes_rule.at(batch)) : spec.bytes;
+    };
     std::vector<leapp::DeviceSpan> dev_in, dev_out;
     std::vector<leapp::HostSpan> host_in, host_out;
     for (size_t j = 0; j < m.inputs.size(); ++j) {
       const leapp::TensorSpec& spec = m.inputs[j];
+      const std::vector<int64_t> want = shape_at(spec);
       Ort::ConstValue v = ctx.GetInput(j);
       auto info = v.GetTensorTypeAndShapeInfo();
       std::vector<int64_t> shape = info.GetShape();
-      if (info.GetElementType() != onnx_type(spec.dtype) || shape != spec.shape)
+      if (info.GetElementType() != onnx_type(spec.dtype) || shape != want)
         throw BadArgument("input " + std::to_string(j) + " '" + spec.name + "' expects " +
-                          describe(spec.dtype, spec.shape) + ", got " + describe(type_name(info.GetElementType()), shape));
+                          describe(spec.dtype, want) + ", got " + describe(type_name(info.GetElementType()), shape) +
+                          (m.dynamic ? " (at batch " + std::to_string(batch) + ")" : std::string()));
       const void* p = v.GetTensorRawData();
-      dev_in.push_back({leapp::CUdeviceptr(reinterpret_cast<uintptr_t>(p)), spec.bytes});
-      host_in.push_back({const_cast<void*>(p), spec.bytes});
+      dev_in.push_back({leapp::CUdeviceptr(reinterpret_cast<uintptr_t>(p)), bytes_at(spec)});
+      host_in.push_back({const_cast<void*>(p), bytes_at(spec)});
     }
     for (size_t j = 0; j < m.outputs.size(); ++j) {
       const leapp::TensorSpec& spec = m.outputs[j];
-      Ort::UnownedValue v = ctx.GetOutput(j, spec.shape.data(), spec.shape.size());
-      // ORT allocates by the element type the graph gives the value; the segment writes spec.bytes.
+      const std::vector<int64_t> want = shape_at(spec);
+      Ort::UnownedValue v = ctx.GetOutput(j, want.data(), want.size());
+      // ORT allocates by the element type the graph gives the value; the segment writes bytes_at(spec).
       auto info = v.GetTensorTypeAndShapeInfo();
-      if (info.GetElementType() != onnx_type(spec.dtype) || info.GetShape() != spec.shape)
+      if (info.GetElementType() != onnx_type(spec.dtype) || info.GetShape() != want)
         throw BadArgument("output " + std::to_string(j) + " '" + spec.name + "' is " +
                           describe(type_name(info.GetElementType()), info.GetShape()) +
-                          " as ONNX Runtime allocated it, the segment writes " + describe(spec.dtype, spec.shape));
+                          " as ONNX Runtime allocated it, the segment writes " + describe(spec.dtype, want));
       void* p = v.GetTensorMutableRawData();
-      dev_out.push_back({leapp::CUdeviceptr(reinterpret_cast<uintptr_t>(p)), spec.bytes});
-      host_out.push_back({p, spec.bytes});
+      dev_out.push_back({leapp::CUdeviceptr(reinterpret_cast<uintptr_t>(p)), bytes_at(spec)});
+      host_out.push_back({p, bytes_at(spec)});
     }
     if (cuda_ep_)
       leapp::run_segment(*bundle, dev_in, dev_out, static_cast<leapp::CUstream>(stream), -1);

@@ -239,6 +239,29 @@ std::vector<at::Tensor> warp_segment_cuda_impl(const std::vector<at::Tensor>& in
 
   TORCH_CHECK_VALUE(inputs.size() == m.inputs.size(), where(), ": expected ", m.inputs.size(), " inputs, got ",
                     inputs.size());
+  // Dynamic batch: the batch comes from the input the manifest names; every shape's dim 0 follows it.
+  int64_t batch = 0;
+  if (m.dynamic) {
+    const at::Tensor& t = inputs[m.batch_input];
+    const leapp::TensorSpec& spec = m.inputs[m.batch_input];
+    TORCH_CHECK_VALUE(t.dim() == int64_t(spec.shape.size()) && t.dim() > 0, where(), ": input ", m.batch_input, " '",
+                      spec.name, "' expects ", spec.shape.size(), " dims (dim 0 follows the batch), got ", t.sizes());
+    std::vector<uint64_t> bytes(inputs.size(), 0);
+    bytes[m.batch_input] = uint64_t(t.numel()) * t.element_size();
+    try {
+      batch = leapp::segment_batch(*b, bytes);
+    } catch (const std::invalid_argument& e) {
+      TORCH_CHECK_VALUE(false, e.what());
+    }
+  }
+  auto shape_at = [&](const leapp::TensorSpec& spec) {
+    std::vector<int64_t> shape = spec.shape;
+    if (m.dynamic && spec.has_batch_rule) shape[0] = spec.batch_rule.at(batch);
+    return shape;
+  };
+  auto bytes_at = [&](const leapp::TensorSpec& spec) {
+    return m.dynamic ? uint64_t(m.buffers[spec.buffer].bytes_rule.at(batch)) : spec.bytes;
+  };
   std::vector<at::Tensor> dense;
   std::vector<leapp::DeviceSpan> in;
   dense.reserve(inputs.size());
@@ -248,19 +271,21 @@ std::vector<at::Tensor> warp_segment_cuda_impl(const std::vector<at::Tensor>& in
     const at::Tensor& t = inputs[j];
     TORCH_CHECK_VALUE(t.device() == device, where(), ": input ", j, " '", spec.name, "' is on ", t.device(),
                       ", input 0 on ", device, " (all inputs must be on one CUDA device)");
-    TORCH_CHECK_VALUE(t.scalar_type() == scalar_type(spec.dtype) && t.sizes().equals(spec.shape), where(),
-                      ": input ", j, " '", spec.name, "' expects ", describe(spec.dtype, spec.shape), ", got ",
-                      t.scalar_type(), t.sizes());
+    const std::vector<int64_t> want = m.dynamic ? shape_at(spec) : spec.shape;
+    TORCH_CHECK_VALUE(t.scalar_type() == scalar_type(spec.dtype) && t.sizes().equals(want), where(),
+                      ": input ", j, " '", spec.name, "' expects ", describe(spec.dtype, want), ", got ",
+                      t.scalar_type(), t.sizes(), m.dynamic ? " (at batch " + std::to_string(batch) + ")" : "");
     dense.push_back(t.contiguous());
-    in.push_back({leapp::CUdeviceptr(reinterpret_cast<uintptr_t>(dense.back().data_ptr())), spec.bytes});
+    in.push_back({leapp::CUdeviceptr(reinterpret_cast<uintptr_t>(dense.back().data_ptr())), bytes_at(spec)});
   }
   std::vector<at::Tensor> outputs;
   std::vector<leapp::DeviceSpan> out;
   outputs.reserve(m.outputs.size());
   out.reserve(m.outputs.size());
   for (const leapp::TensorSpec& spec : m.outputs) {
-    outputs.push_back(at::empty(spec.shape, at::TensorOptions().dtype(scalar_type(spec.dtype)).device(device)));
-    out.push_back({leapp::CUdeviceptr(reinterpret_cast<uintptr_t>(outputs.back().data_ptr())), spec.bytes});
+    outputs.push_back(at::empty(m.dynamic ? shape_at(spec) : spec.shape,
+                                at::TensorOptions().dtype(scalar_type(spec.dtype)).device(device)));
+    out.push_back({leapp::CUdeviceptr(reinterpret_cast<uintptr_t>(outputs.back().data_ptr())), bytes_at(spec)});
   }
   try {
     leapp::run_segment(*b, in, out, stream, device.is_cuda() ? device.index() : 0);

@@ -24,7 +24,45 @@ struct StagingSet {
   CUdeviceptr device_base = 0;
   uint8_t* host_base = nullptr;
   std::vector<uint64_t> in_offsets, out_offsets;  // same offsets on host and device
+  uint64_t capacity = 0;  // bytes at device_base and host_base
 };
+
+/// Offsets of the inputs and outputs at these byte sizes (256-aligned); returns the total.
+uint64_t layout(StagingSet& set, const std::vector<HostSpan>& inputs, const std::vector<HostSpan>& outputs) {
+  uint64_t total = 0;
+  set.in_offsets.clear();
+  set.out_offsets.clear();
+  for (const HostSpan& t : inputs) {
+    set.in_offsets.push_back(total);
+    total = (total + t.bytes + 255) / 256 * 256;
+  }
+  for (const HostSpan& t : outputs) {
+    set.out_offsets.push_back(total);
+    total = (total + t.bytes + 255) / 256 * 256;
+  }
+  return total;
+}
+
+/// Device and pinned memory of at least `total` bytes (a set's stream is idle between calls: the old
+/// memory can go at once). Dynamic batch only; static sets are sized once in create_set.
+void reserve(const CudaDriver& d, StagingSet& set, uint64_t total, const std::string& where) {
+  if (total <= set.capacity) return;
+  if (set.device_base && d.cuMemFree(set.device_base) == CUDA_SUCCESS) detail::count_free();
+  if (set.host_base && d.cuMemFreeHost(set.host_base) == CUDA_SUCCESS) detail::count_free();
+  set.device_base = 0;
+  set.host_base = nullptr;
+  set.capacity = 0;
+  CUresult r = d.cuMemAlloc(&set.device_base, size_t(total));
+  if (r != CUDA_SUCCESS) throw CudaError(r, where + ": cuMemAlloc of " + std::to_string(total) + " bytes: " + cu_error_text(r));
+  detail::count_allocation();
+  void* host = nullptr;
+  r = d.cuMemAllocHost(&host, size_t(total));
+  if (r != CUDA_SUCCESS)
+    throw CudaError(r, where + ": cuMemAllocHost of " + std::to_string(total) + " bytes: " + cu_error_text(r));
+  detail::count_allocation();
+  set.host_base = static_cast<uint8_t*>(host);
+  set.capacity = total;
+}
 
 struct Pool {
   std::mutex mutex;
@@ -62,6 +100,7 @@ std::unique_ptr<StagingSet> create_set(const CudaDriver& d, const Bundle& bundle
       throw CudaError(r, where + ": cuMemAllocHost of " + std::to_string(total) + " bytes: " + cu_error_text(r));
     detail::count_allocation();
     set->host_base = static_cast<uint8_t*>(host);
+    set->capacity = total;
   }
   return set;
 }
@@ -82,17 +121,20 @@ class Lease {
 };
 
 void check_host(const Bundle& bundle, const char* side, const std::vector<TensorSpec>& specs,
-                const std::vector<HostSpan>& spans) {
+                const std::vector<HostSpan>& spans, int64_t batch) {
   const std::string where = "leapp segment '" + bundle.segment() + "': ";
   if (spans.size() != specs.size())
     throw std::invalid_argument(where + "expected " + std::to_string(specs.size()) + " " + side + ", got " +
                                 std::to_string(spans.size()));
+  const Manifest& m = bundle.manifest();
   for (size_t j = 0; j < specs.size(); ++j) {
     std::string what = std::string(side) + "[" + std::to_string(j) + "] '" + specs[j].name + "'";
+    const uint64_t want = m.dynamic ? uint64_t(m.buffers[specs[j].buffer].bytes_rule.at(batch)) : specs[j].bytes;
     if (spans[j].ptr == nullptr) throw std::invalid_argument(where + what + " is a null host pointer");
-    if (spans[j].bytes != specs[j].bytes)
+    if (spans[j].bytes != want)
       throw std::invalid_argument(where + what + " has " + std::to_string(spans[j].bytes) + " bytes, expected " +
-                                  std::to_string(specs[j].bytes) + " (" + specs[j].dtype + ")");
+                                  std::to_string(want) + " (" + specs[j].dtype +
+                                  (m.dynamic ? " at batch " + std::to_string(batch) : std::string()) + ")");
   }
 }
 
@@ -152,8 +194,15 @@ int default_host_device() {
 void run_segment_host(const Bundle& bundle, const std::vector<HostSpan>& inputs, const std::vector<HostSpan>& outputs,
                       int device) {
   const Manifest& m = bundle.manifest();
-  check_host(bundle, "inputs", m.inputs, inputs);
-  check_host(bundle, "outputs", m.outputs, outputs);
+  int64_t batch = 0;
+  if (m.dynamic) {
+    if (inputs.size() != m.inputs.size()) check_host(bundle, "inputs", m.inputs, inputs, 0);  // names the count
+    std::vector<uint64_t> bytes;
+    for (const HostSpan& t : inputs) bytes.push_back(t.bytes);
+    batch = segment_batch(bundle, bytes);
+  }
+  check_host(bundle, "inputs", m.inputs, inputs, batch);
+  check_host(bundle, "outputs", m.outputs, outputs, batch);
   const CudaDriver& d = driver();
   if (device < 0) device = default_host_device();
 
@@ -173,6 +222,7 @@ void run_segment_host(const Bundle& bundle, const std::vector<HostSpan>& inputs,
 
   detail::ContextGuard guard(d, s.ctx);
   const std::string where = "leapp segment '" + m.segment + "': host staging";
+  if (m.dynamic) reserve(d, s, layout(s, inputs, outputs), where);
   std::vector<DeviceSpan> dev_in, dev_out;
   for (size_t j = 0; j < inputs.size(); ++j) {
     std::memcpy(s.host_base + s.in_offsets[j], inputs[j].ptr, size_t(inputs[j].bytes));

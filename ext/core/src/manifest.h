@@ -1,6 +1,7 @@
 // ext/core/src/manifest.h: manifest and signature field checks (internal).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,6 +21,10 @@ std::string ptx_isa_of(std::string_view ptx);
 
 /// Whether `s` is "<1-3 digits>.<1-3 digits>".
 bool is_ptx_isa_text(std::string_view s);
+
+/// Warp's grid for `size` threads of `block_dim` (docs/export-cuda.md section 3): grid-stride kernels
+/// ceil(size / block) capped at max_blocks (> 0) or 2^31 - 1; lean kernels spread over x, y, z.
+void launch_grid(uint64_t size, uint32_t block_dim, bool grid_stride, uint32_t max_blocks, uint32_t grid[3]);
 
 /// Parses an op's `signature` attribute (see leapp::Signature).
 Signature read_signature(std::string_view json);

@@ -34,6 +34,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "manifest.h"
 #include "replay_internal.h"
 
 namespace leapp {
@@ -74,7 +75,21 @@ uint64_t this_thread_serial() {
 struct RoleMemory {
   CUdeviceptr base = 0;
   std::vector<CUdeviceptr> addr;  // per buffer; 0 unless of the role
+  uint64_t capacity = 0;          // bytes at `base`
+  std::vector<CUdeviceptr> retired;  // dynamic batch: smaller scratch given up on growth, freed with the entry
 };
+
+/// Dynamic batch: the offsets of the scratch buffers at `batch` (256-aligned, in buffer order); returns the total.
+uint64_t scratch_layout(const Manifest& m, int64_t batch, std::vector<uint64_t>& offsets) {
+  offsets.assign(m.buffers.size(), 0);
+  uint64_t total = 0;
+  for (size_t i = 0; i < m.buffers.size(); ++i) {
+    if (m.buffers[i].role != BufferRole::kScratch) continue;
+    offsets[i] = total;
+    total = round_up(total + uint64_t(m.buffers[i].bytes_rule.at(batch)), kSubAlignment);
+  }
+  return total;
+}
 
 struct PreparedSegment;
 
@@ -140,6 +155,7 @@ RoleMemory allocate_role(const CudaDriver& d, const Manifest& m, BufferRole role
   out.addr.assign(m.buffers.size(), 0);
   if (total == 0) return out;
   out.base = allocate(d, total, what);
+  out.capacity = total;
   for (size_t i = 0; i < m.buffers.size(); ++i)
     if (m.buffers[i].role == role) out.addr[i] = out.base + offsets[i];
   return out;
@@ -316,6 +332,7 @@ ThreadStreamScratch::~ThreadStreamScratch() {
       Pending p;
       p.ctx = sc->seg->ctx;
       if (sc->memory.base) p.memory.push_back(sc->memory.base);
+      for (CUdeviceptr r : sc->memory.retired) p.memory.push_back(r);
       if (p.memory.empty()) continue;
       try {
         ContextGuard guard(d, p.ctx);
@@ -467,6 +484,7 @@ size_t release_segments(std::string_view digest) {
         std::lock_guard<std::mutex> hold(sc.enqueue);
         sc.released = true;
         if (sc.memory.base) p.memory.push_back(sc.memory.base);
+        for (CUdeviceptr r : sc.memory.retired) p.memory.push_back(r);
       }
       seg.scratch.clear();
       work.push_back(std::move(p));
@@ -529,20 +547,54 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 /// Checks count, null pointers and byte sizes. Strings are built only on failure:
 /// this runs on every call.
 void check_spans(const Bundle& bundle, const char* side, const std::vector<TensorSpec>& specs,
-                 const std::vector<DeviceSpan>& spans) {
+                 const std::vector<DeviceSpan>& spans, int64_t batch) {
   auto where = [&] { return "leapp segment '" + bundle.segment() + "': "; };
   if (spans.size() != specs.size())
     throw std::invalid_argument(where() + "expected " + std::to_string(specs.size()) + " " + side + ", got " +
                                 std::to_string(spans.size()));
+  const bool dynamic = bundle.manifest().dynamic;
   for (size_t j = 0; j < specs.size(); ++j) {
     const TensorSpec& s = specs[j];
-    if (spans[j].ptr != 0 && spans[j].bytes == s.bytes) continue;
+    const uint64_t want = dynamic ? uint64_t(bundle.manifest().buffers[s.buffer].bytes_rule.at(batch)) : s.bytes;
+    if (spans[j].ptr != 0 && spans[j].bytes == want) continue;
     std::string what = std::string(side) + "[" + std::to_string(j) + "] '" + s.name + "'";
     if (spans[j].ptr == 0) throw std::invalid_argument(where() + what + " is a null device pointer");
+    std::vector<int64_t> shape = s.shape;
+    if (dynamic && s.has_batch_rule) shape[0] = s.batch_rule.at(batch);
     throw std::invalid_argument(where() + what + " has " + std::to_string(spans[j].bytes) + " bytes, expected " +
-                                std::to_string(s.bytes) + " (" + s.dtype + " of shape " + shape_text(s.shape) + ")");
+                                std::to_string(want) + " (" + s.dtype + " of shape " + shape_text(shape) +
+                                (dynamic ? " at batch " + std::to_string(batch) : std::string()) + ")");
   }
 }
+
+}  // namespace
+
+int64_t segment_batch(const Bundle& bundle, const std::vector<uint64_t>& input_bytes) {
+  const Manifest& m = bundle.manifest();
+  if (!m.dynamic) return 0;
+  auto where = [&] { return "leapp segment '" + m.segment + "' (dynamic batch " + std::to_string(m.batch_min) + ".." +
+                            std::to_string(m.batch_max) + "): "; };
+  if (m.batch_input >= input_bytes.size())
+    throw std::invalid_argument(where() + "expected " + std::to_string(m.inputs.size()) + " inputs, got " +
+                                std::to_string(input_bytes.size()));
+  const TensorSpec& t = m.inputs[m.batch_input];
+  const uint64_t bytes = input_bytes[m.batch_input];
+  const std::string what = "input " + std::to_string(m.batch_input) + " '" + t.name + "'";
+  if (bytes % t.row_bytes != 0)
+    throw std::invalid_argument(where() + what + " has " + std::to_string(bytes) + " bytes, not a whole number of " +
+                                std::to_string(t.row_bytes) + "-byte rows (" + t.dtype + " rows of shape " +
+                                shape_text(std::vector<int64_t>(t.shape.begin() + 1, t.shape.end())) + ")");
+  const int64_t rows = int64_t(bytes / t.row_bytes);  // bytes <= 2^63 for any real span
+  const int64_t a = t.batch_rule.a, b = t.batch_rule.b;
+  const int64_t batch = (rows - b) / a;
+  if ((rows - b) % a != 0 || batch < m.batch_min || batch > m.batch_max)
+    throw std::invalid_argument(where() + what + " has " + std::to_string(rows) + " rows (dim 0 = " +
+                                std::to_string(a) + " * batch + " + std::to_string(b) + "), which is not a batch in " +
+                                std::to_string(m.batch_min) + ".." + std::to_string(m.batch_max));
+  return batch;
+}
+
+namespace {
 
 std::string op_text(const Manifest& m, size_t i) {
   const OpSpec& op = m.ops[i];
@@ -569,8 +621,16 @@ void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs, co
                  CUstream stream, int device) {
   using namespace detail;
   const Manifest& m = bundle.manifest();
-  check_spans(bundle, "inputs", m.inputs, inputs);
-  check_spans(bundle, "outputs", m.outputs, outputs);
+  int64_t batch = 0;
+  if (m.dynamic) {
+    if (inputs.size() != m.inputs.size()) check_spans(bundle, "inputs", m.inputs, inputs, 0);  // names the count
+    thread_local std::vector<uint64_t> input_bytes;
+    input_bytes.resize(inputs.size());
+    for (size_t j = 0; j < inputs.size(); ++j) input_bytes[j] = inputs[j].bytes;
+    batch = segment_batch(bundle, input_bytes);
+  }
+  check_spans(bundle, "inputs", m.inputs, inputs, batch);
+  check_spans(bundle, "outputs", m.outputs, outputs, batch);
   const CudaDriver& d = driver();
   // Error texts only: built when something fails, never on the hot path.
   auto where = [&] { return "leapp segment '" + m.segment + "'"; };
@@ -648,6 +708,25 @@ void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs, co
   }
   const PreparedSegment& seg = *sc->seg;
 
+  // Dynamic batch: this batch's scratch layout; the stream's scratch grows (never shrinks) when it needs more,
+  // so a steady batch allocates nothing. The smaller allocation stays until the entry is freed: work queued on
+  // this stream may still use it.
+  thread_local std::vector<uint64_t> scratch_offsets;
+  if (m.dynamic) {
+    const uint64_t need = scratch_layout(m, batch, scratch_offsets);
+    if (need > sc->memory.capacity) {
+      RelaxedCaptureMode relaxed(d);
+      uint64_t grow = std::max(need, sc->memory.capacity + sc->memory.capacity / 2);
+      uint64_t most = scratch_layout(m, m.batch_max, scratch_offsets);
+      grow = std::min(grow, std::max(most, need));
+      scratch_layout(m, batch, scratch_offsets);
+      CUdeviceptr p = allocate(d, grow, where() + ": scratch for batch " + std::to_string(batch));
+      if (sc->memory.base) sc->memory.retired.push_back(sc->memory.base);
+      sc->memory.base = p;
+      sc->memory.capacity = grow;
+    }
+  }
+
   // Buffer addresses for this call.
   std::vector<CUdeviceptr>& addr = state.addr;
   addr.resize(m.buffers.size());  // every entry is written below
@@ -656,7 +735,9 @@ void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs, co
     switch (b.role) {
       case BufferRole::kInput: addr[i] = inputs[b.io].ptr; break;
       case BufferRole::kOutput: addr[i] = outputs[b.io].ptr; break;
-      case BufferRole::kScratch: addr[i] = sc->memory.addr[i]; break;
+      case BufferRole::kScratch:
+        addr[i] = m.dynamic ? sc->memory.base + scratch_offsets[i] : sc->memory.addr[i];
+        break;
       case BufferRole::kConstant: addr[i] = seg.constants.addr[i]; break;
     }
   }
@@ -664,11 +745,12 @@ void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs, co
   // Per-call initialisation, then the ops, all on `stream`.
   for (size_t i = 0; i < m.buffers.size(); ++i) {
     const BufferSpec& b = m.buffers[i];
+    const uint64_t nbytes = m.dynamic ? uint64_t(b.bytes_rule.at(batch)) : b.bytes;
     CUresult r = CUDA_SUCCESS;
     if (b.init == BufferInit::kZero)
-      r = d.cuMemsetD8Async(addr[i], 0, size_t(b.bytes), stream);
+      r = d.cuMemsetD8Async(addr[i], 0, size_t(nbytes), stream);
     else if (b.init == BufferInit::kInput)
-      r = d.cuMemcpyDtoDAsync(addr[i], inputs[b.init_index].ptr, size_t(b.bytes), stream);
+      r = d.cuMemcpyDtoDAsync(addr[i], inputs[b.init_index].ptr, size_t(nbytes), stream);
     if (r != CUDA_SUCCESS) enqueued(r, where() + ": initialising buffers[" + std::to_string(i) + "] (init)");
   }
   std::vector<uint8_t>& params = state.params;
@@ -681,23 +763,39 @@ void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs, co
         std::string_view blob = bundle.blob(op.params_blob);
         params.resize(blob.size());  // (a memcpy: assign() from char iterators copies byte by byte)
         std::memcpy(params.data(), blob.data(), blob.size());
+        uint32_t grid[3] = {op.grid[0], op.grid[1], op.grid[2]};
+        if (op.sized) {  // dynamic batch: Warp skips empty launches; the grid follows the size
+          const uint64_t size = uint64_t(op.size_rule.at(batch));
+          if (size == 0) break;
+          launch_grid(size, op.block[0], op.grid_stride, op.max_blocks, grid);
+        }
         for (const RelocSpec& rel : op.relocs) {
-          CUdeviceptr a = addr[rel.buffer] + rel.buffer_offset;
+          CUdeviceptr a = addr[rel.buffer] + (m.dynamic ? uint64_t(rel.buffer_offset_rule.at(batch)) : rel.buffer_offset);
           std::memcpy(params.data() + op.param_offsets[rel.param] + rel.offset, &a, sizeof(a));
+        }
+        for (const PatchSpec& patch : op.patches) {  // values checked in range at both ends of the batch range
+          const uint64_t v = uint64_t(patch.rule.at(batch));
+          std::memcpy(params.data() + op.param_offsets[patch.param] + patch.offset, &v, patch.width);
         }
         param_ptrs.resize(op.param_offsets.size());
         for (size_t p = 0; p < op.param_offsets.size(); ++p) param_ptrs[p] = params.data() + op.param_offsets[p];
-        r = d.cuLaunchKernel(seg.functions[op.kernel], op.grid[0], op.grid[1], op.grid[2], op.block[0], op.block[1],
+        r = d.cuLaunchKernel(seg.functions[op.kernel], grid[0], grid[1], grid[2], op.block[0], op.block[1],
                              op.block[2], op.smem, stream, param_ptrs.data(), nullptr);
         break;
       }
-      case OpKind::kMemset:
-        if (op.bytes) r = d.cuMemsetD8Async(addr[op.dst] + op.dst_offset, op.value, size_t(op.bytes), stream);
+      case OpKind::kMemset: {
+        const uint64_t n = m.dynamic ? uint64_t(op.bytes_rule.at(batch)) : op.bytes;
+        const uint64_t off = m.dynamic ? uint64_t(op.dst_offset_rule.at(batch)) : op.dst_offset;
+        if (n) r = d.cuMemsetD8Async(addr[op.dst] + off, op.value, size_t(n), stream);
         break;
-      case OpKind::kCopy:
-        if (op.bytes)
-          r = d.cuMemcpyDtoDAsync(addr[op.dst] + op.dst_offset, addr[op.src] + op.src_offset, size_t(op.bytes), stream);
+      }
+      case OpKind::kCopy: {
+        const uint64_t n = m.dynamic ? uint64_t(op.bytes_rule.at(batch)) : op.bytes;
+        const uint64_t dst = m.dynamic ? uint64_t(op.dst_offset_rule.at(batch)) : op.dst_offset;
+        const uint64_t src = m.dynamic ? uint64_t(op.src_offset_rule.at(batch)) : op.src_offset;
+        if (n) r = d.cuMemcpyDtoDAsync(addr[op.dst] + dst, addr[op.src] + src, size_t(n), stream);
         break;
+      }
     }
     if (r != CUDA_SUCCESS) enqueued(r, where() + ": " + op_text(m, i));
   }

@@ -20,7 +20,9 @@ namespace leapp {
 constexpr char kBundleMagic[8] = {'L', 'E', 'A', 'P', 'P', 'W', 'B', '\0'};
 constexpr uint32_t kBundleFormatVersion = 1;      ///< the version this code writes and reads
 constexpr uint32_t kBundleReaderMinVersion = 1;   ///< oldest format_version this reader accepts
-constexpr uint32_t kBundleReaderMaxVersion = 1;   ///< newest min_reader_version this reader accepts
+constexpr uint32_t kBundleReaderMaxVersion = 2;   ///< newest min_reader_version this reader accepts (2: dynamic batch)
+constexpr int64_t kBundleMaxRuleCoefficient = int64_t(1) << 40;  ///< |a|, |b| of a dynamic-batch rule [a, b]
+constexpr int64_t kBundleMaxBatch = (int64_t(1) << 31) - 1;       ///< batch.max
 constexpr uint64_t kBundleHeaderSize = 64;
 constexpr uint64_t kBundleBlobEntrySize = 48;
 constexpr uint64_t kBundleTrailerSize = 32;       ///< the whole-file sha256

@@ -25,6 +25,24 @@ namespace leapp {
 
 // --- the validated manifest (docs/bundle-format.md section 2) -------------------
 
+/// A dynamic-batch rule: a * batch + b (docs/bundle-format.md, "Dynamic batch"). A static value v is {0, v}.
+/// |a|, |b| <= 2^40 and batch <= 2^31 - 1, so the value fits an int64.
+struct Rule {
+  int64_t a = 0;
+  int64_t b = 0;
+  int64_t at(int64_t batch) const { return a * batch + b; }
+  bool operator==(const Rule& o) const { return a == o.a && b == o.b; }
+  bool operator!=(const Rule& o) const { return !(*this == o); }
+};
+
+/// Writes a rule's value (little-endian, `width` 4 or 8 bytes) at byte `offset` of parameter `param`.
+struct PatchSpec {
+  uint32_t param = 0;
+  uint64_t offset = 0;
+  uint32_t width = 4;
+  Rule rule;
+};
+
 struct BinarySpec {
   BinaryKind kind = BinaryKind::kPtx;
   uint32_t arch = 0;  ///< compute capability * 10 + minor
@@ -53,6 +71,7 @@ struct BufferSpec {
   uint32_t io = 0;  ///< signature index (inputs and outputs only)
   BufferInit init = BufferInit::kNone;
   uint32_t init_index = 0;  ///< blob (kBlob) or signature input (kInput)
+  Rule bytes_rule;          ///< {0, bytes} unless the manifest gives bytes_rule
 };
 
 struct RelocSpec {
@@ -60,6 +79,7 @@ struct RelocSpec {
   uint64_t offset = 0;  ///< byte offset inside the parameter
   uint32_t buffer = 0;
   uint64_t buffer_offset = 0;
+  Rule buffer_offset_rule;  ///< {0, buffer_offset} unless given
 };
 
 struct OpSpec {
@@ -81,6 +101,13 @@ struct OpSpec {
   uint64_t src_offset = 0;
   uint64_t bytes = 0;
   uint8_t value = 0;
+  // Dynamic batch (all {0, static} when the manifest gives no rule):
+  bool sized = false;       ///< launch: size_rule given; the grid is computed from it
+  Rule size_rule;           ///< launch: threads
+  bool grid_stride = true;  ///< launch
+  uint32_t max_blocks = 0;  ///< launch
+  std::vector<PatchSpec> patches;
+  Rule dst_offset_rule, src_offset_rule, bytes_rule;  ///< memset (dst = buffer) and copy
 };
 
 /// One entry of signature.inputs / signature.outputs.
@@ -92,6 +119,9 @@ struct TensorSpec {
   std::string warp_dtype;
   std::vector<int64_t> logical_shape;
   uint64_t bytes = 0;  ///< prod(shape) * itemsize(dtype) == buffers[buffer].bytes
+  bool has_batch_rule = false;  ///< dim 0 = batch_rule.at(batch)
+  Rule batch_rule;
+  uint64_t row_bytes = 0;       ///< bytes of one dim-0 row (itemsize * prod(shape[1:]))
 };
 
 struct Manifest {
@@ -104,6 +134,10 @@ struct Manifest {
   std::vector<OpSpec> ops;
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> outputs;
+  // Dynamic batch: present iff the manifest has "batch".
+  bool dynamic = false;
+  int64_t batch_traced = 0, batch_min = 0, batch_max = 0;
+  uint32_t batch_input = 0;  ///< the signature input the runtime reads the batch from
 
   /// producer[key], or "" when absent.
   std::string producer_value(std::string_view key) const;
@@ -204,6 +238,12 @@ struct HostSpan {
 /// release_segments() (docs/runtime.md, "Resources").
 void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs,
                  const std::vector<DeviceSpan>& outputs, CUstream stream, int device);
+
+/// Dynamic batch (docs/bundle-format.md): the batch of a call whose inputs have these byte sizes, read from
+/// the input the manifest names (Manifest::batch_input); 0 for a bundle without a dynamic batch. Throws
+/// std::invalid_argument naming the segment and the input when it is not a whole batch in [min, max].
+/// run_segment checks every input and output size at that batch.
+int64_t segment_batch(const Bundle& bundle, const std::vector<uint64_t>& input_bytes);
 
 /// Runs the segment on host memory: copies inputs into pinned staging buffers,
 /// replays on a stream of leapp's own on `device` (-1: env LEAPP_CUDA_DEVICE,
