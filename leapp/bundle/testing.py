@@ -23,6 +23,8 @@ __all__ = [
     "EXAMPLE_PTX",
     "example_manifest_and_blobs",
     "example_bundle",
+    "dynamic_example_manifest_and_blobs",
+    "dynamic_example_bundle",
     "reseal",
     "reseal_blob",
     "set_header_field",
@@ -149,6 +151,65 @@ def example_manifest_and_blobs(
         },
     }
     return manifest, blobs
+
+
+def dynamic_example_manifest_and_blobs(batch: int = 8, lo: int = 1, hi: int = 64,
+                                       block_dim: int = 256) -> tuple[dict, list[bytes]]:
+    """A valid dynamic-batch manifest (docs/bundle-format.md, "Dynamic batch") and its blobs: ``y = x * x`` over
+    ``batch`` float32s, traced at ``batch``, for batches ``lo..hi``.
+
+    Every rule kind appears: input/output/scratch ``bytes_rule``, signature ``batch_rule``, memset
+    ``bytes_rule``, launch ``size_rule`` + ``patches`` (launch-bounds shape and size, each array's shape[0]),
+    copy ``bytes_rule``. The launch computes the
+    example kernel (``out = x * c``) with ``c`` relocated to the input, so the fake driver emulates it.
+    """
+    nbytes = 4 * batch
+    params = _LAUNCH_BOUNDS.pack(batch, batch, 1) + _array_1d(batch, 4) * 3
+    blobs = [EXAMPLE_PTX.encode("ascii") + b"\0", params]
+    grid = max(1, -(-batch // block_dim))
+    rule4 = [4, 0]
+    manifest = {
+        "format": "leapp.warp.bundle",
+        "segment": "example/warp_segment_0",
+        "source": "leapp/bundle/testing.py:1",
+        "producer": {"leapp": "0.1.0", "warp": "1.19.0", "cuda_toolkit": "none", "ptx_isa": "7.5",
+                     "param_abi": "warp-1.19"},
+        "modules": [{"name": "leapp_example_module", "binaries": [{"kind": "ptx", "arch": 75, "blob": 0}]}],
+        "kernels": [{"module": 0, "entry": EXAMPLE_ENTRY, "key": "example_scale", "block_dim": block_dim,
+                     "smem_bytes": 0}],
+        "batch": {"traced": batch, "min": lo, "max": hi},
+        "buffers": [
+            {"id": 0, "bytes": nbytes, "bytes_rule": rule4, "role": "input", "io": 0, "init": "none"},
+            {"id": 1, "bytes": nbytes, "bytes_rule": rule4, "role": "output", "io": 0, "init": "zero"},
+            {"id": 2, "bytes": nbytes, "bytes_rule": rule4, "role": "scratch", "init": "none"},
+        ],
+        "ops": [
+            {"op": "memset", "buffer": 2, "offset": 0, "bytes": nbytes, "bytes_rule": rule4, "value": 0},
+            {"op": "launch", "kernel": 0, "grid": [grid, 1, 1], "block": [block_dim, 1, 1], "smem": 0,
+             "params": {"blob": 1, "offsets": [0, 24, 80, 136], "sizes": [24, 56, 56, 56]},
+             "relocs": [{"param": 1, "offset": 0, "buffer": 0, "buffer_offset": 0},
+                        {"param": 2, "offset": 0, "buffer": 0, "buffer_offset": 0},
+                        {"param": 3, "offset": 0, "buffer": 2, "buffer_offset": 0}],
+             "size_rule": [1, 0], "grid_stride": True, "max_blocks": 0,
+             "patches": [{"param": 0, "offset": 0, "width": 4, "rule": [1, 0]},
+                         {"param": 0, "offset": 8, "width": 8, "rule": [1, 0]}]
+                        + [{"param": p, "offset": 16, "width": 4, "rule": [1, 0]} for p in (1, 2, 3)]},
+            {"op": "copy", "dst": 1, "dst_offset": 0, "src": 2, "src_offset": 0, "bytes": nbytes,
+             "bytes_rule": rule4},
+        ],
+        "signature": {
+            "inputs": [{"name": "x", "buffer": 0, "dtype": "float32", "shape": [batch], "batch_rule": [1, 0]}],
+            "outputs": [{"name": "y", "buffer": 1, "dtype": "float32", "shape": [batch], "batch_rule": [1, 0]}],
+        },
+    }
+    return manifest, blobs
+
+
+def dynamic_example_bundle(batch: int = 8, **kwargs) -> bytes:
+    """``write_bundle(*dynamic_example_manifest_and_blobs(batch, **kwargs))``."""
+    from leapp.bundle.writer import write_bundle
+
+    return write_bundle(*dynamic_example_manifest_and_blobs(batch, **kwargs))
 
 
 def example_bundle(n: int = 4, **kwargs) -> bytes:

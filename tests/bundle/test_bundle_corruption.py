@@ -79,13 +79,13 @@ def test_exact_texts_file_level():
 
 def test_version_range_is_named():
     assert rejected(set_header_field(EXAMPLE, format_version=3, min_reader_version=3)) == (
-        "unsupported bundle format version 3 (this leapp reads 1..1)"
+        "unsupported bundle format version 3 (this leapp reads 1..2)"
     )
-    assert rejected(set_header_field(EXAMPLE, format_version=3, min_reader_version=2)) == (
-        "unsupported bundle format version 3, which needs a reader of version 2 or later (this leapp reads 1..1)"
+    assert rejected(set_header_field(EXAMPLE, format_version=4, min_reader_version=3)) == (
+        "unsupported bundle format version 4, which needs a reader of version 3 or later (this leapp reads 1..2)"
     )
     assert rejected(set_header_field(EXAMPLE, format_version=0, min_reader_version=0)) == (
-        "unsupported bundle format version 0 (this leapp reads 1..1)"
+        "unsupported bundle format version 0 (this leapp reads 1..2)"
     )
     assert rejected(set_header_field(EXAMPLE, min_reader_version=0)) == (
         "bundle header: min_reader_version 0 is not in [1, format_version 1]"
