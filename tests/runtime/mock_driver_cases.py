@@ -406,3 +406,39 @@ def test_ort_cpu_ep():
         t.join()
     assert not failures
     assert ort.__version__
+
+
+# --- dynamic batch (docs/bundle-format.md, "Dynamic batch") -------------------------------------------------
+
+
+def test_dynamic_batch_replays_any_batch_and_reuses_scratch():
+    from leapp.bundle.testing import dynamic_example_bundle
+
+    data = dynamic_example_bundle(8, lo=1, hi=300)
+    s = stream(0)
+    for batch in (8, 1, 7, 300, 257, 1):
+        x = np.random.default_rng(batch).standard_normal(batch).astype(np.float32)
+        y = np.full(batch, np.nan, np.float32)
+        run(data, [x], [y], s)
+        np.testing.assert_array_equal(y, x * x)
+    before = stats()["allocs"]
+    for batch in (300, 7, 300, 1):  # scratch grew to 300 already: nothing more is allocated
+        x = np.ones(batch, np.float32)
+        y = np.empty(batch, np.float32)
+        run(data, [x], [y], s)
+    assert stats()["allocs"] == before
+
+
+def test_dynamic_batch_errors_name_segment_and_input():
+    from leapp.bundle.testing import dynamic_example_bundle
+
+    data = dynamic_example_bundle(8, lo=2, hi=64)
+    with pytest.raises(ValueError, match=r"example/warp_segment_0.*input 0 'x' has 65 rows.*not a batch in 2\.\.64"):
+        run(data, [np.ones(65, np.float32)], [np.ones(65, np.float32)], stream(0))
+    with pytest.raises(ValueError, match=r"input 0 'x' has 1 rows"):
+        run(data, [np.ones(1, np.float32)], [np.ones(1, np.float32)], stream(0))
+    with pytest.raises(ValueError, match=r"outputs\[0\] 'y' has 20 bytes, expected 16 .*at batch 4"):
+        run(data, [np.ones(4, np.float32)], [np.ones(5, np.float32)], stream(0))
+    with pytest.raises(ValueError, match=r"not a whole number of 4-byte rows"):
+        _native.run_segment(_native.Bundle(data), [ptr(np.ones(4, np.float32))], [ptr(np.ones(4, np.float32))],
+                            stream(0), 0, input_nbytes=[15], output_nbytes=[16])
