@@ -86,8 +86,10 @@ def producer_versions(segment_producers: list[Mapping[str, str]]) -> dict[str, s
     return {k: v for k, v in versions.items() if v is not None}
 
 
-def _spec(spec: TensorSpec) -> dict:
+def _spec(spec: TensorSpec, batch: tuple[int, int] | None = None) -> dict:
     entry = {"name": spec.name, "dtype": dtype_name(spec.dtype), "shape": [int(d) for d in spec.shape]}
+    if batch is not None:  # dynamic batch: dim 0 may be any of [min, max] (shape holds the traced batch)
+        entry["batch"] = [int(batch[0]), int(batch[1])]
     if spec.warp_dtype is not None:
         entry["warp_dtype"] = spec.warp_dtype
     if spec.logical_shape is not None:
@@ -128,8 +130,8 @@ def _node_entry(art: NodeArtifact, folder: Path) -> dict:
         "files": [{"path": p.relative_to(folder).as_posix(), "sha256": sha256_file(p)} for p in art.extra_files],
         "source": record.source,
         "device": _device(record),
-        "inputs": [_spec(s) for s in record.inputs],
-        "outputs": [_spec(s) for s in record.outputs],
+        "inputs": [_spec(s, record.dynamic_batch) for s in record.inputs],
+        "outputs": [_spec(s, record.dynamic_batch) for s in record.outputs],
         "segments": [
             {
                 "id": seg.id,
@@ -182,8 +184,13 @@ def _pipeline_inputs(record: SessionRecord) -> list[dict]:
     for name, users in groups.items():
         first = users[0][1]
         same = all(s.dtype == first.dtype and tuple(s.shape) == tuple(first.shape) for _, s in users)
+        ranges = [record.nodes[n].dynamic_batch for n, _ in users]
+        batch = None
+        if all(r is not None for r in ranges):  # every consumer takes any batch of the common range
+            lo, hi = max(r[0] for r in ranges), min(r[1] for r in ranges)
+            batch = (lo, hi) if lo < hi else None
         if same:
-            entry = _spec(first) | {"name": name, "consumers": [{"node": n, "input": name} for n, _ in users]}
+            entry = _spec(first, batch) | {"name": name, "consumers": [{"node": n, "input": name} for n, _ in users]}
             entry.pop("metadata", None)
             metadata = _shared_metadata(record, name, users)
             entries.append(entry | ({"metadata": metadata} if metadata else {}))
@@ -206,7 +213,8 @@ def _pipeline_outputs(record: SessionRecord) -> list[dict]:
             "output": spec.name,
             "dtype": dtype_name(spec.dtype),
             "shape": [int(d) for d in spec.shape],
-        } | ({"metadata": spec.metadata} if spec.metadata else {})
+        } | ({"batch": list(record.nodes[node].dynamic_batch)} if record.nodes[node].dynamic_batch else {})
+          | ({"metadata": spec.metadata} if spec.metadata else {})
         for node, spec in finals
     ]
 

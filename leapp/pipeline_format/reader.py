@@ -106,6 +106,7 @@ def validate_description(description: Any, file: str | Path = PIPELINE_FILE) -> 
     _check_schema(description, file)
     _check_references(description, file)
     _check_metadata(description, file)
+    _check_batches(description, file)
 
 
 # --- YAML --------------------------------------------------------------------------------------------
@@ -351,6 +352,21 @@ def _check_references(desc: dict, file) -> None:
         field = f"outputs[{o}]"
         spec = port(field, entry, "node", "output", "outputs")
         same(field, spec, entry, "returns")
+
+
+def _check_batches(desc: dict, file) -> None:
+    """A tensor's optional ``batch: [min, max]`` (dynamic batch): min < max and the traced dim 0 inside it."""
+    entries = [(f"nodes[{n}].{side}[{i}]", e) for n, node in enumerate(desc["nodes"])
+               for side in ("inputs", "outputs") for i, e in enumerate(node[side])]
+    entries += [(f"{side}[{i}]", e) for side in ("inputs", "outputs") for i, e in enumerate(desc[side])]
+    for field, entry in entries:
+        if "batch" not in entry:
+            continue
+        lo, hi = entry["batch"]
+        if not lo < hi:
+            raise PipelineError(f"{file}: {field}.batch: min {lo} must be below max {hi}")
+        if not entry["shape"] or not lo <= entry["shape"][0] <= hi:
+            raise PipelineError(f"{file}: {field}.batch: dim 0 of shape {entry['shape']} must lie in [{lo}, {hi}]")
 
 
 def _check_metadata(desc: dict, file) -> None:

@@ -33,15 +33,28 @@ class IOSpec:
     dtype: torch.dtype
     shape: tuple[int, ...]
     metadata: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    # Dynamic batch (docs/recorder.md section 1.0): dim 0 may be any size in [min, max]; shape holds the traced one.
+    batch: tuple[int, int] | None = None
 
     @classmethod
     def from_yaml(cls, entry: Mapping, where: str) -> IOSpec:
-        """From an entry that ``leapp.pipeline_format`` has checked (name, dtype, shape, metadata if any)."""
+        """From an entry that ``leapp.pipeline_format`` has checked (name, dtype, shape, metadata, batch if any)."""
+        batch = tuple(int(v) for v in entry["batch"]) if entry.get("batch") else None
         return cls(str(entry["name"]), _dtype(entry["dtype"], where), tuple(int(d) for d in entry["shape"]),
-                   dict(entry.get("metadata", {})))
+                   dict(entry.get("metadata", {})), batch)
 
     def describe(self) -> str:
+        if self.batch is not None:
+            dims = [f"batch {self.batch[0]}..{self.batch[1]}"] + [str(d) for d in self.shape[1:]]
+            return f"{dtype_name(self.dtype)}[{', '.join(dims)}]"
         return f"{dtype_name(self.dtype)}{list(self.shape)}"
+
+    def accepts(self, shape) -> bool:
+        """Whether a tensor of ``shape`` fits (any batch of the range in dim 0 when the batch is dynamic)."""
+        if self.batch is None:
+            return tuple(shape) == tuple(self.shape)
+        return (len(shape) == len(self.shape) and tuple(shape[1:]) == tuple(self.shape[1:])
+                and self.batch[0] <= shape[0] <= self.batch[1])
 
 
 def _as_tensor(value: Any, where: str) -> torch.Tensor:
@@ -74,10 +87,17 @@ def check_inputs(specs: Sequence[IOSpec], values: Mapping[str, Any], where: str)
         tensor = values[spec.name]
         if not isinstance(tensor, torch.Tensor):
             tensor = _as_tensor(tensor, f"{where}: input '{spec.name}'")
-        if tensor.dtype != spec.dtype or tensor.shape != spec.shape:
+        if tensor.dtype != spec.dtype or not spec.accepts(tensor.shape):
+            why = ""
+            if spec.batch is not None and tensor.dim() == len(spec.shape) and tuple(tensor.shape[1:]) == spec.shape[1:]:
+                why = f" (batch {tensor.shape[0]} is outside the exported range {spec.batch[0]}..{spec.batch[1]})"
             raise PipelineError(
                 f"{where}: input '{spec.name}' expects {spec.describe()}, "
-                f"got {dtype_name(tensor.dtype)}{list(tensor.shape)}"
+                f"got {dtype_name(tensor.dtype)}{list(tensor.shape)}{why}"
             )
         out.append(tensor)
+    batches = {(s.name, int(t.shape[0])) for s, t in zip(specs, out) if s.batch is not None}
+    if len({b for _, b in batches}) > 1:
+        raise PipelineError(f"{where}: the inputs' batches differ ({', '.join(f'{n}: {b}' for n, b in sorted(batches))}); "
+                            "dim 0 of every input of a dynamic-batch node is the one batch")
     return out

@@ -168,6 +168,13 @@ def _preload_cuda_libraries(ort) -> bool:
     return True
 
 
+def _shape_at(spec, batch: int | None) -> tuple[int, ...]:
+    """An output's shape for a call: dim 0 is the call's batch when the node has a dynamic batch."""
+    if batch is None or spec.batch is None:
+        return tuple(spec.shape)
+    return (batch,) + tuple(spec.shape[1:])
+
+
 class OnnxRunner(NodeRunner):
     """An ONNX Runtime session with leapp's op library; CUDA EP when present and the node ran on CUDA.
 
@@ -281,16 +288,17 @@ class OnnxRunner(NodeRunner):
                 binding.bind_input(name, self._io_type, self._io_index, _onnx_type(t.dtype), list(t.shape), key[0])
                 bound[name] = key
         for name, spec, kind, t in zip(self.output_names, self.outputs, self._output_types, outs):
-            key = (t.data_ptr(), spec.shape, spec.dtype)
+            key = (t.data_ptr(), t.shape, spec.dtype)  # t.shape: the spec's, with this call's batch when dynamic
             if bound.get(name) != key:
                 bound.pop(name, None)
-                binding.bind_output(name, self._io_type, self._io_index, kind, list(spec.shape), key[0])
+                binding.bind_output(name, self._io_type, self._io_index, kind, list(t.shape), key[0])
                 bound[name] = key
 
     def _prepare(self, inputs) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Contiguous inputs on the I/O device and fresh outputs, made on torch's current stream."""
         tensors = [t.to(self.io_device).contiguous() for t in inputs]
-        outs = [torch.empty(spec.shape, dtype=spec.dtype, device=self.io_device) for spec in self.outputs]
+        batch = next((int(t.shape[0]) for t, s in zip(tensors, self.inputs) if s.batch is not None), None)
+        outs = [torch.empty(_shape_at(spec, batch), dtype=spec.dtype, device=self.io_device) for spec in self.outputs]
         return tensors, outs
 
     def _call_on_stream(self, inputs) -> list[torch.Tensor]:
