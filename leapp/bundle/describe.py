@@ -17,8 +17,20 @@ def format_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def _rule(rule) -> str:
+    """'12*batch', '3*batch+4', '16' (a constant rule)."""
+    a, b = rule
+    if a == 0:
+        return str(b)
+    head = "batch" if a == 1 else f"{a}*batch"
+    return head if b == 0 else f"{head}{'+' if b > 0 else '-'}{abs(b)}"
+
+
 def _tensor(t: dict) -> str:
-    text = f"{t['name']}: {t['dtype']}{list(t['shape'])}"
+    shape = list(t["shape"])
+    if "batch_rule" in t:
+        shape = "[" + ", ".join([_rule(t["batch_rule"])] + [str(d) for d in shape[1:]]) + "]"
+    text = f"{t['name']}: {t['dtype']}{shape}"
     if "warp_dtype" in t:
         logical = t.get("logical_shape")
         text += f" (warp {t['warp_dtype']}{'' if logical is None else list(logical)})"
@@ -62,10 +74,38 @@ def describe_bundle(bundle: Bundle, size: int | None = None) -> list[str]:
             names[t["buffer"]] = t["name"]
     for buffer in bundle.buffers:
         name = f" '{names[buffer['id']]}'" if buffer["id"] in names else ""
-        lines.append(f"    [{buffer['id']}] {buffer['role']}{name}: {buffer['bytes']} B, {_init(buffer['init'])}")
+        rule = f" ({_rule(buffer['bytes_rule'])} B)" if "bytes_rule" in buffer else ""
+        lines.append(f"    [{buffer['id']}] {buffer['role']}{name}: {buffer['bytes']} B{rule}, {_init(buffer['init'])}")
     kinds = Counter(op["op"] for op in bundle.ops)
     per_kind = ", ".join(f"{kinds[k]} {k}" for k in ("launch", "memset", "copy") if kinds[k])
     lines.append(f"  ops: {len(bundle.ops)}" + (f" ({per_kind})" if per_kind else ""))
+    batch = bundle.manifest.get("batch")
+    if batch is not None:
+        lines.append(f"  dynamic batch: {batch['min']}..{batch['max']} (traced at {batch['traced']}); rules:")
+        for i, op in enumerate(bundle.ops):
+            lines.extend(f"    ops[{i}] {text}" for text in _op_rules(op, bundle.kernels))
     lines.append("  inputs: " + ("; ".join(_tensor(t) for t in bundle.inputs) or "none"))
     lines.append("  outputs: " + ("; ".join(_tensor(t) for t in bundle.outputs) or "none"))
     return lines
+
+
+def _op_rules(op: dict, kernels: list[dict]) -> list[str]:
+    """One line per rule of an op (docs/bundle-format.md, "Dynamic batch")."""
+    out = []
+    if op["op"] == "launch":
+        name = kernels[op["kernel"]].get("key") or kernels[op["kernel"]]["entry"]
+        if "size_rule" in op:
+            kind = "grid-stride" if op["grid_stride"] else "lean"
+            cap = f", max_blocks {op['max_blocks']}" if op["max_blocks"] else ""
+            out.append(f"launch '{name}': size {_rule(op['size_rule'])} ({kind} grid{cap})")
+            for p in op["patches"]:
+                where = "launch bounds" if p["param"] == 0 else f"param {p['param']}"
+                out.append(f"  {where} byte {p['offset']} ({p['width']} B) = {_rule(p['rule'])}")
+        for r, reloc in enumerate(op["relocs"]):
+            if "buffer_offset_rule" in reloc:
+                out.append(f"  relocs[{r}] buffer {reloc['buffer']} + {_rule(reloc['buffer_offset_rule'])}")
+    else:
+        keys = [k for k in ("offset_rule", "src_offset_rule", "dst_offset_rule", "bytes_rule") if k in op]
+        if keys:
+            out.append(f"{op['op']}: " + ", ".join(f"{k.removesuffix('_rule')} {_rule(op[k])}" for k in keys))
+    return out

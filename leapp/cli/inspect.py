@@ -26,7 +26,15 @@ __all__ = ["inspect_path"]
 
 
 def _tensor_list(entries: list[dict]) -> str:
-    return "; ".join(f"{e['name']}: {e['dtype']}{e['shape']}{_metadata(e)}" for e in entries) or "none"
+    return "; ".join(f"{e['name']}: {e['dtype']}{_shape(e)}{_metadata(e)}" for e in entries) or "none"
+
+
+def _shape(e: dict) -> str:
+    """``[16, 8]``, or ``[batch 1..64 (traced 16), 8]`` for a dynamic batch."""
+    if "batch" not in e or not e["shape"]:
+        return str(e["shape"])
+    lo, hi = e["batch"]
+    return "[" + ", ".join([f"batch {lo}..{hi} (traced {e['shape'][0]})"] + [str(d) for d in e["shape"][1:]]) + "]"
 
 
 def _metadata(entry: dict) -> str:
