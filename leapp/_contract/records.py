@@ -120,6 +120,7 @@ class Probe:
 
     batch: int
     segments: list[SegmentRecord]
+    graph: "torch.fx.GraphModule | None" = None  # the probe's FX graph (compared with the capture's at export)
 
 
 @dataclass

@@ -271,3 +271,108 @@ def build_dynamic_bundle(segment, probes: Sequence, batch_range: tuple[int, int]
         return write_bundle(manifest, builders[0].blobs)
     except BundleError as e:
         raise ExportError(f"{learner.where}: the dynamic-batch bundle breaks the format: {e}") from e
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The torch side: sizes the recorder baked into the FX graph (torch.zeros(n, 3), x.view(n, -1), ...).
+
+
+def symbolize_batch_sizes(gm, record) -> int:
+    """Rewrite integer arguments of ``gm`` (a copy of ``record.graph``) that follow the batch into FX expressions
+    of the first input's dim 0, by comparing the graph with the probes' graphs node by node; returns how many.
+
+    Raises:
+        ExportError: the graphs differ in structure, or an integer differs between batch sizes without being
+            affine in the batch (naming the aten op).
+    """
+    import operator  # noqa: PLC0415
+
+    import torch  # noqa: PLC0415
+
+    probes = [p for p in record.probes if p.graph is not None]
+    if not probes:
+        return 0
+    graphs = [gm.graph] + [p.graph.graph for p in probes]
+    batches = [int(record.inputs[0].shape[0])] + [p.batch for p in probes]
+    nodes = [list(g.nodes) for g in graphs]
+    where = f"node '{record.name}' ({record.source})"
+    if len({len(n) for n in nodes}) != 1:
+        raise ExportError(f"{where}: dynamic_batch: the recorded torch graph has {len(nodes[0])} nodes at batch "
+                          f"{batches[0]} but {', '.join(str(len(n)) for n in nodes[1:])} at batch "
+                          f"{', '.join(map(str, batches[1:]))}; the node must run the same torch ops at every batch")
+    placeholders = [n for n in nodes[0] if n.op == "placeholder"]
+    if not placeholders:
+        return 0
+    replaced = 0
+    batch_node = None
+    cache: dict[tuple[int, int], object] = {}
+
+    def expr(a: int, b: int, before):
+        nonlocal batch_node
+        if (a, b) in cache:
+            return cache[a, b]
+        with gm.graph.inserting_after(placeholders[-1]):
+            if batch_node is None:
+                batch_node = gm.graph.call_function(torch.ops.aten.sym_size.int, (placeholders[0], 0))
+        with gm.graph.inserting_before(before):
+            value = batch_node
+            if a != 1:
+                value = gm.graph.call_function(operator.mul, (value, a))
+            if b:
+                value = gm.graph.call_function(operator.add, (value, b))
+        cache[a, b] = value
+        return value
+
+    def merge(values, what: str, node):
+        nonlocal replaced
+        first = values[0]
+        if isinstance(first, (list, tuple)) and all(isinstance(v, (list, tuple)) and len(v) == len(first)
+                                                    for v in values):
+            out = [merge([v[i] for v in values], f"{what}[{i}]", node) for i in range(len(first))]
+            return type(first)(out) if isinstance(first, tuple) else out
+        if isinstance(first, int) and not isinstance(first, bool) and all(
+                type(v) is type(first) for v in values):
+            if all(v == first for v in values):
+                return first
+            fit = fit_affine(batches, values)
+            if fit is None:
+                shown = ", ".join(f"{v} at batch {b}" for v, b in zip(values, batches))
+                raise ExportError(f"{where}: dynamic_batch: {node.target} ({what}) is {shown}: not affine in the "
+                                  "batch, so the exported program cannot compute it")
+            replaced += 1
+            return expr(fit[0], fit[1], node)
+        return first
+
+    for group in zip(*nodes):
+        node = group[0]
+        if len({(n.op, str(n.target)) for n in group}) != 1:
+            raise ExportError(f"{where}: dynamic_batch: the recorded torch graph differs between batch sizes "
+                              f"({node.op} {node.target} at batch {batches[0]}, "
+                              f"{[f'{n.op} {n.target}' for n in group[1:]]} at batch {batches[1:]})")
+        if node.op != "call_function":
+            continue
+        args = [_args_of(n) for n in group]
+        kwargs = [dict(n.kwargs) for n in group]
+        new_args = merge(args, "args", node)
+        new_kwargs = {k: merge([kw.get(k) for kw in kwargs], k, node) for k in kwargs[0]}
+        node.args = tuple(new_args)
+        node.kwargs = new_kwargs
+    if replaced:
+        gm.graph.lint()
+        gm.recompile()
+    return replaced
+
+
+def _args_of(node) -> list:
+    """A node's args with FX nodes replaced by their position marker (only ints are compared)."""
+    import torch  # noqa: PLC0415
+
+    def walk(v):
+        if isinstance(v, torch.fx.Node):
+            return v
+        if isinstance(v, (list, tuple)):
+            out = [walk(x) for x in v]
+            return type(v)(out) if isinstance(v, tuple) else out
+        return v
+
+    return list(walk(a) for a in node.args)

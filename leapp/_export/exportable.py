@@ -138,6 +138,10 @@ def build_exportable(record: NodeRecord, bundles: BundleProvider | None = None) 
     src = record.graph
     gm = torch.fx.GraphModule(src, _copy_graph(src.graph), class_name=f"leapp_{_identifier(record.name)}")
     gm.training = False  # inference export; root flag only: submodules are shared with the recording
+    if record.dynamic_batch is not None:  # sizes baked from the batch become expressions of input 0's dim 0
+        from leapp._export.dynamic_batch import symbolize_batch_sizes  # noqa: PLC0415
+
+        symbolize_batch_sizes(gm, record)
     by_id = {seg.id: seg for seg in record.segments}
     exports: list[SegmentExport] = []
     calls = _segment_calls(gm)

@@ -47,7 +47,7 @@ class NodeRun:
         self.pass_index = state.runs
         # A dynamic_batch node's later passes are captures too until it has its probes (docs/recorder.md 1.0).
         self.probing = (state.dynamic_batch is not None and self.pass_index >= 2 and state.record is not None
-                        and bool(state.record.segments) and len(state.record.probes) < 2)
+                        and len(state.record.probes) < 2)
         self.capturing = self.pass_index == 1 or self.probing
         self.recorder = GraphRecorder(state.name, build=self.capturing, owners=session.owners)
         self.mode = NodeDispatchMode(self.recorder)
@@ -229,7 +229,9 @@ class NodeRun:
                 f"leapp.node('{self.name}') at {self.source} ({self.pass_name}) ran at batch {batch}, outside its "
                 f"dynamic_batch=({lo}, {hi})."
             )
-        record.probes.append(Probe(batch, list(self.segments_met)))
+        out_nodes = [self.recorder.value_of(t) for _, _, t, _ in self.outputs]
+        graph = self.recorder.finish(out_nodes, class_name=f"leapp_node_{_identifier(self.name)}_probe")
+        record.probes.append(Probe(batch, list(self.segments_met), graph))
         record.samples.append(self._sample())
 
     def _finish_sample(self) -> None:
@@ -390,8 +392,7 @@ class NodeScope:
                 _end(run, failed=True)
                 raise
             _end(run, failed=False)
-            if run.pass_index == 1 and run.state.record is not None and run.state.record.segments \
-                    and self.dynamic_batch is not None:
+            if run.pass_index == 1 and run.state.record is not None and self.dynamic_batch is not None:
                 traced_batch = run.state.record.inputs[0].shape[0]
                 for b in probe_batches(traced_batch, *self.dynamic_batch):
                     probe = {k: _resized(v, b) for k, v in original.items()}

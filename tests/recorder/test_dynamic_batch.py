@@ -169,3 +169,49 @@ def test_with_form_needs_probes_and_bad_ranges_are_refused(tmp_path):
     for bad in [(5, 2), (0, 4), (1.0, 4), "yes", (1, 2**31)]:
         with pytest.raises(TraceError, match="dynamic_batch="):
             leapp.node("x", dynamic_batch=bad)
+
+
+def test_sizes_baked_from_the_batch_become_expressions_and_validate_at_min_and_max(tmp_path):
+    """torch.zeros(n, 3), x.reshape(n, 2, 3), x.view(2 * n, 3): the recorder bakes n; the exporter compares the
+    probes' graphs and computes these from input 0's dim 0, so PT2 and ONNX run at any batch of the range."""
+    @leapp.node("shapey", export_with="pt2", dynamic_batch=(1, 64))
+    def shapey(x):
+        n = x.shape[0]
+        return torch.cat([x.reshape(n, 2, 3).sum(1) + torch.zeros(n, 3), torch.ones(n, 1)], dim=1)
+
+    @leapp.node("shapeo", export_with="onnx", dynamic_batch=(1, 64))
+    def shapeo(x):
+        n = x.shape[0]
+        return x.view(n * 2, 3)[:n] + torch.arange(3.0).expand(n, 3)
+
+    x = torch.randn(16, 6)
+    with leapp.trace("sh", save_path=str(tmp_path)) as s:
+        for _ in range(2):
+            shapey(x)
+            shapeo(x)
+    report = s.compile(validate=True)  # samples at 16 (traced), 1 and 64 (the probes): smallest and largest
+    assert report["shapey"].validation.status == "passed" and report["shapeo"].validation.status == "passed"
+    assert [t.inputs[0].shape[0] for t in s.record.nodes["shapey"].samples] == [16, 1, 64]
+    pipeline = leapp.load(str(tmp_path / "sh"))
+    for n in (1, 5, 63):
+        x = torch.randn(n, 6)
+        torch.testing.assert_close(pipeline.run_node("shapey", x=x)["output"], shapey(x))
+        torch.testing.assert_close(pipeline.run_node("shapeo", x=x)["output"], shapeo(x))
+    with pytest.raises(Exception, match=r"batch 65 is outside the exported range 1..64"):
+        pipeline.run_node("shapey", x=torch.randn(65, 6))
+    with pytest.raises(Exception, match=r"expects float32\[batch 1..64, 6\], got float32\[4, 5\]"):
+        pipeline.run_node("shapey", x=torch.randn(4, 5))
+
+
+def test_a_size_not_affine_in_the_batch_is_refused_naming_the_op(tmp_path):
+    @leapp.node("sq", export_with="pt2", dynamic_batch=(1, 64))
+    def sq(x):
+        n = x.shape[0]
+        return x + torch.zeros(n * n).sum()
+
+    with leapp.trace("sq", save_path=str(tmp_path)) as s:
+        sq(torch.randn(4))
+        sq(torch.randn(4))
+    with pytest.raises(ExportError, match=r"aten.zeros.default \(args\[0\]\[0\]\) is 16 at batch 4, 1 at batch 1, "
+                                          r"4096 at batch 64: not affine"):
+        build_exportable(s.record.nodes["sq"])
