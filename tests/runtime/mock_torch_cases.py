@@ -225,3 +225,27 @@ def test_threads_alternating_bundles(op):
     for t in threads:
         t.join()
     assert not failures
+
+
+def test_dynamic_batch_outputs_follow_the_batch(op):
+    from leapp.bundle.testing import dynamic_example_bundle
+
+    data = dynamic_example_bundle(8, lo=1, hi=300)
+    sig = signature_of(data)
+    for n in (8, 1, 7, 300):
+        x = torch.randn(n)
+        (y,) = op([x], bt(data), sig)
+        assert y.shape == (n,)
+        torch.testing.assert_close(y, x * x, rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"input 0 'x' has 301 rows.*1\.\.300"):
+        op([torch.randn(301)], bt(data), sig)
+    with pytest.raises(ValueError, match=r"expects 1 dims"):
+        op([torch.randn(4, 2)], bt(data), sig)
+    # the fake (meta) kernel gives the same shapes, also for a symbolic batch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    with FakeTensorMode(shape_env=ShapeEnv()) as mode:
+        x = mode.from_tensor(torch.randn(9))
+        (y,) = ops._fake([x], mode.from_tensor(bt(data)), sig)
+        assert y.shape == (9,)

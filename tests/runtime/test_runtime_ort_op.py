@@ -219,3 +219,39 @@ def test_declared_types_on_the_gpu(provider):
     (y,) = session.run(None, {"x": x})
     assert y.dtype == np.float32 and y.shape == (n,)
     np.testing.assert_allclose(y, x * np.arange(1, n + 1, dtype=np.float32), rtol=1e-6)
+
+
+_DYNAMIC_BATCH_RUN = textwrap.dedent(
+    """
+    import numpy as np
+    from runtime_helpers import ort_session, warp_segment_model
+    from leapp.bundle.testing import dynamic_example_bundle
+
+    data = dynamic_example_bundle(8, lo=1, hi=300)
+    session = ort_session(warp_segment_model(data, dynamic=True))  # a symbolic dim 0, as leapp's ONNX export
+    for n in (8, 1, 7, 300, 299):
+        x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+        (y,) = session.run(None, {"x": x})
+        assert y.shape == (n,) and np.array_equal(y, x * x), (n, y.shape)
+    try:
+        session.run(None, {"x": np.ones(301, np.float32)})
+        print("RAN 301")
+    except Exception as e:
+        print("REFUSED", str(e).splitlines()[-1][-200:])
+    print("DYNAMIC BATCH OK")
+    """
+)
+
+
+def test_dynamic_batch_on_the_cpu_ep_under_the_fake_driver(tmp_path):
+    """One dynamic-batch bundle replayed by the ORT op (CPU EP, host staging) at several batches."""
+    mock = build_mock_driver(tmp_path)
+    if mock is None:
+        pytest.skip("no C compiler to build the fake libcuda.so.1")
+    here = Path(__file__).resolve().parent
+    proc = subprocess.run([sys.executable, "-c", _DYNAMIC_BATCH_RUN], cwd=here, env=mock_driver_env(mock),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"exit status {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    lines = proc.stdout.splitlines()
+    assert lines[-1] == "DYNAMIC BATCH OK", proc.stdout
+    assert lines[-2].startswith("REFUSED") and "input 0 'x' has 301 rows" in lines[-2] and "1..300" in lines[-2], lines
