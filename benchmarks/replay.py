@@ -53,6 +53,7 @@ from replay_report import markdown, percentile, targets
 
 SIZES = (1, 1024, 262144)
 SCALE = 2.0
+KERNELS = 2  # launches per segment (--kernels): scale_k, then add_k (K - 1) times; y = x * SCALE + (K - 1) * x
 
 
 @wp.kernel
@@ -67,6 +68,21 @@ def add_k(tmp: wp.array(dtype=float), x: wp.array(dtype=float), y: wp.array(dtyp
     y[i] = tmp[i] + x[i]
 
 
+def launch_chain(n: int, xw, tmp, tmp2, yw, device: str):
+    """The segment's KERNELS launches: tmp = x * SCALE, then tmp' = tmp + x ping-ponging between the
+    scratch arrays, the last one writing y."""
+    wp.launch(scale_k, dim=n, inputs=[xw, SCALE], outputs=[tmp], device=device)
+    cur, other = tmp, tmp2
+    for _ in range(KERNELS - 2):
+        wp.launch(add_k, dim=n, inputs=[cur, xw], outputs=[other], device=device)
+        cur, other = other, cur
+    wp.launch(add_k, dim=n, inputs=[cur, xw], outputs=[yw], device=device)
+
+
+def expected(x: torch.Tensor) -> torch.Tensor:
+    return x * SCALE + (KERNELS - 1) * x
+
+
 def make_node(name: str, backend: str):
     """The user's node: a scratch array and two launches in one warp_op; eager outside a session."""
 
@@ -77,9 +93,8 @@ def make_node(name: str, backend: str):
             device = str(x.device)
             with annotate.warp_op():
                 tmp = wp.empty(x.shape[0], dtype=float, device=device)
-                xw = wp.from_torch(x)
-                wp.launch(scale_k, dim=x.shape[0], inputs=[xw, SCALE], outputs=[tmp], device=device)
-                wp.launch(add_k, dim=x.shape[0], inputs=[tmp, xw], outputs=[wp.from_torch(y)], device=device)
+                tmp2 = wp.empty(x.shape[0], dtype=float, device=device) if KERNELS > 2 else None
+                launch_chain(x.shape[0], wp.from_torch(x), tmp, tmp2, wp.from_torch(y), device)
             annotate.output_tensors(name, {"y": y})
         return y
 
@@ -225,10 +240,10 @@ def methods(folder: Path, n: int, device: str) -> dict:
     x = torch.randn(n, device=device)
     node = NODES["pt2"]
     xw, tmp, y = wp.from_torch(x), wp.empty(n, dtype=float, device=device), wp.from_torch(torch.empty_like(x))
+    tmp2 = wp.empty(n, dtype=float, device=device)
 
     def launches():
-        wp.launch(scale_k, dim=n, inputs=[xw, SCALE], outputs=[tmp], device=device)
-        wp.launch(add_k, dim=n, inputs=[tmp, xw], outputs=[y], device=device)
+        launch_chain(n, xw, tmp, tmp2, y, device)
 
     launches()  # module loaded before any capture
     replay_stream = wp.get_stream(device)  # torch's current stream (run() scopes it)
@@ -278,7 +293,7 @@ def methods(folder: Path, n: int, device: str) -> dict:
     out["onnx-cpu-ep"] = lambda host=(host_x, host_y): session.run_with_iobinding(binding)
     # The graph holds raw addresses too: keep its buffers alive with it (a caller that kept only this
     # entry freed tmp into Warp's mempool and the replay faulted: illegal address, onnx_routes.py on the H200).
-    out["floor"] = lambda keep=(x, xw, tmp, y): wp.capture_launch(floor_graph, stream=replay_stream)
+    out["floor"] = lambda keep=(x, xw, tmp, tmp2, y): wp.capture_launch(floor_graph, stream=replay_stream)
     return out
 
 
@@ -321,7 +336,7 @@ def check_results(folder: Path, n: int, device: str) -> float:
     graphed = CudaGraphCall(Pt2Program(program), "seg_pt2")
     for result in (Pt2Program(program)(x), program.module()(x), *[graphed(x) for _ in range(3)]):
         got = result[0] if isinstance(result, (list, tuple)) else result
-        errors.append((got - (x * SCALE + x)).abs().max().item())
+        errors.append((got - expected(x)).abs().max().item())
     return max(errors)
 
 
@@ -362,12 +377,15 @@ def _version(dist: str) -> str:
 
 
 def run(args) -> dict:
+    global KERNELS
+    KERNELS = args.kernels
     device = "cpu" if args.dry_run else "cuda:0"
     wp.init()
     if not args.dry_run and not (torch.cuda.is_available() and wp.is_cuda_available()):
         raise SystemExit("replay.py: no CUDA device for torch and Warp; use --dry-run on machines without a GPU")
     out = Path(args.out or tempfile.mkdtemp(prefix="leapp-bench-"))
-    results = {"mode": "dry-run" if args.dry_run else ("quick" if args.quick else "full"), "sizes": {}}
+    results = {"mode": "dry-run" if args.dry_run else ("quick" if args.quick else "full"), "kernels": KERNELS,
+               "segment_graphs": os.environ.get("LEAPP_SEGMENT_GRAPHS", "1") != "0", "sizes": {}}
     if not args.dry_run:
         from leapp.runtime import ops
 
@@ -401,14 +419,14 @@ def methods_dry(folder: Path, n: int) -> list[str]:
     done = []
     x = torch.randn(n)
     y = NODES["pt2"](x)
-    assert torch.allclose(y, x * SCALE + x), "eager node computes the wrong thing"
+    assert torch.allclose(y, expected(x)), "eager node computes the wrong thing"
     done.append("eager")
     xw, tmp, yw = wp.from_torch(x), wp.empty(n, dtype=float, device="cpu"), wp.from_torch(torch.empty_like(x))
+    tmp2 = wp.empty(n, dtype=float, device="cpu")
     with wp.ScopedCapture(device="cpu") as capture:
-        wp.launch(scale_k, dim=n, inputs=[xw, SCALE], outputs=[tmp], device="cpu")
-        wp.launch(add_k, dim=n, inputs=[tmp, xw], outputs=[yw], device="cpu")
+        launch_chain(n, xw, tmp, tmp2, yw, "cpu")
     wp.capture_launch(capture.graph)
-    assert torch.allclose(wp.to_torch(yw), x * SCALE + x), "graph floor computes the wrong thing"
+    assert torch.allclose(wp.to_torch(yw), expected(x)), "graph floor computes the wrong thing"
     done.append("floor")
     from leapp import _native
 
@@ -441,7 +459,10 @@ def parse_args(argv=None):
     p.add_argument("--calls", type=int, default=None, help="timed calls per method (default 2000; --quick 200)")
     p.add_argument("--warmup", type=int, default=None, help="warm-up calls per method (default 100; --quick 20)")
     p.add_argument("--out", help="export folder (default: a new temporary folder)")
+    p.add_argument("--kernels", type=int, default=2, help="launches in the segment (default 2; at least 2)")
     args = p.parse_args(argv)
+    if args.kernels < 2:
+        p.error("--kernels must be at least 2")
     args.calls = args.calls or (200 if args.quick else 2000)
     args.warmup = args.warmup or (20 if args.quick else 100)
     return args

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -408,6 +409,183 @@ def test_ort_cpu_ep():
     assert ort.__version__
 
 
+# --- segment graphs -----------------------------------------------------------------------------------------------
+
+GRAPH_STATS = ("live_graphs", "live_execs", "graph_launches", "instantiations", "updates")
+
+
+def graph_stats() -> dict[str, int]:
+    out = (ctypes.c_longlong * 5)()
+    MOCK.mock_graph_stats(out)
+    return dict(zip(GRAPH_STATS, out))
+
+
+def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {k: after[k] - before[k] for k in before}
+
+
+def check_copy_outputs(a, o1, o2, constant):
+    assert o1.view(np.int32)[0] == -1
+    np.testing.assert_array_equal(o1[1:], a[1:])
+    assert o2.tobytes() == bytes([1] * 8) + constant[:8] + bytes(o2.nbytes - 16)
+
+
+def fresh_outputs(n: int):
+    return np.full(n, np.nan, np.float32), np.full(4 * n, 7, np.uint8)
+
+
+def test_segment_replays_as_one_graph_per_address_set():
+    n = 20
+    data, constant = copy_memset_bundle(n)
+    a = np.random.default_rng(5).standard_normal(n).astype(np.float32)
+    s = stream(0)
+    g0, ops0 = graph_stats(), stats()
+    first = fresh_outputs(n)
+    for _ in range(5):
+        first[0].fill(np.nan), first[1].fill(7)
+        run(data, [a], list(first), s)
+        check_copy_outputs(a, *first, constant)
+    g = delta(g0, graph_stats())
+    assert (g["instantiations"], g["graph_launches"], g["live_graphs"]) == (1, 5, 0)
+    ops = delta(ops0, stats())
+    # the same work as op by op: 3 memsets (one is the zero init) and 3 copies per call, plus the constants' upload
+    assert (ops["memsets"], ops["copies"], ops["launches"]) == (5 * 3, 5 * 3 + 1, 0)
+
+    second = fresh_outputs(n)  # new addresses: a second graph; the first one still serves its own
+    run(data, [a], list(second), s)
+    check_copy_outputs(a, *second, constant)
+    first[0].fill(np.nan), first[1].fill(7)
+    run(data, [a], list(first), s)
+    check_copy_outputs(a, *first, constant)
+    g = delta(g0, graph_stats())
+    assert (g["instantiations"], g["graph_launches"]) == (2, 7)
+
+
+def test_least_recently_used_graph_is_updated_in_place():
+    n = 24
+    data, constant = copy_memset_bundle(n)
+    a = np.random.default_rng(6).standard_normal(n).astype(np.float32)
+    s = stream(0)
+    sets = [fresh_outputs(n) for _ in range(9)]  # one more than the 8 graphs kept per stream
+
+    def call(i):
+        o1, o2 = sets[i]
+        o1.fill(np.nan), o2.fill(7)
+        run(data, [a], [o1, o2], s)
+        check_copy_outputs(a, o1, o2, constant)
+
+    g0 = graph_stats()
+    for i in range(9):  # the ninth set takes over the graph of the first
+        call(i)
+    g = delta(g0, graph_stats())
+    assert (g["instantiations"], g["updates"], g["live_execs"]) == (8, 1, 8)
+    for i in range(1, 9):  # all kept: hits only
+        call(i)
+    assert delta(g0, graph_stats()) == dict(g, graph_launches=17)
+    call(0)  # back again: takes over the least recently used (set 1's)
+    g = delta(g0, graph_stats())
+    assert (g["instantiations"], g["updates"], g["graph_launches"]) == (8, 2, 18)
+    call(8)
+    assert delta(g0, graph_stats())["updates"] == 2  # still kept
+
+
+def test_ever_changing_addresses_replay_op_by_op():
+    n = 28
+    data, constant = copy_memset_bundle(n)
+    a = np.random.default_rng(7).standard_normal(n).astype(np.float32)
+    s = stream(0)
+    g0, ops0 = graph_stats(), stats()
+    keep = []  # every call gets outputs at new addresses
+    for _ in range(40):
+        o1, o2 = fresh_outputs(n)
+        keep.append((o1, o2))
+        run(data, [a], [o1, o2], s)
+        check_copy_outputs(a, o1, o2, constant)
+    g = delta(g0, graph_stats())
+    assert g["graph_launches"] < 40 and g["instantiations"] + g["updates"] <= 8 + 16
+    assert delta(ops0, stats())["memsets"] == 40 * 3  # every call did its work, by graph or op by op
+
+
+def test_a_capturing_stream_gets_the_ops_themselves():
+    n = 32
+    data, constant = copy_memset_bundle(n)
+    a = np.random.default_rng(8).standard_normal(n).astype(np.float32)
+    s = stream(0)
+    o1, o2 = fresh_outputs(n)
+    run(data, [a], [o1, o2], s)  # warm: a graph exists for these addresses
+    g0 = graph_stats()
+    MOCK.mock_set_capturing(s, 1)
+    try:
+        o1.fill(np.nan), o2.fill(7)
+        run(data, [a], [o1, o2], s)
+    finally:
+        MOCK.mock_set_capturing(s, 0)
+    check_copy_outputs(a, o1, o2, constant)
+    assert delta(g0, graph_stats())["graph_launches"] == 0  # an outer capture records the ops, not our graph
+
+
+def test_single_op_segments_launch_directly():
+    n = 36
+    manifest, blobs = example_manifest_and_blobs(n, segment="mock/single-op")
+    manifest["buffers"][1]["init"] = "none"
+    launch = manifest["ops"][1]
+    launch["relocs"][2]["buffer"] = 1  # the kernel writes the output itself: one enqueue per call
+    manifest["ops"] = [launch]
+    manifest["buffers"] = manifest["buffers"][:2] + [dict(manifest["buffers"][3], id=2)]
+    launch["relocs"][1]["buffer"] = 2
+    x = np.ones(n, np.float32)
+    y = np.empty(n, np.float32)
+    g0 = graph_stats()
+    for _ in range(3):
+        run(write_bundle(manifest, blobs), [x], [y], stream(0))
+    np.testing.assert_array_equal(y, scale(n))
+    assert delta(g0, graph_stats())["graph_launches"] == 0
+
+
+def test_release_destroys_graphs_and_their_streams():
+    from leapp.runtime import release_segments
+
+    n = 40
+    data, constant = copy_memset_bundle(n)
+    a = np.ones(n, np.float32)
+    s = stream(0)
+    release_segments()
+    # what no runtime copy holds any more (an op library ONNX Runtime unloaded with its sessions)
+    orphaned = graph_stats()["live_execs"]
+    kept = [fresh_outputs(n) for _ in range(3)]  # three address sets, alive together
+    for o1, o2 in kept:
+        run(data, [a], [o1, o2], s)
+    assert graph_stats()["live_execs"] == orphaned + 3
+    release_segments()
+    assert graph_stats()["live_execs"] == orphaned and graph_stats()["live_graphs"] == 0
+    o1, o2 = fresh_outputs(n)
+    run(data, [a], [o1, o2], s)  # prepared again, graphs again
+    check_copy_outputs(a, o1, o2, constant)
+    assert graph_stats()["live_execs"] == orphaned + 1
+
+
+def test_graphs_off_by_environment(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "off.py"
+    script.write_text(
+        "import ctypes, numpy as np\n"
+        "from cuda_bundles import copy_memset_bundle\n"
+        "from leapp import _native\n"
+        "data, _ = copy_memset_bundle(16)\n"
+        "a = np.ones(16, np.float32); o1 = np.empty(16, np.float32); o2 = np.empty(64, np.uint8)\n"
+        "for _ in range(3):\n"
+        "    _native.run_segment(_native.Bundle(data), [a.ctypes.data], [o1.ctypes.data, o2.ctypes.data], 0, 0,\n"
+        "                        input_nbytes=[a.nbytes], output_nbytes=[o1.nbytes, o2.nbytes])\n"
+        "out = (ctypes.c_longlong * 5)(); ctypes.CDLL('libcuda.so.1').mock_graph_stats(out)\n"
+        "print('graph launches', out[2])\n"
+    )
+    env = dict(os.environ, LEAPP_SEGMENT_GRAPHS="0", PYTHONPATH=os.pathsep.join(
+        [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "graph launches 0" in proc.stdout
 # --- dynamic batch (docs/bundle-format.md, "Dynamic batch") -------------------------------------------------
 
 
@@ -442,3 +620,25 @@ def test_dynamic_batch_errors_name_segment_and_input():
     with pytest.raises(ValueError, match=r"not a whole number of 4-byte rows"):
         _native.run_segment(_native.Bundle(data), [ptr(np.ones(4, np.float32))], [ptr(np.ones(4, np.float32))],
                             stream(0), 0, input_nbytes=[15], output_nbytes=[16])
+
+
+def test_dynamic_batch_graphs_are_keyed_by_batch_and_scratch():
+    """Same addresses, another batch: a graph made for batch 8 must not replay batch 4 (its grid, sizes and
+    parameters are batch 8's); after the scratch grows, graphs of the old scratch are not replayed either."""
+    from leapp.bundle.testing import dynamic_example_bundle
+
+    data = dynamic_example_bundle(8, lo=1, hi=300)
+    bundle = _native.Bundle(data)
+    s = stream(0)
+    x = np.random.default_rng(11).standard_normal(300).astype(np.float32)
+    y = np.empty(300, np.float32)
+    g0 = graph_stats()
+    for n in (8, 4, 8, 4, 8, 300, 8, 1):
+        y.fill(np.nan)
+        _native.run_segment(bundle, [ptr(x)], [ptr(y)], s, 0, input_nbytes=[4 * n], output_nbytes=[4 * n])
+        np.testing.assert_array_equal(y[:n], x[:n] * x[:n])
+        assert np.isnan(y[n:]).all(), f"batch {n} wrote past its rows"
+    g = delta(g0, graph_stats())
+    assert g["graph_launches"] == 8
+    # batch 8 and 4 each got a graph; 300 grew the scratch, so 8 after it needed a new one (and 1)
+    assert g["instantiations"] + g["updates"] == 5, g

@@ -85,6 +85,18 @@ Loaded load() {
             resolve(gpa, "cuThreadExchangeStreamCaptureMode", 10010, d.cuThreadExchangeStreamCaptureMode, e) &&
             resolve(gpa, "cuFuncGetAttribute", 2020, d.cuFuncGetAttribute, e);
   if (!ok) return L;
+  // Optional entry points: a driver without them replays op by op.
+  std::string optional_error;
+  bool graphs = resolve(gpa, "cuStreamBeginCapture", 10010, d.cuStreamBeginCapture, optional_error) &&
+                resolve(gpa, "cuStreamEndCapture", 10000, d.cuStreamEndCapture, optional_error) &&
+                resolve(gpa, "cuGraphInstantiateWithFlags", 11040, d.cuGraphInstantiateWithFlags, optional_error) &&
+                resolve(gpa, "cuGraphExecUpdate", 12000, d.cuGraphExecUpdate, optional_error) &&
+                resolve(gpa, "cuGraphLaunch", 10000, d.cuGraphLaunch, optional_error) &&
+                resolve(gpa, "cuGraphDestroy", 10000, d.cuGraphDestroy, optional_error) &&
+                resolve(gpa, "cuGraphExecDestroy", 10000, d.cuGraphExecDestroy, optional_error);
+  if (!graphs) {
+    d.cuStreamBeginCapture = nullptr;  // all or none: has_graphs() is false
+  }
   CUresult r = d.cuInit(0);
   if (r != CUDA_SUCCESS) {
     L.error = "cuInit(0) failed: " + cu_error_text(r) + " (no usable GPU, or the driver is not loaded)";

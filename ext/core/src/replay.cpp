@@ -17,6 +17,17 @@
 // after the other, never interleaved. The per-thread default stream counts as
 // one stream per thread; its scratch is freed when the thread exits.
 //
+// Graph replay: a segment of two or more enqueues (inits, launches, memsets,
+// copies) replays as one CUDA graph launch. Each StreamScratch keeps a few
+// instantiated graphs keyed by the call's input and output addresses (scratch
+// and constants are fixed per entry); a graph is captured on a private stream
+// of the entry the first time a key is seen, and the least recently used one
+// is updated in place (cuGraphExecUpdate) once kGraphsPerStream exist. Calls
+// whose addresses keep changing (kMissStreak misses in a row) replay op by op
+// for the next kEagerCalls calls, then try again. A stream being captured by
+// the caller (torch.cuda.graph) always gets the ops themselves, as does every
+// call when LEAPP_SEGMENT_GRAPHS=0 or the driver lacks the graph API.
+//
 // Lifetimes: the table owns PreparedSegments, each owns its StreamScratch
 // entries. release_segments() takes them out of the table, waits for calls
 // in flight (the scratch locks), marks them released, synchronises the
@@ -27,6 +38,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -93,6 +105,16 @@ uint64_t scratch_layout(const Manifest& m, int64_t batch, std::vector<uint64_t>&
 
 struct PreparedSegment;
 
+constexpr size_t kGraphsPerStream = 8;  // distinct (input, output) address sets kept per stream entry
+constexpr uint32_t kMissStreak = 16;    // misses in a row before replaying op by op for a while
+constexpr uint32_t kEagerCalls = 256;   // calls replayed op by op after such a streak
+
+/// An instantiated graph of a segment's enqueues for one set of I/O addresses.
+struct SegmentGraph {
+  std::vector<CUdeviceptr> key;  // inputs then outputs
+  CUgraphExec exec = nullptr;
+};
+
 /// One stream's scratch for one prepared segment, and the lock that keeps a
 /// call's enqueues contiguous on that stream.
 struct StreamScratch {
@@ -101,6 +123,12 @@ struct StreamScratch {
   StreamKey key{nullptr, 0};
   RoleMemory memory;
   bool released = false;  // guarded by `enqueue`: the memory is freed or being freed, look up again
+  // Graph replay, guarded by `enqueue` (see the top of the file).
+  CUstream build_stream = nullptr;   // private stream graphs are captured on; made on first use
+  std::vector<SegmentGraph> graphs;  // least recently used first
+  uint32_t miss_streak = 0;
+  uint32_t eager_calls = 0;          // calls left to replay op by op
+  bool graphs_failed = false;        // building a graph failed once: op by op from then on
 };
 
 /// A segment made ready in one context: functions, constants, scratch per stream.
@@ -111,6 +139,7 @@ struct PreparedSegment {
   std::vector<std::string> choices;    // per module, "cubin sm_90" (diagnostics)
   std::vector<CUfunction> functions;  // per kernel; null when no launch uses it
   RoleMemory constants;
+  size_t enqueues = 0;                 // inits plus ops: what one call puts on the stream
   std::map<StreamKey, std::shared_ptr<StreamScratch>> scratch;  // guarded by cache_mutex()
 };
 
@@ -125,8 +154,11 @@ SegmentTable& segments() {
 /// capture, say); the next release_segments() tries again. Guarded by cache_mutex().
 struct Pending {
   CUcontext ctx = nullptr;
+  std::vector<CUgraphExec> graphs;  // destroyed before the modules their kernels come from
+  std::vector<CUstream> streams;
   std::vector<CUdeviceptr> memory;
   std::vector<CUmodule> modules;
+  bool empty() const { return graphs.empty() && streams.empty() && memory.empty() && modules.empty(); }
 };
 std::vector<Pending>& pending_frees() {
   static auto* p = new std::vector<Pending>();
@@ -164,6 +196,12 @@ RoleMemory allocate_role(const CudaDriver& d, const Manifest& m, BufferRole role
 /// Frees device memory and unloads modules of `p` in the current context (ctx is current);
 /// what the driver refuses stays in `p` (returns false then).
 bool free_now(const CudaDriver& d, Pending& p) {
+  std::vector<CUgraphExec> graphs;
+  for (CUgraphExec g : p.graphs)
+    if (d.cuGraphExecDestroy(g) != CUDA_SUCCESS) graphs.push_back(g);
+  std::vector<CUstream> streams;
+  for (CUstream s : p.streams)
+    if (d.cuStreamDestroy(s) != CUDA_SUCCESS) streams.push_back(s);
   std::vector<CUdeviceptr> memory;
   for (CUdeviceptr m : p.memory) {
     if (d.cuMemFree(m) == CUDA_SUCCESS) count_free();
@@ -172,9 +210,22 @@ bool free_now(const CudaDriver& d, Pending& p) {
   std::vector<CUmodule> modules;
   for (CUmodule m : p.modules)
     if (d.cuModuleUnload(m) != CUDA_SUCCESS) modules.push_back(m);
+  p.graphs = std::move(graphs);
+  p.streams = std::move(streams);
   p.memory = std::move(memory);
   p.modules = std::move(modules);
-  return p.memory.empty() && p.modules.empty();
+  return p.empty();
+}
+
+/// Moves what `sc` owns on the device (scratch, graphs, its build stream) into `p`.
+void take_stream_resources(StreamScratch& sc, Pending& p) {
+  if (sc.memory.base) p.memory.push_back(sc.memory.base);
+  for (CUdeviceptr r : sc.memory.retired) p.memory.push_back(r);  // dynamic batch: outgrown scratch
+  sc.memory.retired.clear();
+  for (SegmentGraph& g : sc.graphs) p.graphs.push_back(g.exec);
+  sc.graphs.clear();
+  if (sc.build_stream) p.streams.push_back(sc.build_stream);
+  sc.build_stream = nullptr;
 }
 
 /// What `seg` owns on the device (its modules and constants; not its scratch).
@@ -259,6 +310,9 @@ void fill(const CudaDriver& d, const Bundle& bundle, const DeviceAttrs& dev, Pre
     seg->functions[k] = f;
   }
 
+  for (const BufferSpec& b : m.buffers) seg->enqueues += b.init == BufferInit::kZero || b.init == BufferInit::kInput;
+  for (const OpSpec& op : m.ops) seg->enqueues += op.kind == OpKind::kLaunch || op.bytes != 0;
+
   // Constants: uploaded once, through a private stream so that no other
   // stream (possibly one being captured) is involved.
   seg->constants = allocate_role(d, m, BufferRole::kConstant, where + ": constants");
@@ -289,7 +343,7 @@ int current_device(const CudaDriver& d) {
 
 /// Keeps what could not be freed for the next release_segments().
 void defer(Pending p) {
-  if (p.memory.empty() && p.modules.empty()) return;
+  if (p.empty()) return;
   std::lock_guard<std::mutex> lock(cache_mutex());
   pending_frees().push_back(std::move(p));
 }
@@ -331,9 +385,8 @@ ThreadStreamScratch::~ThreadStreamScratch() {
     for (const std::shared_ptr<StreamScratch>& sc : mine) {
       Pending p;
       p.ctx = sc->seg->ctx;
-      if (sc->memory.base) p.memory.push_back(sc->memory.base);
-      for (CUdeviceptr r : sc->memory.retired) p.memory.push_back(r);
-      if (p.memory.empty()) continue;
+      take_stream_resources(*sc, p);
+      if (p.empty()) continue;
       try {
         ContextGuard guard(d, p.ctx);
         RelaxedCaptureMode relaxed(d);  // never disturbs another thread's capture
@@ -483,8 +536,7 @@ size_t release_segments(std::string_view digest) {
         StreamScratch& sc = *entry.second;
         std::lock_guard<std::mutex> hold(sc.enqueue);
         sc.released = true;
-        if (sc.memory.base) p.memory.push_back(sc.memory.base);
-        for (CUdeviceptr r : sc.memory.retired) p.memory.push_back(r);
+        take_stream_resources(sc, p);
       }
       seg.scratch.clear();
       work.push_back(std::move(p));
@@ -615,6 +667,177 @@ void enqueued(CUresult r, const std::string& what) {
   if (r != CUDA_SUCCESS) throw CudaError(r, what + ": " + cu_error_text(r) + " [code " + std::to_string(r) + "]");
 }
 
+
+/// Enqueues one call's work on `stream`: the per-call buffer inits, then the ops in order.
+/// `params` and `param_ptrs` are the caller's reusable host buffers.
+void enqueue_call(const CudaDriver& d, const Bundle& bundle, const detail::PreparedSegment& seg,
+                  const std::vector<CUdeviceptr>& addr, const std::vector<DeviceSpan>& inputs, CUstream stream,
+                  std::vector<uint8_t>& params, std::vector<void*>& param_ptrs, int64_t batch) {
+  const Manifest& m = bundle.manifest();
+  auto where = [&] { return "leapp segment '" + m.segment + "'"; };
+  for (size_t i = 0; i < m.buffers.size(); ++i) {
+    const BufferSpec& b = m.buffers[i];
+    const uint64_t nbytes = m.dynamic ? uint64_t(b.bytes_rule.at(batch)) : b.bytes;
+    CUresult r = CUDA_SUCCESS;
+    if (b.init == BufferInit::kZero)
+      r = d.cuMemsetD8Async(addr[i], 0, size_t(nbytes), stream);
+    else if (b.init == BufferInit::kInput)
+      r = d.cuMemcpyDtoDAsync(addr[i], inputs[b.init_index].ptr, size_t(nbytes), stream);
+    if (r != CUDA_SUCCESS) enqueued(r, where() + ": initialising buffers[" + std::to_string(i) + "] (init)");
+  }
+  for (size_t i = 0; i < m.ops.size(); ++i) {
+    const OpSpec& op = m.ops[i];
+    CUresult r = CUDA_SUCCESS;
+    switch (op.kind) {
+      case OpKind::kLaunch: {
+        std::string_view blob = bundle.blob(op.params_blob);
+        params.resize(blob.size());  // (a memcpy: assign() from char iterators copies byte by byte)
+        std::memcpy(params.data(), blob.data(), blob.size());
+        uint32_t grid[3] = {op.grid[0], op.grid[1], op.grid[2]};
+        if (op.sized) {  // dynamic batch: Warp skips empty launches; the grid follows the size
+          const uint64_t size = uint64_t(op.size_rule.at(batch));
+          if (size == 0) break;
+          detail::launch_grid(size, op.block[0], op.grid_stride, op.max_blocks, grid);
+        }
+        for (const RelocSpec& rel : op.relocs) {
+          CUdeviceptr a = addr[rel.buffer] + (m.dynamic ? uint64_t(rel.buffer_offset_rule.at(batch)) : rel.buffer_offset);
+          std::memcpy(params.data() + op.param_offsets[rel.param] + rel.offset, &a, sizeof(a));
+        }
+        for (const PatchSpec& patch : op.patches) {  // values checked in range at both ends of the batch range
+          const uint64_t v = uint64_t(patch.rule.at(batch));
+          std::memcpy(params.data() + op.param_offsets[patch.param] + patch.offset, &v, patch.width);
+        }
+        param_ptrs.resize(op.param_offsets.size());
+        for (size_t p = 0; p < op.param_offsets.size(); ++p) param_ptrs[p] = params.data() + op.param_offsets[p];
+        r = d.cuLaunchKernel(seg.functions[op.kernel], grid[0], grid[1], grid[2], op.block[0], op.block[1],
+                             op.block[2], op.smem, stream, param_ptrs.data(), nullptr);
+        break;
+      }
+      case OpKind::kMemset: {
+        const uint64_t n = m.dynamic ? uint64_t(op.bytes_rule.at(batch)) : op.bytes;
+        const uint64_t off = m.dynamic ? uint64_t(op.dst_offset_rule.at(batch)) : op.dst_offset;
+        if (n) r = d.cuMemsetD8Async(addr[op.dst] + off, op.value, size_t(n), stream);
+        break;
+      }
+      case OpKind::kCopy: {
+        const uint64_t n = m.dynamic ? uint64_t(op.bytes_rule.at(batch)) : op.bytes;
+        const uint64_t dst = m.dynamic ? uint64_t(op.dst_offset_rule.at(batch)) : op.dst_offset;
+        const uint64_t src = m.dynamic ? uint64_t(op.src_offset_rule.at(batch)) : op.src_offset;
+        if (n) r = d.cuMemcpyDtoDAsync(addr[op.dst] + dst, addr[op.src] + src, size_t(n), stream);
+        break;
+      }
+    }
+    if (r != CUDA_SUCCESS) enqueued(r, where() + ": " + op_text(m, i));
+  }
+}
+
+/// Whether segments may replay as graphs: the driver has the API and LEAPP_SEGMENT_GRAPHS is not "0".
+bool graphs_enabled(const CudaDriver& d) {
+  static const bool env_on = [] {
+    const char* v = std::getenv("LEAPP_SEGMENT_GRAPHS");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return env_on && d.has_graphs();
+}
+
+/// Whether `stream` is being captured, or its capture status cannot be read (the legacy
+/// stream while another stream's global-mode capture runs): then the ops go on it one by one.
+bool capturing_or_unknown(const CudaDriver& d, CUstream stream) {
+  int status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return d.cuStreamIsCapturing(stream, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/// Captures one call's work, for addresses `addr`, into a new graph on `sc`'s private stream;
+/// nullptr when capture fails (the op-by-op path then reports any real error).
+CUgraph capture_call(const CudaDriver& d, const Bundle& bundle, detail::StreamScratch& sc,
+                     const std::vector<CUdeviceptr>& addr, const std::vector<DeviceSpan>& inputs, int64_t batch) {
+  if (sc.build_stream == nullptr && d.cuStreamCreate(&sc.build_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+    sc.build_stream = nullptr;
+    return nullptr;
+  }
+  if (d.cuStreamBeginCapture(sc.build_stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS) return nullptr;
+  bool ok = true;
+  try {
+    std::vector<uint8_t> params;
+    std::vector<void*> param_ptrs;
+    enqueue_call(d, bundle, *sc.seg, addr, inputs, sc.build_stream, params, param_ptrs, batch);
+  } catch (const std::exception&) {
+    ok = false;
+  }
+  CUgraph graph = nullptr;
+  if (d.cuStreamEndCapture(sc.build_stream, &graph) != CUDA_SUCCESS) ok = false;
+  if (!ok && graph != nullptr) {
+    d.cuGraphDestroy(graph);
+    graph = nullptr;
+  }
+  return graph;
+}
+
+/// Replays the call as one graph launch (see the top of the file); false when the call
+/// should enqueue its ops instead. Throws only when a graph launch itself fails.
+bool replay_graph(const CudaDriver& d, const Bundle& bundle, detail::StreamScratch& sc,
+                  const std::vector<CUdeviceptr>& addr, const std::vector<DeviceSpan>& inputs,
+                  const std::vector<DeviceSpan>& outputs, CUstream stream, std::vector<CUdeviceptr>& key,
+                  int64_t batch) {
+  using namespace detail;
+  if (sc.graphs_failed) return false;
+  if (sc.eager_calls > 0) {
+    --sc.eager_calls;
+    return false;
+  }
+  key.clear();
+  for (const DeviceSpan& s : inputs) key.push_back(s.ptr);
+  for (const DeviceSpan& s : outputs) key.push_back(s.ptr);
+  // Dynamic batch: a graph holds one batch's grids, sizes and parameters, and the scratch address
+  // (which moves when the stream's scratch grows), so both are part of the key.
+  key.push_back(CUdeviceptr(batch));
+  key.push_back(sc.memory.base);
+  auto& graphs = sc.graphs;
+  CUgraphExec exec = nullptr;
+  for (size_t i = graphs.size(); i-- > 0;) {
+    if (graphs[i].key != key) continue;
+    exec = graphs[i].exec;
+    if (i + 1 != graphs.size()) std::rotate(graphs.begin() + i, graphs.begin() + i + 1, graphs.end());
+    sc.miss_streak = 0;
+    break;
+  }
+  if (exec == nullptr) {
+    if (!graphs.empty() && ++sc.miss_streak >= kMissStreak) {
+      sc.miss_streak = 0;
+      sc.eager_calls = kEagerCalls;
+      return false;
+    }
+    RelaxedCaptureMode relaxed(d);  // a stream create or instantiate is legal even if another stream is captured
+    CUgraph graph = capture_call(d, bundle, sc, addr, inputs, batch);
+    if (graph == nullptr) {
+      sc.graphs_failed = true;
+      return false;
+    }
+    if (graphs.size() >= kGraphsPerStream) {  // update the least recently used graph in place
+      SegmentGraph victim = std::move(graphs.front());
+      graphs.erase(graphs.begin());
+      CUgraphExecUpdateResultInfo info{};
+      if (d.cuGraphExecUpdate(victim.exec, graph, &info) == CUDA_SUCCESS) {
+        exec = victim.exec;
+      } else {
+        d.cuGraphExecDestroy(victim.exec);
+      }
+    }
+    if (exec == nullptr && d.cuGraphInstantiateWithFlags(&exec, graph, 0) != CUDA_SUCCESS) exec = nullptr;
+    d.cuGraphDestroy(graph);
+    if (exec == nullptr) {
+      sc.graphs_failed = true;
+      return false;
+    }
+    graphs.push_back(SegmentGraph{key, exec});
+  }
+  CUresult r = d.cuGraphLaunch(exec, stream);
+  if (r != CUDA_SUCCESS)
+    enqueued(r, "leapp segment '" + bundle.segment() + "': launching its CUDA graph (" +
+                    std::to_string(bundle.manifest().ops.size()) + " ops)");
+  return true;
+}
+
 }  // namespace
 
 void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs, const std::vector<DeviceSpan>& outputs,
@@ -655,6 +878,7 @@ void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs, co
     std::vector<CUdeviceptr> addr;
     std::vector<uint8_t> params;
     std::vector<void*> param_ptrs;
+    std::vector<CUdeviceptr> key;
   };
   thread_local CallState state;
   LastHit& last = state.last;
@@ -742,63 +966,11 @@ void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs, co
     }
   }
 
-  // Per-call initialisation, then the ops, all on `stream`.
-  for (size_t i = 0; i < m.buffers.size(); ++i) {
-    const BufferSpec& b = m.buffers[i];
-    const uint64_t nbytes = m.dynamic ? uint64_t(b.bytes_rule.at(batch)) : b.bytes;
-    CUresult r = CUDA_SUCCESS;
-    if (b.init == BufferInit::kZero)
-      r = d.cuMemsetD8Async(addr[i], 0, size_t(nbytes), stream);
-    else if (b.init == BufferInit::kInput)
-      r = d.cuMemcpyDtoDAsync(addr[i], inputs[b.init_index].ptr, size_t(nbytes), stream);
-    if (r != CUDA_SUCCESS) enqueued(r, where() + ": initialising buffers[" + std::to_string(i) + "] (init)");
-  }
-  std::vector<uint8_t>& params = state.params;
-  std::vector<void*>& param_ptrs = state.param_ptrs;
-  for (size_t i = 0; i < m.ops.size(); ++i) {
-    const OpSpec& op = m.ops[i];
-    CUresult r = CUDA_SUCCESS;
-    switch (op.kind) {
-      case OpKind::kLaunch: {
-        std::string_view blob = bundle.blob(op.params_blob);
-        params.resize(blob.size());  // (a memcpy: assign() from char iterators copies byte by byte)
-        std::memcpy(params.data(), blob.data(), blob.size());
-        uint32_t grid[3] = {op.grid[0], op.grid[1], op.grid[2]};
-        if (op.sized) {  // dynamic batch: Warp skips empty launches; the grid follows the size
-          const uint64_t size = uint64_t(op.size_rule.at(batch));
-          if (size == 0) break;
-          launch_grid(size, op.block[0], op.grid_stride, op.max_blocks, grid);
-        }
-        for (const RelocSpec& rel : op.relocs) {
-          CUdeviceptr a = addr[rel.buffer] + (m.dynamic ? uint64_t(rel.buffer_offset_rule.at(batch)) : rel.buffer_offset);
-          std::memcpy(params.data() + op.param_offsets[rel.param] + rel.offset, &a, sizeof(a));
-        }
-        for (const PatchSpec& patch : op.patches) {  // values checked in range at both ends of the batch range
-          const uint64_t v = uint64_t(patch.rule.at(batch));
-          std::memcpy(params.data() + op.param_offsets[patch.param] + patch.offset, &v, patch.width);
-        }
-        param_ptrs.resize(op.param_offsets.size());
-        for (size_t p = 0; p < op.param_offsets.size(); ++p) param_ptrs[p] = params.data() + op.param_offsets[p];
-        r = d.cuLaunchKernel(seg.functions[op.kernel], grid[0], grid[1], grid[2], op.block[0], op.block[1],
-                             op.block[2], op.smem, stream, param_ptrs.data(), nullptr);
-        break;
-      }
-      case OpKind::kMemset: {
-        const uint64_t n = m.dynamic ? uint64_t(op.bytes_rule.at(batch)) : op.bytes;
-        const uint64_t off = m.dynamic ? uint64_t(op.dst_offset_rule.at(batch)) : op.dst_offset;
-        if (n) r = d.cuMemsetD8Async(addr[op.dst] + off, op.value, size_t(n), stream);
-        break;
-      }
-      case OpKind::kCopy: {
-        const uint64_t n = m.dynamic ? uint64_t(op.bytes_rule.at(batch)) : op.bytes;
-        const uint64_t dst = m.dynamic ? uint64_t(op.dst_offset_rule.at(batch)) : op.dst_offset;
-        const uint64_t src = m.dynamic ? uint64_t(op.src_offset_rule.at(batch)) : op.src_offset;
-        if (n) r = d.cuMemcpyDtoDAsync(addr[op.dst] + dst, addr[op.src] + src, size_t(n), stream);
-        break;
-      }
-    }
-    if (r != CUDA_SUCCESS) enqueued(r, where() + ": " + op_text(m, i));
-  }
+  // One graph launch when the segment has one for these addresses and this batch (or can make one), else the ops.
+  if (seg.enqueues >= 2 && graphs_enabled(d) && !capturing_or_unknown(d, stream) &&
+      replay_graph(d, bundle, *sc, addr, inputs, outputs, stream, state.key, batch))
+    return;
+  enqueue_call(d, bundle, seg, addr, inputs, stream, state.params, state.param_ptrs, batch);
 }
 
 }  // namespace leapp

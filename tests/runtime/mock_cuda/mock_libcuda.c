@@ -29,10 +29,16 @@
 // Fake cubins (tests): a 64-byte ELF header with e_flags = (arch << 8) | 4 and
 // e_shoff = the image length, followed by the entry names.
 //
+// Graphs: a stream between cuStreamBeginCapture and cuStreamEndCapture records its memsets,
+// copies and launches (a launch's parameters are copied for the kernels emulated here, whose
+// parameter sizes this file knows) instead of running them; cuGraphLaunch runs a graph exec's
+// nodes in order on the launch stream, counted like the same work enqueued op by op.
+// cuGraphExecUpdate accepts a graph of the same node kinds and functions (error 910 otherwise).
+//
 // Environment: MOCK_CC (default 90), MOCK_MAX_PTX (ISA * 10; default: what MOCK_DRIVER_VERSION reads, 9.0),
 // MOCK_DRIVER_VERSION (default 13000), MOCK_DEVICES (default 1), MOCK_STREAM_DELAY_US (default 0: see below).
 // Test hooks (ctypes): mock_stats, mock_resources, mock_last_loaded, mock_current_ctx, mock_set_capturing,
-// mock_set_stream_delay.
+// mock_set_stream_delay, mock_graph_stats.
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
@@ -46,7 +52,8 @@ typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 
 typedef struct MockCtx { int device; } MockCtx;
-typedef struct MockStream { MockCtx* ctx; int capturing; } MockStream;
+typedef struct MockGraph MockGraph;
+typedef struct MockStream { MockCtx* ctx; int capturing; MockGraph* recording; } MockStream;
 typedef struct MockFunc MockFunc;
 typedef struct MockModule {
   char* image;
@@ -315,8 +322,14 @@ static CUresult m_cuMemFreeHost(void* p) {
   atomic_fetch_add(&g_res[R_LIVE_HOST], -1);
   return 0;
 }
+static MockGraph* recording(void* s) { return (uintptr_t)s > 2 ? ((MockStream*)s)->recording : NULL; }
+static CUresult record_node(MockGraph* g, int kind, MockFunc* f, const unsigned* dims, unsigned smem, void** params,
+                            CUdeviceptr dst, CUdeviceptr src, size_t n, unsigned char v);
+enum { NODE_MEMSET = 1, NODE_COPY = 2, NODE_LAUNCH = 3 };
+
 static CUresult m_cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, void* s) {
   if (!stream_ctx(s)) return 201;
+  if (recording(s)) return record_node(recording(s), NODE_MEMSET, NULL, NULL, 0, NULL, p, 0, n, v);
   if (freed((void*)(uintptr_t)p, n)) return 700;
   memset((void*)(uintptr_t)p, v, n);
   atomic_fetch_add(&g_stats[S_MEMSET], 1);
@@ -325,6 +338,9 @@ static CUresult m_cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, void
 }
 static CUresult m_copy(void* dst, const void* src, size_t n, void* s) {
   if (!stream_ctx(s)) return 201;
+  if (recording(s))
+    return record_node(recording(s), NODE_COPY, NULL, NULL, 0, NULL, (CUdeviceptr)(uintptr_t)dst,
+                       (CUdeviceptr)(uintptr_t)src, n, 0);
   if (freed(dst, n) || freed(src, n)) return 700;
   memmove(dst, src, n);
   atomic_fetch_add(&g_stats[S_COPY], 1);
@@ -550,9 +566,146 @@ static CUresult launch_kernel(MockFunc* f, unsigned gx, unsigned gy, unsigned gz
 
 static CUresult m_cuLaunchKernel(MockFunc* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                  unsigned bz, unsigned smem, void* stream, void** params, void** extra) {
+  if (recording(stream)) {
+    if (!f) return 400;
+    if (smem > 49152 && (int)smem > f->max_dyn_smem) return 1;
+    unsigned dims[6] = {gx, gy, gz, bx, by, bz};
+    return record_node(recording(stream), NODE_LAUNCH, f, dims, smem, params, 0, 0, 0, 0);
+  }
   CUresult r = launch_kernel(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra);
   if (r == 0) stream_op_done();
   return r;
+}
+
+
+// --- graphs --------------------------------------------------------------------------------------------------
+
+#define MAX_PARAMS 8
+typedef struct MockNode {
+  int kind;
+  MockFunc* f;
+  unsigned dims[6], smem;
+  int nparams;  // -1: parameters not kept (a kernel this file does not emulate)
+  unsigned char param_bytes[MAX_PARAMS][64];
+  CUdeviceptr dst, src;
+  size_t n;
+  unsigned char value;
+} MockNode;
+struct MockGraph { MockNode* nodes; int count, cap; };
+static atomic_llong g_graph[5];  // live graphs, live execs, graph launches, instantiations, updates
+
+/// The parameter sizes of the kernels emulated above (Warp 1.19's ABI: bounds 24 B, array 56 B).
+static int kernel_param_sizes(const char* name, size_t* sizes) {
+  static const size_t scale[] = {24, 56, 56, 56}, mirror[] = {24, 56, 56, 4}, affine[] = {24, 56, 4, 12, 56, 56},
+                      rows[] = {24, 56, 56, 4, 56};
+  const size_t* src = NULL;
+  int n = -1;
+  if (strcmp(name, "leapp_example_scale_cuda_kernel_forward") == 0) src = scale, n = 4;
+  else if (strcmp(name, "leapp_test_smem_mirror") == 0) src = mirror, n = 4;
+  else if (strncmp(name, "affine_vec3_", 12) == 0) src = affine, n = 6;
+  else if (strncmp(name, "add_rows_", 9) == 0) src = rows, n = 5;
+  for (int i = 0; i < n; ++i) sizes[i] = src[i];
+  return n;
+}
+
+static CUresult record_node(MockGraph* g, int kind, MockFunc* f, const unsigned* dims, unsigned smem, void** params,
+                            CUdeviceptr dst, CUdeviceptr src, size_t n, unsigned char v) {
+  if (g->count == g->cap) {
+    g->cap = g->cap ? 2 * g->cap : 8;
+    g->nodes = realloc(g->nodes, sizeof(MockNode) * (size_t)g->cap);
+  }
+  MockNode* node = &g->nodes[g->count++];
+  memset(node, 0, sizeof(*node));
+  node->kind = kind;
+  node->f = f;
+  node->smem = smem;
+  if (dims) memcpy(node->dims, dims, sizeof(node->dims));
+  node->dst = dst, node->src = src, node->n = n, node->value = v;
+  node->nparams = -1;
+  if (kind == NODE_LAUNCH && params) {
+    size_t sizes[MAX_PARAMS];
+    int np = kernel_param_sizes(f->name, sizes);
+    for (int i = 0; i < np; ++i) memcpy(node->param_bytes[i], params[i], sizes[i]);
+    node->nparams = np;
+  }
+  return 0;
+}
+
+static MockGraph* graph_copy(const MockGraph* g) {
+  MockGraph* c = calloc(1, sizeof(MockGraph));
+  c->count = c->cap = g->count;
+  c->nodes = malloc(sizeof(MockNode) * (size_t)(g->count ? g->count : 1));
+  memcpy(c->nodes, g->nodes, sizeof(MockNode) * (size_t)g->count);
+  return c;
+}
+static void graph_free(MockGraph* g) {
+  free(g->nodes);
+  free(g);
+}
+
+static CUresult m_cuStreamBeginCapture(MockStream* s, int mode) {
+  (void)mode;
+  if ((uintptr_t)s <= 2) return 906;  // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: not on a default stream
+  if (s->recording || s->capturing) return 900;
+  s->recording = calloc(1, sizeof(MockGraph));
+  atomic_fetch_add(&g_graph[0], 1);
+  return 0;
+}
+static CUresult m_cuStreamEndCapture(MockStream* s, MockGraph** graph) {
+  if ((uintptr_t)s <= 2 || !s->recording) return 901;  // CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+  *graph = s->recording;
+  s->recording = NULL;
+  return 0;
+}
+static CUresult m_cuGraphInstantiateWithFlags(MockGraph** exec, MockGraph* graph, unsigned long long flags) {
+  (void)flags;
+  *exec = graph_copy(graph);
+  atomic_fetch_add(&g_graph[1], 1);
+  atomic_fetch_add(&g_graph[3], 1);
+  return 0;
+}
+static CUresult m_cuGraphExecUpdate(MockGraph* exec, MockGraph* graph, int* info) {
+  int same = exec->count == graph->count;
+  for (int i = 0; same && i < graph->count; ++i)
+    same = exec->nodes[i].kind == graph->nodes[i].kind && exec->nodes[i].f == graph->nodes[i].f;
+  if (!same) {
+    if (info) info[0] = 2;  // CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED
+    return 910;             // CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE
+  }
+  memcpy(exec->nodes, graph->nodes, sizeof(MockNode) * (size_t)graph->count);
+  if (info) info[0] = 0;
+  atomic_fetch_add(&g_graph[4], 1);
+  return 0;
+}
+static CUresult m_cuGraphLaunch(MockGraph* exec, void* stream) {
+  if (!stream_ctx(stream)) return 201;
+  atomic_fetch_add(&g_graph[2], 1);
+  for (int i = 0; i < exec->count; ++i) {
+    MockNode* n = &exec->nodes[i];
+    CUresult r = 0;
+    if (n->kind == NODE_MEMSET) {
+      r = m_cuMemsetD8Async(n->dst, n->value, n->n, stream);
+    } else if (n->kind == NODE_COPY) {
+      r = m_copy((void*)(uintptr_t)n->dst, (void*)(uintptr_t)n->src, n->n, stream);
+    } else {
+      void* params[MAX_PARAMS];
+      for (int p = 0; p < MAX_PARAMS; ++p) params[p] = n->param_bytes[p];
+      r = m_cuLaunchKernel(n->f, n->dims[0], n->dims[1], n->dims[2], n->dims[3], n->dims[4], n->dims[5], n->smem,
+                           stream, n->nparams >= 0 ? params : NULL, NULL);
+    }
+    if (r) return r;
+  }
+  return 0;
+}
+static CUresult m_cuGraphDestroy(MockGraph* g) {
+  graph_free(g);
+  atomic_fetch_add(&g_graph[0], -1);
+  return 0;
+}
+static CUresult m_cuGraphExecDestroy(MockGraph* g) {
+  graph_free(g);
+  atomic_fetch_add(&g_graph[1], -1);
+  return 0;
 }
 
 // --- cuGetProcAddress -----------------------------------------------------------------------------------------
@@ -568,7 +721,9 @@ static const struct { const char* name; void* fn; } kEntries[] = {
     ENTRY(cuMemFree), ENTRY(cuMemAllocHost), ENTRY(cuMemFreeHost), ENTRY(cuMemsetD8Async), ENTRY(cuMemcpyAsync),
     ENTRY(cuMemcpyDtoDAsync), ENTRY(cuMemcpyHtoDAsync), ENTRY(cuMemcpyDtoHAsync), ENTRY(cuPointerGetAttribute),
     ENTRY(cuStreamCreate), ENTRY(cuStreamDestroy), ENTRY(cuThreadExchangeStreamCaptureMode),
-    ENTRY(cuFuncGetAttribute),
+    ENTRY(cuFuncGetAttribute), ENTRY(cuStreamBeginCapture), ENTRY(cuStreamEndCapture),
+    ENTRY(cuGraphInstantiateWithFlags), ENTRY(cuGraphExecUpdate), ENTRY(cuGraphLaunch), ENTRY(cuGraphDestroy),
+    ENTRY(cuGraphExecDestroy),
 };
 
 __attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(const char* name, void** fn, int version,
@@ -596,6 +751,10 @@ __attribute__((visibility("default"))) void mock_resources(long long* out) {
   for (int i = 0; i < 9; ++i) out[i] = atomic_load(&g_res[i]);
 }
 /// Sleep `us` microseconds after every memset, copy and launch (0: off).
+/// live graphs, live graph execs, graph launches, instantiations, in-place updates.
+__attribute__((visibility("default"))) void mock_graph_stats(long long* out) {
+  for (int i = 0; i < 5; ++i) out[i] = atomic_load(&g_graph[i]);
+}
 __attribute__((visibility("default"))) void mock_set_stream_delay(int us) { atomic_store(&g_stream_delay_us, us); }
 __attribute__((visibility("default"))) void mock_last_loaded(char* out, int n) {
   pthread_mutex_lock(&g_mutex);

@@ -23,6 +23,9 @@ struct CUmod_st;
 struct CUfunc_st;
 struct CUstream_st;
 struct CUevent_st;
+struct CUgraph_st;
+struct CUgraphExec_st;
+struct CUgraphNode_st;
 
 namespace leapp {
 
@@ -35,6 +38,16 @@ using CUmodule = ::CUmod_st*;
 using CUfunction = ::CUfunc_st*;
 using CUstream = ::CUstream_st*;
 using CUevent = ::CUevent_st*;
+using CUgraph = ::CUgraph_st*;
+using CUgraphExec = ::CUgraphExec_st*;
+using CUgraphNode = ::CUgraphNode_st*;
+
+/// cuGraphExecUpdate's report (CUDA 12: CUgraphExecUpdateResultInfo).
+struct CUgraphExecUpdateResultInfo {
+  int result;  ///< CUgraphExecUpdateResult: 0 success, else why the update was refused
+  CUgraphNode errorNode;
+  CUgraphNode errorFromNode;
+};
 
 constexpr CUresult CUDA_SUCCESS = 0;
 constexpr CUresult CUDA_ERROR_NOT_READY = 600;
@@ -48,6 +61,7 @@ constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 constexpr int CU_POINTER_ATTRIBUTE_CONTEXT = 1;
 constexpr int CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9;
 constexpr int CU_STREAM_CAPTURE_STATUS_NONE = 0;
+constexpr int CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;
 constexpr int CU_STREAM_CAPTURE_MODE_RELAXED = 2;
 constexpr unsigned CU_STREAM_NON_BLOCKING = 1;
 constexpr int CU_JIT_INFO_LOG_BUFFER = 3;
@@ -100,6 +114,21 @@ struct CudaDriver {
   CUresult (*cuStreamDestroy)(CUstream) = nullptr;
   CUresult (*cuThreadExchangeStreamCaptureMode)(int*) = nullptr;
   CUresult (*cuFuncGetAttribute)(int*, int, CUfunction) = nullptr;
+
+  // CUDA graphs (segment replay as one graph launch). Optional: when the driver lacks
+  // one, these stay null and segments replay op by op (has_graphs() is false).
+  CUresult (*cuStreamBeginCapture)(CUstream, int) = nullptr;
+  CUresult (*cuStreamEndCapture)(CUstream, CUgraph*) = nullptr;
+  CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec*, CUgraph, unsigned long long) = nullptr;
+  CUresult (*cuGraphExecUpdate)(CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo*) = nullptr;
+  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream) = nullptr;
+  CUresult (*cuGraphDestroy)(CUgraph) = nullptr;
+  CUresult (*cuGraphExecDestroy)(CUgraphExec) = nullptr;
+
+  bool has_graphs() const {
+    return cuStreamBeginCapture && cuStreamEndCapture && cuGraphInstantiateWithFlags && cuGraphExecUpdate &&
+           cuGraphLaunch && cuGraphDestroy && cuGraphExecDestroy;
+  }
 };
 
 /// Thrown when libcuda cannot be loaded or initialised; what() says why.
