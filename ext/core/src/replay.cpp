@@ -636,7 +636,9 @@ int64_t segment_batch(const Bundle& bundle, const std::vector<uint64_t>& input_b
     throw std::invalid_argument(where() + what + " has " + std::to_string(bytes) + " bytes, not a whole number of " +
                                 std::to_string(t.row_bytes) + "-byte rows (" + t.dtype + " rows of shape " +
                                 shape_text(std::vector<int64_t>(t.shape.begin() + 1, t.shape.end())) + ")");
-  const int64_t rows = int64_t(bytes / t.row_bytes);  // bytes <= 2^63 for any real span
+  if (bytes / t.row_bytes > uint64_t(kBundleMaxBufferBytes))  // keeps rows - b (|b| <= 2^40) far from overflow
+    throw std::invalid_argument(where() + what + " has " + std::to_string(bytes) + " bytes, more than any batch");
+  const int64_t rows = int64_t(bytes / t.row_bytes);
   const int64_t a = t.batch_rule.a, b = t.batch_rule.b;
   const int64_t batch = (rows - b) / a;
   if ((rows - b) % a != 0 || batch < m.batch_min || batch > m.batch_max)
