@@ -63,13 +63,25 @@ def capture_blockers(graph: torch.fx.Graph) -> list[str]:
 
 
 def _data_dependent(value) -> bool:
+    """Whether a value's size comes from the data (an unbacked symbol, as nonzero gives). A size that
+    follows an input's size (a dynamic batch, symbols backed by the inputs' shapes) is not: a graph
+    captured for one input shape replays that shape (the capture is keyed by shapes)."""
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return True
+        return _unbacked(value)
     if isinstance(value, torch.Tensor):
-        return any(isinstance(d, torch.SymInt) for d in value.shape)
+        return any(isinstance(d, torch.SymInt) and _unbacked(d) for d in value.shape)
     if isinstance(value, (list, tuple)):
         return any(_data_dependent(v) for v in value)
     return False
+
+
+def _unbacked(value) -> bool:
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols  # noqa: PLC0415
+
+    try:
+        return bool(free_unbacked_symbols(value))
+    except Exception:  # noqa: BLE001 - an expression torch cannot analyse: treat it as data dependent
+        return True
 
 
 # Called on every call, so bound to torch's C functions directly (torch.cuda's Python helpers
