@@ -188,7 +188,7 @@ def test_out_of_range_batch_and_wrong_dims_name_node_and_input(exported):
 def test_steady_batch_allocates_nothing_and_cuda_graph_replays_its_batch(exported):
     from leapp import _native
 
-    program = torch.export.load(str(exported.folder / "obs.pt2"))
+    program = torch.export.load(str(exported.path / "obs.pt2"))
     data = next(v for k, v in program.state_dict.items() if k.endswith("_bundle")).numpy().tobytes()
     bundle = _native.Bundle(data)
     stream = torch.cuda.Stream()
@@ -234,3 +234,13 @@ def test_go2_example_exported_once_runs_at_1_7_and_4096(tmp_path):
     spec.loader.exec_module(go2)
     assert go2.main(["--envs", "64", "--out", str(tmp_path), "--dynamic-batch", "1,4096",
                      "--check-batches", "1,7,4096"]) == 0
+
+
+@pytest.mark.cuda
+def test_cuda_graphs_runner_replays_each_batch_at_its_size(exported):
+    """leapp.load(..., cuda_graphs=True): one captured graph per input shape; batches alternate."""
+    pipeline = leapp.load(str(exported.path), cuda_graphs=True)
+    for n in (7, 7, 100, 7, 1, 100):
+        quat, joints, bias = _inputs(n, "cuda:0", seed=n)
+        got = pipeline.run_node("obs", quat=quat, joints=joints)["output"].clone()
+        torch.testing.assert_close(got, _eager(quat, joints, bias)[0], rtol=1e-5, atol=1e-5)
