@@ -83,5 +83,17 @@ def zero_example_inputs(program: torch.export.ExportedProgram) -> tuple[tuple[to
         if not isinstance(val, torch.Tensor):
             raise ExportError(f"program input '{node.name}' is not a tensor ({type(val).__name__}): leapp nodes "
                               "take tensors only")
-        args.append(torch.empty_strided(val.shape, val.stride(), dtype=val.dtype, device=val.device).zero_())
+        args.append(torch.empty_strided(_concrete(val.shape), _concrete(val.stride()), dtype=val.dtype,
+                                        device=val.device).zero_())
     return tuple(args), {}
+
+
+def _concrete(sizes) -> list[int]:
+    """Sizes with a dynamic batch's symbols replaced by their example value (the traced sample's)."""
+    out = []
+    for d in sizes:
+        if isinstance(d, torch.SymInt):
+            hint = getattr(d.node, "hint", None)
+            d = hint if hint is not None else 2  # a symbol without a hint: the smallest size torch.export keeps dynamic
+        out.append(int(d))
+    return out
