@@ -642,3 +642,63 @@ def test_dynamic_batch_graphs_are_keyed_by_batch_and_scratch():
     assert g["graph_launches"] == 8
     # batch 8 and 4 each got a graph; 300 grew the scratch, so 8 after it needed a new one (and 1)
     assert g["instantiations"] + g["updates"] == 5, g
+
+
+def test_dynamic_batch_recorded_with_warp_replays_at_other_batches(tmp_path):
+    """End to end on the CPU: the recorder traces a dynamic node with real Warp kernels (the ones the fake
+    driver emulates: affine_vec3, add_rows), the exporter learns the rules from its probes with Warp's own
+    parameter layouts, and the runtime replays that one bundle at batches it never traced."""
+    pytest.importorskip("warp")
+    import cuda_warp_kernels as kernels
+    import torch
+    import warp as wp
+
+    import leapp
+    from leapp import annotate
+    from leapp._export.exportable import build_exportable
+    from leapp.bundle import read_bundle
+
+    wp.init()
+
+    @leapp.node("mockdyn", export_with="pt2", dynamic_batch=(1, 64))
+    def node(x, a):
+        y = torch.empty_like(x)
+        out = torch.empty_like(a)
+        hits = torch.zeros(1, dtype=torch.int32)
+        bias = torch.arange(5.0)
+        with annotate.warp_op():
+            wp.launch(kernels.affine_vec3, dim=x.shape[0],
+                      inputs=[wp.from_torch(x, dtype=wp.vec3), 2.0, wp.vec3(1.0, 2.0, 3.0)],
+                      outputs=[wp.from_torch(y, dtype=wp.vec3), wp.from_torch(hits)], device="cpu")
+            wp.launch(kernels.add_rows, dim=(a.shape[0], 5), inputs=[wp.from_torch(a), wp.from_torch(bias), 3],
+                      outputs=[wp.from_torch(out)], device="cpu")
+        return y, out
+
+    with leapp.trace("mockdyn", save_path=str(tmp_path)) as session:
+        node(torch.randn(16, 3), torch.randn(16, 5))
+        node(torch.randn(16, 3), torch.randn(16, 5))
+    data = build_exportable(session.record.nodes["mockdyn"]).segments[0].bundle
+    manifest = read_bundle(data).manifest
+    assert manifest["batch"] == {"traced": 16, "min": 1, "max": 64}
+    sig_in, sig_out = manifest["signature"]["inputs"], manifest["signature"]["outputs"]
+    bundle = _native.Bundle(data)
+    s = stream(0)
+    for n in (1, 7, 16, 64, 3):
+        rng = np.random.default_rng(n)
+        values = {(16, 3): rng.standard_normal((n, 3)).astype(np.float32),
+                  (16, 5): rng.standard_normal((n, 5)).astype(np.float32),
+                  (5,): np.arange(5, dtype=np.float32), (1,): np.zeros(1, np.int32)}
+        ins = [values[tuple(e["shape"])] for e in sig_in]
+        outs = [np.full([n if "batch_rule" in e else e["shape"][0]] + e["shape"][1:], -7,
+                        np.int32 if e["dtype"] == "int32" else np.float32) for e in sig_out]
+        _native.run_segment(bundle, [ptr(a) for a in ins], [ptr(a) for a in outs], s, 0,
+                            input_nbytes=[a.nbytes for a in ins], output_nbytes=[a.nbytes for a in outs])
+        got = {tuple(e["shape"]): o for e, o in zip(sig_out, outs)}
+        np.testing.assert_allclose(got[(16, 3)], 2.0 * values[(16, 3)] + np.array([1, 2, 3], np.float32), rtol=1e-6)
+        np.testing.assert_allclose(got[(16, 5)], values[(16, 5)] + np.arange(5, dtype=np.float32) * 3, rtol=1e-6)
+        assert got[(1,)][0] == n  # one atomic add per thread: the launch ran exactly n threads
+    with pytest.raises(ValueError, match=r"mockdyn/warp_segment_0.*has 65 rows.*1\.\.64"):
+        big = [np.zeros((65,) + tuple(e["shape"][1:]), np.float32) if "batch_rule" in e else
+               np.zeros(e["shape"], np.float32 if e["dtype"] == "float32" else np.int32) for e in sig_in]
+        _native.run_segment(bundle, [ptr(a) for a in big], [ptr(a) for a in big[:len(sig_out)]], s, 0,
+                            input_nbytes=[a.nbytes for a in big], output_nbytes=[1] * len(sig_out))
