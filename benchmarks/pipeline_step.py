@@ -8,7 +8,9 @@ host clock, each call synchronised before the next: what a control loop sees):
   eager              Go2.step on the inputs, under torch.no_grad (annotations are no-ops)
   leapp.load         leapp.load(export)(quat=..., joints=...): PT2 through torch, ONNX nodes on ORT's
                      CUDA EP when onnxruntime-gpu is installed (else the CPU EP; the row says which)
-  leapp.load-graphs  leapp.load(export, cuda_graphs=True), the same input tensors every step
+  leapp.load-graphs  leapp.load(export, cuda_graphs=True), the same input tensors every step: the whole
+                     step replayed as one CUDA graph when every node can be captured (ONNX nodes on
+                     the CUDA EP), else node by node (the table says which)
   floor              the eager step captured once as one CUDA graph (torch.cuda.graph, Warp on
                      torch's stream) and replayed: every kernel of the step, nothing else
 
@@ -99,7 +101,8 @@ def routes(module, robot, folder: Path, envs: int, device: str) -> tuple[dict, d
         "leapp.load": lambda: pipeline(quat=quat, joints=joints),
         "leapp.load-graphs": lambda: graphed(quat=quat, joints=joints),
     }
-    facts = {"nodes": ep, "max_abs_error": {}}
+    facts = {"nodes": ep, "max_abs_error": {},
+             "whole_graph": "on" if graphed.graph is not None else f"off: {graphed.graph_reason}"}
     with torch.no_grad():
         for name in ("leapp.load", "leapp.load-graphs"):
             for _ in range(3):  # cuda_graphs: a direct call, a capture, a replay
@@ -146,7 +149,7 @@ def table(results: dict) -> str:
                          f"{'-' if error is None else f'{error:.3g}'} |")
         if "floor_failed" in entry:
             lines.append(f"| {envs} | floor | capture failed: {entry['floor_failed']} | | | | |")
-        lines.append(f"| {envs} | (nodes: {entry['nodes']}) | | | | | |")
+        lines.append(f"| {envs} | (nodes: {entry['nodes']}; whole-pipeline graph {entry.get('whole_graph')}) | | | | | |")
     return "\n".join(lines)
 
 
