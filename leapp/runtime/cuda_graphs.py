@@ -20,6 +20,12 @@ previous graphed node's outputs), the whole call can be captured once with
   of its own for that stream, so the segment scratch it bakes in is never
   shared with a graph replaying on another stream.
 
+With a fixed ``stream`` (the whole-pipeline graph of ``leapp.load``, see
+``leapp.runtime.pipeline``), every graph is captured on that one stream and
+replayed on it: the calling stream's work so far is waited for on the device
+(an event), and the calling stream waits for the replay's end, so all replays
+and captures run on that stream in call order, whichever stream calls.
+
 Calls made while the current stream is itself being captured, and calls with
 inputs off CUDA, run directly. A call that cannot be captured turns graphs
 off for this callable, with a warning naming it and the reason.
@@ -118,7 +124,8 @@ def drop_all_graphs() -> None:
 class CudaGraphCall:
     """``fn(*tensors) -> list of tensors``, replayed from captured CUDA graphs where the inputs allow."""
 
-    def __init__(self, fn: Callable[..., Sequence[torch.Tensor]], name: str, max_graphs: int = 4):
+    def __init__(self, fn: Callable[..., Sequence[torch.Tensor]], name: str, max_graphs: int = 4,
+                 stream: torch.cuda.Stream | None = None):
         if max_graphs < 1:
             raise ValueError(f"{name}: max_graphs must be at least 1, got {max_graphs}")
         self.fn = fn
@@ -131,6 +138,9 @@ class CudaGraphCall:
         self._seen: OrderedDict[Key, None] = OrderedDict()  # keys called once, directly
         self._capture_streams: dict[int, torch.cuda.Stream] = {}  # calling stream -> its capture stream
         self._lock = threading.Lock()
+        self._stream = stream  # fixed: every capture and replay runs on it (see the module docstring)
+        self._handoff = threading.Lock()  # guards the two hand-off events of a fixed stream
+        self._ready = self._done = None
         _live_calls.add(self)
 
     def drop_graphs(self) -> None:
@@ -143,7 +153,7 @@ class CudaGraphCall:
         # overhead is what the graph saves, so none of it goes through torch.cuda's Python helpers.
         if not self.enabled or not inputs or not inputs[0].is_cuda:
             return list(self.fn(*inputs))
-        key = (_raw_stream(inputs[0].get_device()),
+        key = (0 if self._stream is not None else _raw_stream(inputs[0].get_device()),
                *[(t.data_ptr(), t.dtype, t.shape, t.is_contiguous()) for t in inputs])
         hit = self._graphs.get(key)
         if hit is None:
@@ -155,8 +165,27 @@ class CudaGraphCall:
                 self._graphs.move_to_end(key)
             except KeyError:  # another thread dropped it meanwhile; `hit` keeps the graph alive
                 pass
+        if self._stream is not None:
+            return self._replay_on_stream(hit)
         hit[0](hit[1])  # _replay(hit), inlined: one Python call less per replay
         return list(hit[2])
+
+    def _replay_on_stream(self, entry: tuple) -> list[torch.Tensor]:
+        """Replays ``entry`` on the fixed stream, ordered after the calling stream's work and before its next."""
+        stream = self._stream
+        current = torch.cuda.current_stream(stream.device)
+        if current.cuda_stream == stream.cuda_stream:
+            return _replay(entry)
+        with self._handoff:
+            if self._ready is None:
+                self._ready, self._done = torch.cuda.Event(), torch.cuda.Event()
+            self._ready.record(current)
+            stream.wait_event(self._ready)
+            with torch.cuda.stream(stream):
+                outputs = _replay(entry)
+            self._done.record(stream)
+            current.wait_event(self._done)
+        return outputs
 
     def _miss(self, key: Key, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         device = inputs[0].device
@@ -169,7 +198,7 @@ class CudaGraphCall:
 
     def _miss_locked(self, key: Key, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         if key in self._graphs:  # captured by another thread meanwhile
-            return _replay(self._graphs[key])
+            return self._replay_on_stream(self._graphs[key]) if self._stream is not None else _replay(self._graphs[key])
         if key not in self._seen:
             self._seen[key] = None
             while len(self._seen) > 4 * self.max_graphs:
@@ -189,12 +218,13 @@ class CudaGraphCall:
         entry = self._graphs[key] = (_replay_of(graph), graph, outputs)
         while len(self._graphs) > self.max_graphs:
             self._graphs.popitem(last=False)
-        return _replay(entry)  # capture records only: this call's results come from the first replay
+        # capture records only: this call's results come from the first replay
+        return self._replay_on_stream(entry) if self._stream is not None else _replay(entry)
 
     def _capture(self, inputs: Sequence[torch.Tensor], stream: int) -> tuple[torch.cuda.CUDAGraph, list[torch.Tensor]]:
         device = inputs[0].device
         current = torch.cuda.current_stream(device)
-        capture = self._capture_streams.get(stream)
+        capture = self._stream or self._capture_streams.get(stream)
         if capture is None:
             capture = self._capture_streams[stream] = torch.cuda.Stream(device)
         capture.wait_stream(current)

@@ -188,7 +188,8 @@ class OnnxRunner(NodeRunner):
 
     backend = "onnx"
 
-    def __init__(self, path, inputs, outputs, device, needs_library: bool):
+    def __init__(self, path, inputs, outputs, device, needs_library: bool, stream: torch.cuda.Stream | None = None):
+        """``stream``: the torch stream the CUDA EP session runs on (default: torch's current stream at load)."""
         super().__init__(path, inputs, outputs, device)
         import onnxruntime as ort
 
@@ -211,7 +212,7 @@ class OnnxRunner(NodeRunner):
             if self.cuda_device.index >= torch.cuda.device_count():
                 raise PipelineError(f"{self.path}: the node was exported on {self.device}, torch sees "
                                     f"{torch.cuda.device_count()} CUDA device(s) here")
-            self.session_stream = torch.cuda.current_stream(self.cuda_device)
+            self.session_stream = stream if stream is not None else torch.cuda.current_stream(self.cuda_device)
             self.ort_stream = ort_stream_handle(self.session_stream.cuda_stream)
         self.session = self._open(wants_cuda)
         on_cuda = "CUDAExecutionProvider" in self.session.get_providers()

@@ -17,11 +17,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from leapp.errors import LeappError, RuntimeLibraryNotFound
+from leapp.runtime.cuda_graphs import CudaGraphCall
 from leapp.pipeline_format import (
     PIPELINE_FILE,
     PIPELINE_FORMAT,
@@ -114,11 +116,21 @@ class Pipeline:
     outputs: dict[str, tuple[str, str]]  # key -> (node, output)
     description: dict
     output_specs: dict[str, IOSpec] = field(default_factory=dict)
+    # cuda_graphs=True: the whole call as one CUDA graph (see whole_pipeline_graph), else None and why not
+    graph: CudaGraphCall | None = None
+    graph_reason: str = "not requested (leapp.load(..., cuda_graphs=True))"
 
     def run(self, **inputs: Any) -> dict[str, torch.Tensor]:
         """Runs every node in order; checks input names, dtypes and shapes first."""
-        where = f"Pipeline '{self.name}'"
-        values = check_inputs(list(self.inputs.values()), inputs, where)
+        values = check_inputs(list(self.inputs.values()), inputs, f"Pipeline '{self.name}'")
+        outs = self.graph(*values) if self.graph is not None else self._run_all(values, direct=False)
+        return dict(zip(self.outputs, outs))
+
+    __call__ = run
+
+    def _run_all(self, values: Sequence[torch.Tensor], direct: bool) -> list[torch.Tensor]:
+        """The nodes in order on checked pipeline inputs; the final outputs in ``self.outputs`` order.
+        ``direct``: without the nodes' own CUDA graphs (inside the whole-pipeline graph)."""
         external = dict(zip(self.inputs, values))
         produced: dict[tuple[str, str], torch.Tensor] = {}
         for node in self.nodes.values():
@@ -126,11 +138,9 @@ class Pipeline:
                 produced[src] if isinstance(src, tuple) else external[src]
                 for src in (node.sources[s.name] for s in node.inputs)
             ]
-            outs = self._run(node, args)
+            outs = self._run(node, args, direct)
             produced.update({(node.name, spec.name): t for spec, t in zip(node.outputs, outs)})
-        return {key: produced[src] for key, src in self.outputs.items()}
-
-    __call__ = run
+        return [produced[src] for src in self.outputs.values()]
 
     def run_node(self, name: str, **inputs: Any) -> dict[str, torch.Tensor]:
         """Runs one node alone on named inputs; returns its outputs by name."""
@@ -140,9 +150,9 @@ class Pipeline:
         args = check_inputs(node.inputs, inputs, f"Pipeline '{self.name}' node '{name}'")
         return {spec.name: t for spec, t in zip(node.outputs, self._run(node, args))}
 
-    def _run(self, node: PipelineNode, args: list[torch.Tensor]) -> list[torch.Tensor]:
+    def _run(self, node: PipelineNode, args: list[torch.Tensor], direct: bool = False) -> list[torch.Tensor]:
         try:
-            return node.runner(args)
+            return node.runner.direct(args) if direct else node.runner(args)
         except LeappError:
             raise
         except Exception as e:
@@ -209,7 +219,9 @@ def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = N
     ``cuda_graphs=True`` replays each CUDA PT2 node from a CUDA graph once it has been called
     twice with the same input tensors: one graph launch instead of the dispatcher and a launch
     per kernel. Its outputs are then the graph's own tensors, overwritten by the next call of
-    that node (docs/runtime.md, "CUDA graphs").
+    that node (docs/runtime.md, "CUDA graphs"). When every node can be captured (ONNX nodes on
+    ONNX Runtime's CUDA EP included), ``pipeline(**inputs)`` replays the whole call as one graph
+    (``pipeline.graph``; ``pipeline.graph_reason`` says why not otherwise).
 
     ``onnx_ep`` chooses the ONNX Runtime execution provider of every ONNX node instead of its
     recorded device: ``"cpu"`` (CPU EP; outputs on the host) or ``"cuda"`` (CUDA EP on the node's
@@ -227,6 +239,7 @@ def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = N
     onnx_ep_device("cpu", onnx_ep)  # an unknown onnx_ep is refused before anything is opened
     folder, desc = read_pipeline(path)
     name = desc["name"]
+    graph_stream = _graph_stream(desc["nodes"]) if cuda_graphs else None
     yaml_file = folder / PIPELINE_FILE
     nodes: dict[str, PipelineNode] = {}
     for index, entry in enumerate(desc["nodes"]):
@@ -241,7 +254,7 @@ def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = N
         try:
             runner = make_runner(
                 entry["backend"], artifact, inputs, outputs, entry["device"], has_segments=bool(segments),
-                cuda_graphs=cuda_graphs, onnx_ep=onnx_ep,
+                cuda_graphs=cuda_graphs, onnx_ep=onnx_ep, onnx_stream=graph_stream,
             )
         except RuntimeLibraryNotFound:
             raise
@@ -258,7 +271,48 @@ def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = N
             _log_binary_choice(name, node_name, entry, artifact, runner)
     pipeline_inputs, outputs = _wire(name, nodes, desc)
     output_specs = {e["name"]: IOSpec.from_yaml(e, f"pipeline '{name}' outputs") for e in desc["outputs"]}
-    return Pipeline(name, folder, nodes, pipeline_inputs, outputs, desc, output_specs)
+    pipeline = Pipeline(name, folder, nodes, pipeline_inputs, outputs, desc, output_specs)
+    if cuda_graphs:
+        pipeline.graph, pipeline.graph_reason = whole_pipeline_graph(pipeline, graph_stream)
+        log.info("pipeline '%s': whole-pipeline CUDA graph %s", name,
+                 "on" if pipeline.graph is not None else f"off: {pipeline.graph_reason}")
+    return pipeline
+
+
+def _graph_stream(entries: Sequence[dict]) -> torch.cuda.Stream | None:
+    """The private stream of a whole-pipeline graph: on the one CUDA device of the nodes, when torch sees it."""
+    devices = {torch.device(e["device"]) for e in entries}
+    if not torch.cuda.is_available() or len(devices) != 1:
+        return None
+    (device,) = devices
+    if device.type != "cuda" or (device.index or 0) >= torch.cuda.device_count():
+        return None
+    return torch.cuda.Stream(torch.device("cuda", device.index or 0))
+
+
+def whole_pipeline_graph(pipeline: Pipeline, stream: torch.cuda.Stream | None) -> tuple[CudaGraphCall | None, str]:
+    """The whole call of ``pipeline`` as one CUDA graph, or (None, why not).
+
+    Possible when every node runs on one CUDA device and can be captured: PT2 nodes without
+    capture blockers, ONNX nodes on ONNX Runtime's CUDA EP running on ``stream`` (their sessions
+    were opened on it). Every run of those sessions, direct or replayed, then executes on
+    ``stream`` in call order: the graph bakes in the addresses of ONNX Runtime's intermediate
+    buffers, which its arena hands out again to the session's next run (docs/runtime.md,
+    "Whole-pipeline graph").
+    """
+    if stream is None:
+        return None, "the nodes are not all on one CUDA device that torch sees"
+    for node in pipeline.nodes.values():
+        runner, where = node.runner, f"node '{node.name}'"
+        if isinstance(runner, Pt2Runner) and runner.no_graphs_reason is not None:
+            return None, f"{where}: {runner.no_graphs_reason}"
+        if isinstance(runner, OnnxRunner) and runner.stream_mode != "torch-stream":
+            return None, f"{where}: ONNX Runtime runs it in {runner.stream_mode} mode ({runner.stream_reason})"
+        if not isinstance(runner, (Pt2Runner, OnnxRunner)):
+            return None, f"{where}: {runner.backend} nodes are not captured"
+    graph = CudaGraphCall(lambda *values: pipeline._run_all(values, direct=True), f"pipeline '{pipeline.name}'",
+                          stream=stream)
+    return graph, ""
 
 
 def _wire(name: str, nodes: dict[str, PipelineNode], desc: dict) -> tuple[dict[str, IOSpec], dict[str, tuple[str, str]]]:

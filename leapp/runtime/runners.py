@@ -42,6 +42,10 @@ class NodeRunner:
     def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         raise NotImplementedError
 
+    def direct(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """The call without this node's own CUDA graphs (what a whole-pipeline graph captures)."""
+        return self(inputs)
+
     def _on_device(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """``inputs`` on the node's recorded device (checked to exist on the first call only)."""
         device = self.device
@@ -88,6 +92,9 @@ class Pt2Runner(NodeRunner):
     def __call__(self, inputs):
         return self._check_outputs(self.call(*self._on_device(inputs)))
 
+    def direct(self, inputs):
+        return self._check_outputs(self.program(*self._on_device(inputs)))
+
 
 class TorchScriptRunner(NodeRunner):
     """``torch.jit.load`` of a traced node (nodes without Warp segments only)."""
@@ -130,14 +137,17 @@ def make_runner(
     has_segments: bool = False,
     cuda_graphs: bool = False,
     onnx_ep: str | None = None,
+    onnx_stream: torch.cuda.Stream | None = None,
 ) -> NodeRunner:
     """The runner of one artifact; ``has_segments`` makes a missing native op library an error;
     ``cuda_graphs`` replays CUDA PT2 nodes from captured graphs (see leapp.runtime.cuda_graphs);
-    ``onnx_ep`` opens an ONNX node for another execution provider (``onnx_ep_device``)."""
+    ``onnx_ep`` opens an ONNX node for another execution provider (``onnx_ep_device``);
+    ``onnx_stream`` is the stream a CUDA EP session runs on (default: torch's current stream)."""
     if backend == "onnx":
         from leapp.runtime.onnx_runner import OnnxRunner
 
-        return OnnxRunner(path, inputs, outputs, onnx_ep_device(device, onnx_ep), needs_library=has_segments)
+        return OnnxRunner(path, inputs, outputs, onnx_ep_device(device, onnx_ep), needs_library=has_segments,
+                          stream=onnx_stream)
     if backend == "pt2":
         if has_segments:
             from leapp.runtime import libraries

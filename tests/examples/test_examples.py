@@ -90,6 +90,8 @@ def test_go2_pipeline_exports_on_cpu(tmp_path):
     pipeline = leapp.load(tmp_path / "go2")
     assert pipeline.inputs["quat"].metadata["kind"] == "base_quat"
     assert pipeline.output_specs["action"].metadata["control_rate_hz"] == 50
+    graphed = leapp.load(tmp_path / "go2", cuda_graphs=True)
+    assert graphed.graph is None and "not all on one CUDA device" in graphed.graph_reason
 
 
 @cpu_only
@@ -107,6 +109,42 @@ def test_go2_pipeline_on_gpu(tmp_path):
     nodes = ["obs", "policy", "action"]
     assert report_statuses(proc.stdout, nodes) == dict.fromkeys(nodes, "passed"), proc.stdout
     assert max_error(proc.stdout, "max |exported - eager| over 300 robots") <= 1e-4, proc.stdout
+    check_whole_pipeline_graph(tmp_path / "go2")
+
+
+def check_whole_pipeline_graph(folder: Path) -> None:
+    """leapp.load(..., cuda_graphs=True) replays the whole step as one graph (where ONNX Runtime has its
+    CUDA EP) and gives the plain pipeline's results: new values in the same tensors, another stream."""
+    import onnxruntime as ort
+    import torch
+
+    plain = leapp.load(folder)
+    graphed = leapp.load(folder, cuda_graphs=True)
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        assert graphed.graph is None and "cpu-ep" in graphed.graph_reason, graphed.graph_reason
+        return
+    assert graphed.graph is not None, graphed.graph_reason
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    inputs = {name: torch.empty(spec.shape, dtype=spec.dtype, device="cuda") for name, spec in plain.inputs.items()}
+
+    def step():
+        for t in inputs.values():
+            t.copy_(torch.randn(t.shape, generator=gen, device="cuda"))
+        got = {k: v.clone() for k, v in graphed(**inputs).items()}  # the next replay overwrites the graph's outputs
+        want = plain(**inputs)
+        for key in want:
+            torch.testing.assert_close(got[key], want[key], rtol=1e-5, atol=1e-5)
+
+    for _ in range(5):
+        step()
+    assert graphed.graph.captures == 1  # first call direct, second captured, then replays
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.synchronize()
+    assert graphed.graph.captures == 1  # one graph serves every calling stream (it replays on its own stream)
 
 
 @pytest.mark.cuda
