@@ -306,6 +306,10 @@ def whole_pipeline_graph(pipeline: Pipeline, stream: torch.cuda.Stream | None) -
         runner, where = node.runner, f"node '{node.name}'"
         if isinstance(runner, Pt2Runner) and runner.no_graphs_reason is not None:
             return None, f"{where}: {runner.no_graphs_reason}"
+        if isinstance(runner, OnnxRunner) and any(spec.batch is not None for spec in node.inputs):
+            # ONNX Runtime's arena hands out intermediate buffers by size: after a run at another batch, a graph
+            # captured at this one could point at memory the arena gave to something else
+            return None, f"{where}: an ONNX node with a dynamic batch (its intermediate buffers move with the batch)"
         if isinstance(runner, OnnxRunner) and runner.stream_mode != "torch-stream":
             return None, f"{where}: ONNX Runtime runs it in {runner.stream_mode} mode ({runner.stream_reason})"
         if not isinstance(runner, (Pt2Runner, OnnxRunner)):
