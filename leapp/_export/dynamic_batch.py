@@ -121,8 +121,24 @@ class _Learner:
             b["bytes_rule"] = rule
 
     def constant_origin(self, i: int) -> str:
+        """Which launch reads constant buffer ``i``: kernel, argument and the launch's file:line."""
+        from leapp import _warp_private as wpp  # noqa: PLC0415
+
         region = next((r for r, bi in self.builders[0].region_buffer.items() if bi == i), None)
-        return f"region {region}" if region is not None else "a constant"
+        what = f"region {region}" if region is not None else "a constant"
+        for op in self.manifests[0]["ops"]:
+            facts = self.builders[0].launch_facts.get(id(op))
+            if op["op"] != "launch" or facts is None:
+                continue
+            for reloc in op["relocs"]:
+                if reloc["buffer"] == i:
+                    labels = [a.label for a in wpp.kernel_args(facts["kernel"])]
+                    p = reloc["param"] - 1
+                    arg = f"argument '{labels[p]}'" if 0 <= p < len(labels) else f"parameter {reloc['param']}"
+                    sites = self.segment.call_sites
+                    site = sites[facts["ordinal"]] if facts["ordinal"] < len(sites) else self.segment.source
+                    return f"{what}, {arg} of the launch of '{facts['kernel'].key}' at {site}"
+        return what
 
     def signature_entry(self, side: str, j: int) -> None:
         entries = [x["signature"][side][j] for x in self.manifests]

@@ -123,8 +123,10 @@ def test_constant_that_changes_size_is_refused(tmp_path):
     with leapp.trace("t4", save_path=str(tmp_path)) as s:
         konst(torch.randn(16))
         konst(torch.randn(16))
-    with pytest.raises(ExportError, match="a constant would have to change size"):
+    with pytest.raises(ExportError, match="a constant would have to change size") as e:
         build_exportable(s.record.nodes["konst"])
+    assert "argument 'b' of the launch of 'add_arrays' at " in str(e.value)
+    assert "test_dynamic_batch.py:" in str(e.value), str(e.value)
 
 
 def test_output_not_following_the_batch_is_refused(tmp_path):
