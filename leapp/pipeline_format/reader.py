@@ -362,6 +362,8 @@ def _check_batches(desc: dict, file) -> None:
     for field, entry in entries:
         if "batch" not in entry:
             continue
+        if len(entry["batch"]) != 2:
+            raise PipelineError(f"{file}: {field}.batch: must be [min, max], got {len(entry['batch'])} values")
         lo, hi = entry["batch"]
         if not lo < hi:
             raise PipelineError(f"{file}: {field}.batch: min {lo} must be below max {hi}")

@@ -485,3 +485,29 @@ def test_writer_never_writes_aliases_for_shared_objects(tmp_path):
     text = dump_pipeline_yaml(description)
     assert "&" not in text and "*" not in text
     assert parse_description(text) == description
+
+
+@pytest.mark.parametrize(
+    ("batch", "message"),
+    [
+        ([4, 1], r"nodes\[0\]\.inputs\[0\]\.batch: min 4 must be below max 1"),
+        ([3, 8], r"nodes\[0\]\.inputs\[0\]\.batch: dim 0 of shape \[2, 4\] must lie in \[3, 8\]"),
+        ([1, 8, 9], r"nodes\[0\]\.inputs\[0\]\.batch: must be \[min, max\], got 3 values"),
+        ([0, 8], r"nodes\[0\]\.inputs\[0\]\.batch\[0\]: 0 is below 1"),
+        ([1], r"nodes\[0\]\.inputs\[0\]\.batch: "),
+        ("1..8", r"nodes\[0\]\.inputs\[0\]\.batch: expected a list"),
+    ],
+)
+def test_dynamic_batch_field(batch, message):
+    """``batch: [min, max]`` on a tensor (docs/pipeline-format.md, "Dynamic batch"): read into IOSpec.batch."""
+    from leapp.runtime.io import IOSpec
+
+    description = _valid()
+    description["nodes"][0]["inputs"][0]["batch"] = [1, 64]
+    validate_description(description, "f/pipeline.yaml")
+    spec = IOSpec.from_yaml(description["nodes"][0]["inputs"][0], "x")
+    assert spec.batch == (1, 64) and spec.accepts((64, 4)) and spec.accepts((1, 4))
+    assert not spec.accepts((65, 4)) and not spec.accepts((8, 5)) and not spec.accepts((8,))
+    description["nodes"][0]["inputs"][0]["batch"] = batch
+    with pytest.raises(PipelineError, match=r"^f/pipeline\.yaml: " + message):
+        validate_description(description, "f/pipeline.yaml")
