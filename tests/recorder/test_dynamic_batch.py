@@ -203,6 +203,15 @@ def test_sizes_baked_from_the_batch_become_expressions_and_validate_at_min_and_m
         pipeline.run_node("shapey", x=torch.randn(65, 6))
     with pytest.raises(Exception, match=r"expects float32\[batch 1..64, 6\], got float32\[4, 5\]"):
         pipeline.run_node("shapey", x=torch.randn(4, 5))
+    # the C++ runner's reader takes the batch field too (its schema checker knows every keyword the schema uses)
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    leapp_run = Path(sys.executable).with_name("leapp-run")
+    if leapp_run.is_file():
+        proc = subprocess.run([str(leapp_run), str(tmp_path / "sh"), "--check"], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_a_size_not_affine_in_the_batch_is_refused_naming_the_op(tmp_path):
