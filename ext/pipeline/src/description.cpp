@@ -71,6 +71,10 @@ Spec spec_of(const JsonValue& v) {
   s.dtype = v.find("dtype")->string;
   for (const JsonValue& d : v.find("shape")->array) s.shape.push_back(d.integer);
   if (const JsonValue* metadata = v.find("metadata")) s.metadata = json_text(*metadata);  // the schema checked it
+  if (const JsonValue* batch = v.find("batch")) {  // the schema checked: integers in [1, 2^31 - 1], at least two
+    s.batch_min = batch->array[0].integer;
+    s.batch_max = batch->array[1].integer;
+  }
   return s;
 }
 

@@ -12,6 +12,7 @@ struct Spec {
   std::string name, dtype;
   std::vector<int64_t> shape;
   std::string metadata = "{}";  ///< the entry's `metadata` as compact JSON text ("{}" without one)
+  int64_t batch_min = 0, batch_max = 0;  ///< dynamic batch: dim 0 in [batch_min, batch_max]; (0, 0): static
 };
 
 struct NodeDescription {

@@ -44,7 +44,9 @@ const DtypeInfo& dtype_info(const std::string& name) {
   throw PipelineError("unknown dtype " + repr_str(name));  // the schema's enum has refused it already
 }
 
-TensorInfo tensor_info(const Spec& s) { return TensorInfo{s.name, s.dtype, s.shape, dtype_info(s.dtype).size, s.metadata}; }
+TensorInfo tensor_info(const Spec& s) {
+  return TensorInfo{s.name, s.dtype, s.shape, dtype_info(s.dtype).size, s.metadata, s.batch_min, s.batch_max};
+}
 
 std::string spec_text(const TensorInfo& t) {
   std::string out = t.dtype + "[";
@@ -56,6 +58,7 @@ std::string spec_text(const TensorInfo& t) {
 struct OwnedBuffer {
   std::vector<uint64_t> host;  // 8-byte aligned
   CUdeviceptr device = 0;
+  size_t bytes = 0;  // capacity (dynamic batch: grows with set_batch)
   void* data() { return device ? reinterpret_cast<void*>(device) : host.data(); }
 };
 
@@ -117,6 +120,18 @@ size_t TensorInfo::byte_size() const {
   return n;
 }
 
+std::vector<int64_t> TensorInfo::shape_at(int64_t batch) const {
+  std::vector<int64_t> out = shape;
+  if (batch > 0 && batch_max > 0 && !out.empty()) out[0] = batch;
+  return out;
+}
+
+size_t TensorInfo::byte_size(int64_t batch) const {
+  size_t n = element_size;
+  for (int64_t d : shape_at(batch)) n *= size_t(d);
+  return n;
+}
+
 struct Node {
   NodeInfo info;
   AotiModel aoti;  // a PT2 node: its AOTInductor package, run by the plugin
@@ -141,6 +156,7 @@ struct Pipeline::Impl {
   bool timing = false;
   std::vector<double> seconds;
   CUcontext context = nullptr;
+  int64_t batch = 0;  // set_batch: 0 = the traced shapes
 
   ~Impl() {
     nodes.clear();
@@ -160,7 +176,8 @@ struct Pipeline::Impl {
   }
 
   Ort::Value tensor(const TensorInfo& t, int onnx_type, void* data) const {
-    return Ort::Value::CreateTensor(*memory, data, t.byte_size(), t.shape.data(), t.shape.size(),
+    const std::vector<int64_t> shape = t.shape_at(batch);
+    return Ort::Value::CreateTensor(*memory, data, t.byte_size(batch), shape.data(), shape.size(),
                                     ONNXTensorElementDataType(onnx_type));
   }
 
@@ -174,8 +191,11 @@ struct Pipeline::Impl {
 /// The stream goes as given: null means torch's default stream, the legacy default stream that stream()
 /// names CU_STREAM_LEGACY (0x1), a handle torch would read as an invalid stream id.
 void Pipeline::Impl::run_aoti(Node& node, const std::vector<void*>& in, const std::vector<void*>& out) {
-  auto describe = [](const TensorInfo& t, void* data) {
-    return LeappAotiTensor{t.dtype.c_str(), t.shape.data(), t.shape.size(), data};
+  std::vector<std::vector<int64_t>> shapes;  // this batch's shapes, alive for the call
+  shapes.reserve(in.size() + out.size());
+  auto describe = [&](const TensorInfo& t, void* data) {
+    shapes.push_back(t.shape_at(batch));
+    return LeappAotiTensor{t.dtype.c_str(), shapes.back().data(), shapes.back().size(), data};
   };
   std::vector<LeappAotiTensor> inputs, outputs;
   for (size_t i = 0; i < in.size(); ++i) inputs.push_back(describe(node.info.inputs[i], in[i]));
@@ -187,7 +207,7 @@ void Pipeline::Impl::run_aoti(Node& node, const std::vector<void*>& in, const st
     throw PipelineError("Pipeline '" + description.name + "' node '" + node.info.name + "' (" +
                         std::filesystem::path(node.aoti.package).filename().string() + "): " + error);
   for (size_t i = 0; i < out.size(); ++i) {
-    size_t bytes = node.info.outputs[i].byte_size();
+    size_t bytes = node.info.outputs[i].byte_size(batch);
     if (!bytes) continue;
     if (device)
       LEAPP_CHECK_CU(driver().cuMemcpyDtoDAsync(CUdeviceptr(out[i]), CUdeviceptr(outputs[i].data), bytes, stream()));
@@ -366,6 +386,7 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& export_dir, const Pi
   for (size_t n = 0; n < impl->nodes.size(); ++n)
     for (const TensorInfo& t : impl->nodes[n].info.outputs) {
       OwnedBuffer& b = impl->values[{int(n), t.name}];
+      b.bytes = t.byte_size();
       if (options.memory == Memory::kDevice)
         LEAPP_CHECK_CU(driver().cuMemAlloc(&b.device, std::max<size_t>(t.byte_size(), 1)));
       else
@@ -411,7 +432,7 @@ void Pipeline::run(const std::map<std::string, const void*>& inputs, const std::
     while (p.nodes[size_t(n)].info.name != po.node) ++n;
     if (direct.count({n, po.output})) continue;
     void* src = p.values.at({n, po.output}).data();
-    size_t bytes = p.outputs[o].byte_size();
+    size_t bytes = p.outputs[o].byte_size(p.batch);
     if (p.options.memory == Memory::kDevice)
       LEAPP_CHECK_CU(driver().cuMemcpyDtoDAsync(CUdeviceptr(outputs.at(po.spec.name)), CUdeviceptr(src), bytes, p.stream()));
     else
@@ -464,6 +485,47 @@ void Pipeline::download(void* host, const void* buffer, size_t bytes) {
   impl_->make_current();
   LEAPP_CHECK_CU(driver().cuMemcpyDtoHAsync(host, reinterpret_cast<CUdeviceptr>(buffer), bytes, impl_->stream()));
 }
+
+void Pipeline::set_batch(int64_t batch) {
+  Impl& p = *impl_;
+  const std::string where = "Pipeline '" + p.description.name + "'";
+  int64_t lo = 0, hi = 0;
+  std::string named;
+  for (const NodeInfo& n : p.node_infos)
+    for (const auto* side : {&n.inputs, &n.outputs})
+      for (const TensorInfo& t : *side) {
+        if (t.batch_max == 0) continue;
+        if (hi == 0 || t.batch_min > lo) lo = t.batch_min, named = "node '" + n.name + "' " + t.name;
+        if (hi == 0 || t.batch_max < hi) hi = t.batch_max, named = "node '" + n.name + "' " + t.name;
+      }
+  if (hi == 0) throw PipelineError(where + ": set_batch(" + std::to_string(batch) + "): the export has no dynamic "
+                                   "batch (leapp.node(..., dynamic_batch=...), docs/recorder.md section 1.0)");
+  if (batch < lo || batch > hi)
+    throw PipelineError(where + ": batch " + std::to_string(batch) + " is outside the exported range " +
+                        std::to_string(lo) + ".." + std::to_string(hi) + " (" + named + ")");
+  p.make_current();
+  bool synced = false;
+  for (size_t n = 0; n < p.nodes.size(); ++n)
+    for (const TensorInfo& t : p.nodes[n].info.outputs) {
+      OwnedBuffer& b = p.values.at({int(n), t.name});
+      const size_t need = t.byte_size(batch);
+      if (need <= b.bytes) continue;
+      if (p.options.memory == Memory::kDevice) {
+        if (!synced) LEAPP_CHECK_CU(driver().cuStreamSynchronize(p.stream()));  // queued work may use the old one
+        synced = true;
+        CUdeviceptr grown = 0;
+        LEAPP_CHECK_CU(driver().cuMemAlloc(&grown, need));
+        driver().cuMemFree(b.device);
+        b.device = grown;
+      } else {
+        b.host.resize((need + 7) / 8 + 1);
+      }
+      b.bytes = need;
+    }
+  p.batch = batch;
+}
+
+int64_t Pipeline::batch() const { return impl_->batch; }
 
 void Pipeline::synchronize() {
   if (impl_->options.memory != Memory::kDevice) return;

@@ -26,10 +26,12 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: leapp-run EXPORT_DIR --in IN_DIR --out OUT_DIR [--node NAME] [--time N] [--device cpu|cuda] [--threads N]\n"
+    "                 [--batch N]\n"
     "       leapp-run EXPORT_DIR --check   (the wiring and the artifacts' sha256 only; exit 1 with the reason)\n"
     "       leapp-run EXPORT_DIR --describe   (open it; print each input and output: dtype, shape, metadata JSON)\n"
     "  IN_DIR/<input>.bin: each pipeline input, raw little-endian C-order bytes; writes OUT_DIR/<output>.bin.\n"
     "  --node NAME: run that node alone; its own inputs and outputs are the files.\n"
+    "  --batch N: a dynamic-batch export (dynamic_batch=) run at N: dim 0 of every batched file is N.\n"
     "  --time N: run N more times and print each node's median time. --device cuda: device buffers, ONNX Runtime's\n"
     "  CUDA EP on one stream (default cpu: host buffers, CPU EP).\n";
 
@@ -64,7 +66,8 @@ std::string file_for(const fs::path& dir, const std::string& name) {
   return (dir / (name + ".bin")).string();
 }
 
-std::vector<char> read_input(const std::string& path, size_t expected, const leapp::TensorInfo& t) {
+std::vector<char> read_input(const std::string& path, const leapp::TensorInfo& t, int64_t batch) {
+  const size_t expected = t.byte_size(batch);
   std::error_code ec;
   if (!fs::is_regular_file(path, ec))
     throw UsageError{"input '" + t.name + "': " + path + " is missing (expected " + std::to_string(expected) +
@@ -73,7 +76,11 @@ std::vector<char> read_input(const std::string& path, size_t expected, const lea
   std::vector<char> data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   if (data.size() != expected) {
     std::string shape;
-    for (size_t i = 0; i < t.shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(t.shape[i]);
+    const std::vector<int64_t> dims = t.shape_at(batch);
+    for (size_t i = 0; i < dims.size(); ++i) shape += (i ? ", " : "") + std::to_string(dims[i]);
+    if (t.batch_max > 0)
+      shape += "] at batch " + std::to_string(batch ? batch : t.shape[0]) + " of " + std::to_string(t.batch_min) +
+               ".." + std::to_string(t.batch_max) + " (--batch N) [";
     throw UsageError{"input '" + t.name + "': " + path + " has " + std::to_string(data.size()) + " bytes, expected " +
                      std::to_string(expected) + " (" + t.dtype + "[" + shape + "], little-endian, C order)"};
   }
@@ -88,7 +95,7 @@ double median(std::vector<double> v) {
 
 int run(int argc, char** argv) {
   std::string export_dir, in_dir, out_dir, device = "cpu", node;
-  long repeat = 0, threads = 0;
+  long repeat = 0, threads = 0, batch = 0;
   bool check_only = false, describe_only = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -106,6 +113,7 @@ int run(int argc, char** argv) {
     else if (a == "--out") out_dir = value();
     else if (a == "--time") repeat = count(value());
     else if (a == "--threads") threads = count(value());
+    else if (a == "--batch") batch = count(value());
     else if (a == "--device") device = value();
     else if (a == "--node") node = value();
     else if (a == "--check") check_only = true;
@@ -133,6 +141,7 @@ int run(int argc, char** argv) {
   options.memory = device == "cuda" ? leapp::Memory::kDevice : leapp::Memory::kHost;
   options.intra_op_threads = int(threads);
   std::unique_ptr<leapp::Pipeline> pipeline = leapp::Pipeline::open(export_dir, options);
+  if (batch > 0) pipeline->set_batch(batch);
 
   const std::vector<leapp::TensorInfo>* in_specs = &pipeline->inputs();
   const std::vector<leapp::TensorInfo>* out_specs = &pipeline->outputs();
@@ -154,10 +163,10 @@ int run(int argc, char** argv) {
 
   std::vector<std::vector<char>> host_in, host_out;
   for (const leapp::TensorInfo& t : *in_specs)
-    host_in.push_back(read_input(file_for(in_dir, t.name), t.byte_size(), t));
+    host_in.push_back(read_input(file_for(in_dir, t.name), t, batch));
   for (const leapp::TensorInfo& t : *out_specs) {
     file_for(out_dir, t.name);
-    host_out.emplace_back(t.byte_size());
+    host_out.emplace_back(t.byte_size(batch));
   }
   std::map<std::string, const void*> ins;
   std::map<std::string, void*> outs;

@@ -38,7 +38,13 @@ struct TensorInfo {
   /// The user's metadata (annotate.input_tensors(..., metadata=)) as compact JSON text, e.g.
   /// {"kind":"joint_positions","units":"rad"}; "{}" when none was declared (docs/pipeline-format.md).
   std::string metadata = "{}";
+  /// Dynamic batch (docs/recorder.md section 1.0): dim 0 may be any size in [batch_min, batch_max] (shape holds
+  /// the traced one); both 0 for a static tensor. Pipeline::set_batch chooses the batch of the next runs.
+  int64_t batch_min = 0, batch_max = 0;
   size_t byte_size() const;
+  /// The shape and bytes at `batch` (dim 0 replaced when the tensor has a dynamic batch; batch 0: the traced shape).
+  std::vector<int64_t> shape_at(int64_t batch) const;
+  size_t byte_size(int64_t batch) const;
 };
 
 /// One node as the wiring describes it, and how this process runs it.
@@ -89,6 +95,14 @@ class Pipeline {
                 const std::map<std::string, void*>& outputs);
   /// Waits until the work enqueued on options.stream is done (kHost: returns at once).
   void synchronize();
+
+  /// Dynamic batch: the batch of the following runs (every tensor with a batch range then has that dim 0, and its
+  /// buffers byte_size(batch) bytes). Throws PipelineError naming the range when `batch` is outside a range, or when
+  /// the export has no dynamic batch. Grows the pipeline's intermediate buffers when needed (kDevice: waits for
+  /// the stream first); a steady batch allocates nothing.
+  void set_batch(int64_t batch);
+  /// The batch set_batch chose (0: the traced shapes).
+  int64_t batch() const;
 
   /// A buffer of options.memory's kind (kDevice: device memory from the driver leapp loads, no CUDA link needed),
   /// freed when the last copy of the pointer goes. For programs without their own CUDA allocator (examples/cpp).

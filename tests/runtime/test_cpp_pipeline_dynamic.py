@@ -1,0 +1,71 @@
+"""The C++ runner (leapp-run, libleapp_pipeline.so) on a dynamic-batch export: one export, any batch of its range
+(Pipeline::set_batch / --batch N), bit for bit what leapp.load gives; a batch outside the range is refused."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import leapp
+
+LEAPP_RUN = Path(sys.executable).with_name("leapp-run")
+pytestmark = pytest.mark.skipif(not LEAPP_RUN.is_file(), reason="leapp-run was not built (ONNX Runtime's headers)")
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory) -> Path:
+    save = tmp_path_factory.mktemp("cppdyn")
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ELU(), torch.nn.Linear(16, 3))
+
+    @leapp.node("policy", export_with="onnx", dynamic_batch=(1, 512))
+    def policy(obs):
+        return mlp(obs)
+
+    @leapp.node("post", export_with="onnx", dynamic_batch=(1, 512))
+    def post(actions, default_pos):
+        n = actions.shape[0]
+        return torch.clamp(actions, -1.0, 1.0) * 0.25 + default_pos + torch.zeros(n, 3)
+
+    with leapp.trace("mlpdyn", save_path=save) as session, torch.no_grad():
+        for _ in range(2):
+            post(policy(torch.randn(16, 8)), torch.randn(16, 3))
+    session.compile(validate=True)  # CPU: validated at 16, 1 and 512
+    return save / "mlpdyn"
+
+
+def _run(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([str(LEAPP_RUN), *map(str, args)], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("n", [1, 7, 16, 512])
+def test_leapp_run_at_any_batch_equals_leapp_load(export, tmp_path, n):
+    pipeline = leapp.load(export)
+    g = torch.Generator().manual_seed(n)
+    inputs = {"obs": torch.randn(n, 8, generator=g), "default_pos": torch.randn(n, 3, generator=g)}
+    (tmp_path / "in").mkdir()
+    for name, t in inputs.items():
+        (tmp_path / "in" / f"{name}.bin").write_bytes(t.numpy().tobytes())
+    r = _run(export, "--in", tmp_path / "in", "--out", tmp_path / "out", "--batch", n)
+    assert r.returncode == 0, r.stderr
+    expected = pipeline(**inputs)
+    for name, t in expected.items():
+        assert t.shape[0] == n
+        assert (tmp_path / "out" / f"{name}.bin").read_bytes() == t.contiguous().numpy().tobytes(), name
+
+
+def test_batch_outside_the_range_and_wrong_file_sizes_are_refused(export, tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "obs.bin").write_bytes(torch.zeros(7, 8).numpy().tobytes())
+    (tmp_path / "in" / "default_pos.bin").write_bytes(torch.zeros(7, 3).numpy().tobytes())
+    r = _run(export, "--in", tmp_path / "in", "--out", tmp_path / "out", "--batch", 513)
+    assert r.returncode != 0 and "batch 513 is outside the exported range 1..512" in r.stderr, r.stderr
+    r = _run(export, "--in", tmp_path / "in", "--out", tmp_path / "out", "--batch", 8)
+    assert r.returncode != 0, r.stderr
+    assert "has 224 bytes, expected 256" in r.stderr and "at batch 8 of 1..512" in r.stderr, r.stderr
+    r = _run(export, "--in", tmp_path / "in", "--out", tmp_path / "out")  # no --batch: the traced 16
+    assert r.returncode != 0 and "expected 512" in r.stderr, r.stderr
