@@ -130,8 +130,12 @@ class LeappRunPipeline:
             in_dir.mkdir()
             for spec, t in zip(in_specs, tensors):
                 value_file(in_dir, spec.name).write_bytes(_raw(t))
+            # dynamic batch: the call's batch (check_inputs made every batched input agree)
+            batch = next((int(t.shape[0]) for s, t in zip(in_specs, tensors) if s.batch is not None), None)
+            if batch is not None:
+                extra = (*extra, "--batch", str(batch))
             self._leapp_run("--in", str(in_dir), "--out", str(out_dir), "--device", self.device, *extra)
-            return {spec.name: _tensor(value_file(out_dir, spec.name).read_bytes(), spec).to(device)
+            return {spec.name: _tensor(value_file(out_dir, spec.name).read_bytes(), spec, batch).to(device)
                     for spec in out_specs}
 
     def run(self, **inputs) -> dict[str, torch.Tensor]:
@@ -150,11 +154,14 @@ def _raw(t: torch.Tensor) -> bytes:
     return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
 
 
-def _tensor(data: bytes, spec: IOSpec) -> torch.Tensor:
-    expected = spec.dtype.itemsize * int(torch.Size(spec.shape).numel())
+def _tensor(data: bytes, spec: IOSpec, batch: int | None = None) -> torch.Tensor:
+    shape = tuple(spec.shape)
+    if batch is not None and spec.batch is not None and shape:
+        shape = (batch,) + shape[1:]
+    expected = spec.dtype.itemsize * int(torch.Size(shape).numel())
     if len(data) != expected:
         raise PipelineError(f"leapp-run wrote {len(data)} bytes for output '{spec.name}', expected {expected} "
                             f"({spec.describe()})")
     if not data:
-        return torch.empty(spec.shape, dtype=spec.dtype)
-    return torch.frombuffer(bytearray(data), dtype=spec.dtype).reshape(spec.shape)
+        return torch.empty(shape, dtype=spec.dtype)
+    return torch.frombuffer(bytearray(data), dtype=spec.dtype).reshape(shape)

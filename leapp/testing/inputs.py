@@ -50,7 +50,7 @@ class InputSpec:
 
     name: str
     dtype: torch.dtype
-    shape: tuple[int | str, ...]  # a str is a dynamic dimension's symbol (none exist in pipeline.yaml version 1)
+    shape: tuple[int | str, ...]  # a str is a dynamic dimension's symbol ("batch": a dynamic batch)
     device: torch.device
 
     def describe(self) -> str:
@@ -72,19 +72,29 @@ def input_specs(desc: Mapping, device: str | torch.device | None = None) -> list
     for entry in desc["inputs"]:
         where = f"export '{desc['name']}' input '{entry['name']}'"
         dev = device if device is not None else node_device[entry["consumers"][0]["node"]]
-        specs.append(InputSpec(entry["name"], _torch_dtype(entry["dtype"], where), tuple(entry["shape"]),
-                               torch.device(dev)))
+        shape = tuple(entry["shape"])
+        if entry.get("batch") and shape:  # dynamic batch: dim 0 is the symbol every batched input shares
+            shape = (BATCH_SYMBOL,) + shape[1:]
+        specs.append(InputSpec(entry["name"], _torch_dtype(entry["dtype"], where), shape, torch.device(dev)))
     return specs
+
+
+BATCH_SYMBOL = "batch"
+MAX_DRAWN_BATCH = 64  # larger batches cost hypothesis an element-wise draw of every value: pass a fixed tensor
 
 
 def dynamic_dimensions(desc: Mapping) -> dict[str, tuple[int, int]]:
     """The dimensions an export lets vary, by symbol, with their inclusive [min, max].
 
-    None today: pipeline.yaml version 1 has static shapes only (a dynamic batch is a later issue). When
-    the format gains them, an input's shape names the symbol and ``input_strategy`` draws each symbol
-    once per example, so that inputs sharing a batch dimension agree.
+    A dynamic batch (pipeline inputs with ``batch: [min, max]``, docs/pipeline-format.md): dim 0 of those
+    inputs is the symbol ``"batch"``, drawn once per example (so the inputs agree) in the common range, at
+    most ``MAX_DRAWN_BATCH`` (or the range's min when that is larger); hypothesis shrinks it toward min.
     """
-    return {}
+    ranges = [tuple(e["batch"]) for e in desc["inputs"] if e.get("batch") and e["shape"]]
+    if not ranges:
+        return {}
+    lo, hi = max(r[0] for r in ranges), min(r[1] for r in ranges)
+    return {BATCH_SYMBOL: (lo, max(lo, min(hi, MAX_DRAWN_BATCH)))}
 
 
 # --- values ------------------------------------------------------------------------------------------------
