@@ -69,3 +69,36 @@ def test_batch_outside_the_range_and_wrong_file_sizes_are_refused(export, tmp_pa
     assert "has 224 bytes, expected 256" in r.stderr and "at batch 8 of 1..512" in r.stderr, r.stderr
     r = _run(export, "--in", tmp_path / "in", "--out", tmp_path / "out")  # no --batch: the traced 16
     assert r.returncode != 0 and "expected 512" in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="AOTInductor packages are Linux .so files")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
+def test_aoti_package_of_a_dynamic_pt2_node_runs_at_any_batch(tmp_path):
+    """`leapp aoti` of a dynamic PT2 node (its program keeps the batch Dim) and leapp-run --batch N through the
+    AOTInductor plugin: the package's shapes follow the batch."""
+    from leapp import cli
+    from leapp.runtime.libraries import native_dir
+
+    if not (native_dir() / "libleapp_pipeline_aoti.so").is_file():
+        pytest.skip("libleapp_pipeline_aoti.so was not built (torch was not found when leapp was built)")
+
+    @leapp.node("shapey", export_with="pt2", dynamic_batch=(1, 64))
+    def shapey(x):
+        n = x.shape[0]
+        return torch.cat([x.reshape(n, 2, 3).sum(1) + torch.zeros(n, 3), torch.ones(n, 1)], dim=1)
+
+    with leapp.trace("aotidyn", save_path=str(tmp_path)) as session:
+        for _ in range(2):
+            shapey(torch.randn(16, 6))
+    session.compile(validate=False)
+    export = tmp_path / "aotidyn"
+    assert cli.main(["aoti", str(export), "shapey"]) == 0
+    pipeline = leapp.load(export)
+    for n in (1, 5, 64):
+        x = torch.randn(n, 6, generator=torch.Generator().manual_seed(n))
+        (tmp_path / f"in{n}").mkdir()
+        (tmp_path / f"in{n}" / "x.bin").write_bytes(x.numpy().tobytes())
+        r = _run(export, "--in", tmp_path / f"in{n}", "--out", tmp_path / f"out{n}", "--batch", n)
+        assert r.returncode == 0, r.stderr
+        got = torch.frombuffer(bytearray((tmp_path / f"out{n}" / "output.bin").read_bytes()), dtype=torch.float32)
+        torch.testing.assert_close(got.reshape(n, 4), pipeline(x=x)["output"], rtol=1e-6, atol=1e-6)
