@@ -37,18 +37,9 @@ from pathlib import Path
 MODES = ("cold", "cold-1cpu", "warm", "off")
 
 
-def child(n: int, device: str, validate: bool, out: str) -> dict:
-    """Runs in the measured process: trace, then time session.compile()."""
-    t0 = time.perf_counter()
-    messages: list[str] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            messages.append(record.getMessage())
-
-    logging.getLogger("leapp").addHandler(Collect())
-    logging.getLogger("leapp").setLevel(logging.INFO)
-
+def gravity_node():
+    """Issue 13's gravity node (a function of ``quat`` (N, 4) -> ``grav`` (N, 3)): one PT2 node whose
+    ``annotate.warp_op()`` launches two Warp kernels. Also used by tests/export/test_bundle_size.py."""
     import torch
     import warp as wp
 
@@ -78,6 +69,27 @@ def child(n: int, device: str, validate: bool, out: str) -> dict:
                           outputs=[wp.from_torch(grav, dtype=wp.vec3)])
             annotate.output_tensors("obs", {"grav": grav})
         return grav
+
+    return observe
+
+
+def child(n: int, device: str, validate: bool, out: str) -> dict:
+    """Runs in the measured process: trace, then time session.compile()."""
+    t0 = time.perf_counter()
+    messages: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    logging.getLogger("leapp").addHandler(Collect())
+    logging.getLogger("leapp").setLevel(logging.INFO)
+
+    import torch
+
+    import leapp
+
+    observe = gravity_node()
 
     imported = time.perf_counter()
     gen = torch.Generator().manual_seed(0)

@@ -46,6 +46,8 @@ __all__ = [
     "hashed_variant_name",
     "module_identifier",
     "resolved_options",
+    "EXPORT_OPTION_OVERRIDES",
+    "export_options",
     "compile_module_variant",
     "native_include_dir",
     "mathdx_enabled",
@@ -305,6 +307,21 @@ def resolved_options(module, block_dim: int) -> dict:
     import warp  # noqa: PLC0415
 
     return module.resolve_options(warp.config, block_dim=block_dim)
+
+
+# What leapp's own copy of a variant's options changes before compiling it for a bundle: the backward
+# (adjoint) kernels are never replayed, and without them every binary is about half the size. Codegen
+# reads the option (``ModuleBuilder.build_kernel``: ``options | kernel.options``, so a kernel declared with
+# its own ``enable_backward=True`` keeps its adjoint); the mangled names come from the variant's cached
+# hasher (``module.hashers[block_dim]``, built with the module's real options), so the forward entry
+# symbols, the module identifier and the ``.meta`` smem keys of forward kernels stay exactly Warp's.
+EXPORT_OPTION_OVERRIDES: dict = {"enable_backward": False}
+
+
+def export_options(module, block_dim: int) -> dict:
+    """``resolved_options`` with ``EXPORT_OPTION_OVERRIDES`` applied: a new dict; the module and ``wp.config``
+    are untouched. Hash the variant first (``module_variant_hash``) so codegen reuses that hasher's names."""
+    return {**resolved_options(module, block_dim), **EXPORT_OPTION_OVERRIDES}
 
 
 def compile_module_variant(module, options: dict, out_dir: str, arch: int, use_ptx: bool) -> None:

@@ -11,7 +11,8 @@ all that changes the bytes), where a later process finds it.
 
 NOTE: never change ``wp.config`` or a user's module. Warp's private compile
 path (``leapp._warp_private``: ``compile_module_variant`` with options resolved
-per block_dim) builds one variant without touching module options, and
+per block_dim, copied with ``enable_backward=False``: a bundle replays forward
+kernels only) builds one variant without touching module options, and
 ``preserved_module_state`` undoes the hash caches that hashing and building
 leave on the module.
 """
@@ -214,7 +215,7 @@ def _compile_variant(
 ) -> CompiledModule:
     """The PTX (unless ``ptx`` is False) and the cubins of ``archs`` for one variant: read from the binary cache
     (``binary_cache``) where it has them, the rest compiled concurrently and added to it."""
-    options = wpp.resolved_options(module, block_dim)
+    options = wpp.export_options(module, block_dim)  # a copy, forward kernels only (backward is never replayed)
     name = wpp.module_identifier(module, block_dim)
     targets = [("ptx", PTX_ARCH)] * ptx + [("cubin", a) for a in archs]
     cache = binary_cache.default_cache()
@@ -319,6 +320,7 @@ def _cache_key(module: str, module_hash: str, block_dim: int, toolkit: str, kind
     return binary_cache.CacheKey(
         warp=wpp.installed_warp_version(), warp_native=_warp_native(), nvrtc=toolkit, module=module,
         module_hash=module_hash, block_dim=block_dim, kind=kind, arch=arch, bundle_format=FORMAT_VERSION,
+        overrides=json.dumps(wpp.EXPORT_OPTION_OVERRIDES, sort_keys=True, separators=(",", ":")),
     )
 
 

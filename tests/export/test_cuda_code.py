@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 import struct
+import tempfile
 
 import numpy as np
 import pytest
@@ -104,6 +107,36 @@ def test_user_module_and_config_are_unchanged(cpu_loaded):
     wp.launch(k_double, dim=3, inputs=[a, out], device="cpu")
     assert out.numpy().tolist() == [2.0, 2.0, 2.0]
     assert module_state(module)["execs"] == before_state["execs"]
+
+
+def test_only_forward_kernels_are_compiled_with_warps_entry_names(compiled):
+    cuda_code.compile_module(k_tile, 256, TEST_ARCHS)  # the module's other kernel: its name in this variant
+    """leapp's copy of the options has enable_backward=False: no adjoint entry, the same forward symbols and
+    parameter lists as Warp's own (backward-enabled) build of the variant, the user's options untouched."""
+    module = k_double.module
+    assert module.options.get("enable_backward", wp.config.enable_backward) is True
+    assert _warp_private.export_options(module, 256)["enable_backward"] is False
+    assert module.resolve_options(wp.config, block_dim=256)["enable_backward"] is True
+    ptx = compiled.ptx[75].decode()
+    entries = re.findall(r"\.entry\s+(\w+)\s*\(([^)]*)\)", ptx)
+    assert {name for name, _ in entries} == {compiled.entry(k_double), compiled.entry(k_tile)}
+    assert b"_cuda_kernel_backward" not in compiled.cubins[90]
+    # Warp's own build of the same variant (backward included) declares the forward entry identically
+    with _warp_private.preserved_module_state(module):
+        cuda_code.wpp.module_variant_hash(module, 256)
+        full = module.resolve_options(wp.config, block_dim=256)
+        with tempfile.TemporaryDirectory() as tmp:
+            _warp_private.compile_module_variant(module, full, tmp, 75, True)
+            warp_ptx = open(f"{tmp}/{compiled.name}.sm75.ptx").read()
+    warp_entries = dict(re.findall(r"\.entry\s+(\w+)\s*\(([^)]*)\)", warp_ptx))
+    assert compiled.entry(k_double).replace("forward", "backward") in warp_entries
+    assert all(warp_entries[name] == params for name, params in entries)
+
+
+def test_cache_key_names_the_option_overrides(compiled):
+    key = cuda_code._cache_key(module="m", module_hash="ab", block_dim=256, toolkit="13.4", kind="cubin", arch=90)
+    assert json.loads(key.overrides) == {"enable_backward": False} and b"enable_backward" in key.encoded()
+    assert key.filename() != dataclasses.replace(key, overrides="").filename()
 
 
 def test_compiled_modules_are_cached_per_hash_and_block_dim(compiled):
