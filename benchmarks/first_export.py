@@ -84,6 +84,7 @@ def child(n: int, device: str, validate: bool, out: str) -> dict:
 
     logging.getLogger("leapp").addHandler(Collect())
     logging.getLogger("leapp").setLevel(logging.INFO)
+    logging.getLogger("leapp._export.cuda_code").setLevel(logging.DEBUG)  # each target's build time
 
     import torch
 
@@ -115,9 +116,25 @@ def child(n: int, device: str, validate: bool, out: str) -> dict:
         "validation_s": seconds(r"validation of \d+ node\(s\) in ([\d.]+) s"),
         "compiled": count(compiled, " in "),
         "from_cache": count(cached, " read from"),
+        "targets": {f"{m.group(1)} sm_{m.group(2)}": float(m.group(3)) for line in messages
+                    for m in [re.search(r"(PTX|cubin) sm_(\d+) built in ([\d.]+) s", line)] if m},
+        "bundle_bytes": _bundle_bytes(out),
         "threads": max([int(m.group(1)) for line in compiled for m in [re.search(r"\((\d+) thread", line)] if m],
                        default=0),
     }
+
+
+def _bundle_bytes(folder: str) -> list[int]:
+    """Sizes of the segment bundles in the export's .pt2 archives (the bundle is a stored tensor of the archive)."""
+    import zipfile
+
+    from leapp.bundle.format import MAGIC
+
+    sizes = []
+    for pt2 in sorted(Path(folder).rglob("*.pt2")):
+        with zipfile.ZipFile(pt2) as z:
+            sizes += [info.file_size for info in z.infolist() if z.read(info)[: len(MAGIC)] == MAGIC]
+    return sizes
 
 
 def run_child(mode: str, cache: Path, args) -> dict:

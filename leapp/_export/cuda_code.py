@@ -289,11 +289,15 @@ def _compile_targets(module, options: dict, name: str, block_dim: int, targets: 
         def one(target: tuple[str, int]) -> binary_cache.Entry:
             kind, arch = target
             out_dir = os.path.join(tmp, f"{kind}{arch}", name)
+            start = time.perf_counter()
             try:
                 wpp.compile_module_variant(module, options, out_dir, arch, kind == "ptx")
             except Exception as e:
                 raise ExportError(f"compiling Warp module '{module.name}' ({name}, block_dim={block_dim}) "
                                   f"to {'PTX' if kind == 'ptx' else 'cubin'} sm_{arch} failed: {e}") from e
+            log.debug("module '%s': %s sm_%d built in %.3f s (codegen + NVRTC, thread %s)", module.name,
+                      "PTX" if kind == "ptx" else "cubin", arch, time.perf_counter() - start,
+                      threading.current_thread().name)
             meta = json.loads(_read(out_dir, f"{name}.meta").decode("utf-8"))
             smem = {k.removesuffix("_smem_bytes"): int(v) for k, v in meta.items() if k.endswith("_smem_bytes")}
             payload = _read(out_dir, f"{name}.sm{arch}.{kind}")

@@ -116,6 +116,7 @@ def test_only_forward_kernels_are_compiled_with_warps_entry_names(compiled):
     module = k_double.module
     assert module.options.get("enable_backward", wp.config.enable_backward) is True
     assert _warp_private.export_options(module, 256)["enable_backward"] is False
+    assert _warp_private.export_options(module, 256)["use_precompiled_headers"] is False
     assert module.resolve_options(wp.config, block_dim=256)["enable_backward"] is True
     ptx = compiled.ptx[75].decode()
     entries = re.findall(r"\.entry\s+(\w+)\s*\(([^)]*)\)", ptx)
@@ -133,9 +134,22 @@ def test_only_forward_kernels_are_compiled_with_warps_entry_names(compiled):
     assert all(warp_entries[name] == params for name, params in entries)
 
 
+def test_precompiled_headers_off_gives_the_same_bytes(compiled):
+    """use_precompiled_headers=False in leapp's copy only saves time: NVRTC writes the same cubin with it on."""
+    module = k_double.module
+    with _warp_private.preserved_module_state(module):
+        cuda_code.wpp.module_variant_hash(module, 256)
+        options = {**_warp_private.export_options(module, 256), "use_precompiled_headers": True}
+        with tempfile.TemporaryDirectory() as tmp:
+            _warp_private.compile_module_variant(module, options, tmp, 90, False)
+            with open(f"{tmp}/{compiled.name}.sm90.cubin", "rb") as f:
+                assert f.read() == compiled.cubins[90]
+
+
 def test_cache_key_names_the_option_overrides(compiled):
     key = cuda_code._cache_key(module="m", module_hash="ab", block_dim=256, toolkit="13.4", kind="cubin", arch=90)
-    assert json.loads(key.overrides) == {"enable_backward": False} and b"enable_backward" in key.encoded()
+    assert json.loads(key.overrides) == {"enable_backward": False, "use_precompiled_headers": False}
+    assert b"enable_backward" in key.encoded()
     assert key.filename() != dataclasses.replace(key, overrides="").filename()
 
 
