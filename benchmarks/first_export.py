@@ -6,9 +6,10 @@ Python process that imports leapp, traces the node (2 passes + 1 sample, not tim
 ``session.compile()``; the log of that process gives the split (artifacts incl. NVRTC, validation)
 and how many binaries NVRTC compiled or the binary cache served.
 
-  cold        an empty cache folder per process: NVRTC compiles every target, on a thread each
+  cold        an empty cache folder per process: NVRTC compiles every target, the process and its worker
+              processes (one per CPU) compiling a share each
   cold-1cpu   the same with the process pinned to one CPU (os.sched_setaffinity): the targets
-              compile one after another, as before the thread pool
+              compile one after another in the process itself
   warm        the cache folder a cold run filled: the binaries are read, nothing is compiled
   off         LEAPP_NO_CACHE=1: compiled, nothing read or written
 
@@ -119,7 +120,7 @@ def child(n: int, device: str, validate: bool, out: str) -> dict:
         "targets": {f"{m.group(1)} sm_{m.group(2)}": float(m.group(3)) for line in messages
                     for m in [re.search(r"(PTX|cubin) sm_(\d+) built in ([\d.]+) s", line)] if m},
         "bundle_bytes": _bundle_bytes(out),
-        "threads": max([int(m.group(1)) for line in compiled for m in [re.search(r"\((\d+) thread", line)] if m],
+        "threads": max([int(m.group(1)) for line in compiled for m in [re.search(r"\((\d+) process", line)] if m],
                        default=0),
     }
 
@@ -192,7 +193,7 @@ def main() -> None:
           f"{args.runs} fresh process(es) per mode; {env['cpus']} CPU(s) usable, load {env['load']}")
     print()
     print("| mode | session.compile() s: median (min-max) | NVRTC s | validation s | binaries compiled / from cache "
-          "| threads | trace s | imports s |")
+          "| processes | trace s | imports s |")
     print("|---|---|---|---|---|---|---|---|")
     for mode in modes:
         rows = results[mode]

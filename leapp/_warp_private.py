@@ -49,6 +49,7 @@ __all__ = [
     "EXPORT_OPTION_OVERRIDES",
     "export_options",
     "compile_module_variant",
+    "nvrtc_job",
     "native_include_dir",
     "mathdx_enabled",
     "needs_deterministic",
@@ -331,6 +332,49 @@ def export_options(module, block_dim: int) -> dict:
 def compile_module_variant(module, options: dict, out_dir: str, arch: int, use_ptx: bool) -> None:
     """Compile one variant (``resolved_options``) into ``out_dir`` as PTX or a cubin for ``arch``."""
     module._compile(None, out_dir, output_arch=arch, use_ptx=use_ptx, options=options)
+
+
+def nvrtc_job(module, options: dict, arch: int, use_ptx: bool) -> dict | None:
+    """What compiling one target of a variant outside this process needs, or None when it must be compiled
+    here (by ``compile_module_variant``): {"source": generated CUDA source, "meta": the .meta dict,
+    "program": "<name>.cu", "args": the arguments ``warp._src.build.build_cuda`` passes to
+    ``wp_cuda_compile_program`` (``leapp/_export/nvrtc_worker.py`` makes that call)}.
+
+    Runs Warp's codegen (``Module._run_codegen``, what ``Module._compile`` runs first; hash the variant
+    first so it uses the variant's names). None for what the worker's plain call cannot express: device
+    code linked at build time (MathDx LTO-IR, fatbins), the LLVM CUDA path, extra include folders, a
+    precompiled-header folder (NVRTC before 13) or an arch suffix.
+    """
+    import warp  # noqa: PLC0415
+    import warp._src.build as build  # noqa: PLC0415
+
+    if options.get("llvm_cuda") or options.get("extra_cuda_include_dirs") or warp.config.cuda_arch_suffix:
+        return None
+    if options.get("use_precompiled_headers") and _context().runtime.get_nvrtc_pch_dir() is not None:
+        return None
+    source, ext, meta, ltoirs, fatbins = module._run_codegen(options | {"output_arch": arch}, False)
+    if ltoirs or fatbins or ext != "cu":
+        return None
+    opt = options["optimization_level"]
+    return {
+        "source": source,
+        "meta": meta,
+        "program": f"{module_identifier(module, options['block_dim'])}.cu",
+        "args": {
+            "arch": arch,
+            "include": os.path.join(build.warp_home, "native"),
+            "debug": options["mode"] == "debug",
+            "optimization_level": 3 if opt is None else opt,
+            "verbose": warp.config.log_level <= warp.LOG_DEBUG,
+            "verify_fp": bool(options["verify_fp"]),
+            "fast_math": bool(options["fast_math"]),
+            "fuse_fp": bool(options["fuse_fp"]),
+            "lineinfo": bool(options["lineinfo"]),
+            "compile_time_trace": bool(options["compile_time_trace"]),
+            "precompiled_headers": bool(options["use_precompiled_headers"]),
+        },
+        "use_ptx": use_ptx,
+    }
 
 
 def native_include_dir() -> str:

@@ -146,6 +146,45 @@ def test_precompiled_headers_off_gives_the_same_bytes(compiled):
                 assert f.read() == compiled.cubins[90]
 
 
+def _fresh_compile(monkeypatch, processes: int, block_dim: int = 32):
+    monkeypatch.setenv("LEAPP_NO_CACHE", "1")
+    monkeypatch.setattr(cuda_code, "_threads", lambda count: min(count, processes))
+    monkeypatch.setattr(cuda_code, "_store", {})  # compile again, leaving the other tests' compiled modules alone
+    monkeypatch.setattr(cuda_code, "_cache", {})
+    return cuda_code.compile_module(k_double, block_dim, (80, 90, 120))
+
+
+def test_worker_processes_write_warps_bytes(monkeypatch, caplog):
+    """Targets compiled by worker processes (nvrtc_worker.py) equal those Warp's Module._compile writes here."""
+    import logging
+
+    with caplog.at_level(logging.DEBUG, logger="leapp._export.cuda_code"):
+        spread = _fresh_compile(monkeypatch, 3)
+    workers = [r.getMessage() for r in caplog.records if "worker process" in r.getMessage()]
+    assert len(workers) == 2 and any("(3 process(es))" in r.getMessage() for r in caplog.records), workers
+    here = _fresh_compile(monkeypatch, 1)
+    assert spread.ptx == here.ptx and spread.cubins == here.cubins and spread.smem_bytes == here.smem_bytes
+    module = k_double.module  # the workers' .meta comes from the same codegen (the tile kernel's smem included)
+    with _warp_private.preserved_module_state(module):
+        _warp_private.module_variant_hash(module, 32)
+        job = _warp_private.nvrtc_job(module, _warp_private.export_options(module, 32), 90, False)
+    assert cuda_code._smem(job["meta"]) == here.smem_bytes and here.smem_bytes[here.entry(k_tile)] > 0
+
+
+def test_a_worker_failure_names_the_target_and_nvrtcs_output(monkeypatch):
+    real = _warp_private.nvrtc_job
+
+    def broken(module, options, arch, use_ptx):
+        job = real(module, options, arch, use_ptx)
+        job["source"] += "\nthis is not CUDA;\n"
+        return job
+
+    monkeypatch.setattr(cuda_code.wpp, "nvrtc_job", broken)
+    with pytest.raises(ExportError, match=r"to cubin sm_\d+ failed: NVRTC error \d+ in a worker process: (?s:.*)error: "
+                       r"expected a declaration"):
+        _fresh_compile(monkeypatch, 2, block_dim=16)
+
+
 def test_cache_key_names_the_option_overrides(compiled):
     key = cuda_code._cache_key(module="m", module_hash="ab", block_dim=256, toolkit="13.4", kind="cubin", arch=90)
     assert json.loads(key.overrides) == {"enable_backward": False, "use_precompiled_headers": False}
