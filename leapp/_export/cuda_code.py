@@ -44,6 +44,7 @@ __all__ = [
     "KNOWN_CUBIN_ARCHS",
     "PTX_ARCH",
     "ARCHS_ENV",
+    "JOBS_ENV",
     "CompiledModule",
     "cubin_archs",
     "compile_module",
@@ -56,6 +57,7 @@ PTX_ARCH = 75  # driver-JIT fallback for GPUs newer than every cubin
 # Cubin targets $LEAPP_CUDA_ARCHS may name: the SM versions Warp 1.19's NVRTC compiles for (compile_module
 # also checks the installed NVRTC's own list), e.g. "87,110" for an export that runs on Jetsons only.
 KNOWN_CUBIN_ARCHS = (75, 80, 86, 87, 88, 89, 90, 100, 103, 107, 110, 120, 121)
+JOBS_ENV = "LEAPP_NVRTC_JOBS"  # at most this many processes compile a module's targets (default: the CPUs usable)
 ARCHS_ENV = "LEAPP_CUDA_ARCHS"  # e.g. "90" or "75,90": the cubins to build (tests, one-GPU exports); PTX sm_75 always
 
 log = logging.getLogger(__name__)
@@ -266,11 +268,20 @@ def _names(entries) -> str:
 
 
 def _threads(count: int) -> int:
-    """Processes that compile ``count`` targets: one per target, at most one per CPU this process may use."""
+    """Processes that compile ``count`` targets: one per target, at most one per CPU this process may use and
+    at most ``$LEAPP_NVRTC_JOBS`` (1: every target in the exporting process)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # pragma: no cover - not Linux
         cpus = os.cpu_count() or 1
+    raw = os.environ.get(JOBS_ENV, "").strip()
+    if raw:
+        try:
+            cpus = min(cpus, int(raw))
+            if cpus < 1:
+                raise ValueError
+        except ValueError:
+            raise ExportError(f"{JOBS_ENV}={raw!r}: expected a number of processes >= 1") from None
     return max(1, min(count, cpus))
 
 
