@@ -185,6 +185,16 @@ def test_a_worker_failure_names_the_target_and_nvrtcs_output(monkeypatch):
         _fresh_compile(monkeypatch, 2, block_dim=16)
 
 
+def test_nvrtc_jobs_env_caps_the_processes(monkeypatch):
+    monkeypatch.setenv(cuda_code.JOBS_ENV, "1")
+    assert cuda_code._threads(8) == 1
+    monkeypatch.setenv(cuda_code.JOBS_ENV, "0")
+    with pytest.raises(ExportError, match=r"LEAPP_NVRTC_JOBS='0': expected a number of processes >= 1"):
+        cuda_code._threads(8)
+    monkeypatch.delenv(cuda_code.JOBS_ENV)
+    assert 1 <= cuda_code._threads(8) <= 8
+
+
 def test_cache_key_names_the_option_overrides(compiled):
     key = cuda_code._cache_key(module="m", module_hash="ab", block_dim=256, toolkit="13.4", kind="cubin", arch=90)
     assert json.loads(key.overrides) == {"enable_backward": False, "use_precompiled_headers": False}
