@@ -339,9 +339,16 @@ def _compile_targets(module, options: dict, name: str, block_dim: int, targets: 
         if not jobs:
             return {t: here(t) for t in targets}, 1
         local = targets[::shares]
-        remote = [targets[i::shares] for i in range(1, shares)]
-        workers = [_start_worker(tmp, i, name, share, jobs) for i, share in enumerate(remote, 1) if share]
+        workers = []
         try:
+            for i in range(1, shares):
+                share = targets[i::shares]
+                try:
+                    workers.append(_start_worker(tmp, i, name, share, jobs))
+                except OSError as e:  # no process could be started here: this process compiles that share
+                    log.warning("module '%s': could not start an NVRTC worker process (%s); compiling %s here",
+                                module.name, e, _names(share))
+                    local = local + share
             out = {t: here(t) for t in local}
             for worker in workers:
                 out.update(_finish_worker(worker, module, name, block_dim, jobs))
@@ -350,6 +357,7 @@ def _compile_targets(module, options: dict, name: str, block_dim: int, targets: 
                 if worker["process"].poll() is None:
                     worker["process"].kill()
                     worker["process"].wait()
+                worker["log"].close()
         return out, 1 + len(workers)
 
 
@@ -383,8 +391,12 @@ def _start_worker(tmp: str, index: int, name: str, share: list[tuple[str, int]],
         json.dump({"library": wpp.native_library_path(), "results": os.path.join(folder, "results.json"),
                    "targets": entries}, f)
     log_file = open(os.path.join(folder, "log.txt"), "wb")  # noqa: SIM115 - closed in _finish_worker
-    process = subprocess.Popen([sys.executable, "-I", "-S", WORKER, job_file], stdin=subprocess.DEVNULL,
-                               stdout=log_file, stderr=subprocess.STDOUT, cwd=folder)
+    try:
+        process = subprocess.Popen([sys.executable, "-I", "-S", WORKER, job_file], stdin=subprocess.DEVNULL,
+                                   stdout=log_file, stderr=subprocess.STDOUT, cwd=folder)
+    except OSError:
+        log_file.close()
+        raise
     return {"process": process, "folder": folder, "share": share, "log": log_file, "entries": entries}
 
 

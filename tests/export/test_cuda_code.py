@@ -185,6 +185,16 @@ def test_a_worker_failure_names_the_target_and_nvrtcs_output(monkeypatch):
         _fresh_compile(monkeypatch, 2, block_dim=16)
 
 
+def test_no_worker_process_means_compiling_here(monkeypatch, caplog):
+    def refuse(*args, **kwargs):
+        raise OSError("fork refused")
+
+    monkeypatch.setattr(cuda_code.subprocess, "Popen", refuse)
+    compiled = _fresh_compile(monkeypatch, 3, block_dim=8)
+    assert sorted(compiled.cubins) == [80, 90, 120] and compiled.ptx[75].endswith(b"\0")
+    assert "could not start an NVRTC worker process (fork refused)" in caplog.text
+
+
 def test_nvrtc_jobs_env_caps_the_processes(monkeypatch):
     monkeypatch.setenv(cuda_code.JOBS_ENV, "1")
     assert cuda_code._threads(8) == 1
