@@ -193,15 +193,15 @@ def main() -> None:
           f"{args.runs} fresh process(es) per mode; {env['cpus']} CPU(s) usable, load {env['load']}")
     print()
     print("| mode | session.compile() s: median (min-max) | NVRTC s | validation s | binaries compiled / from cache "
-          "| processes | trace s | imports s |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| processes | trace s | imports s | bundle B |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for mode in modes:
         rows = results[mode]
         total = [r["compile_s"] for r in rows]
         med = lambda key: statistics.median(r[key] for r in rows)  # noqa: E731
         print(f"| {mode} | {statistics.median(total):.2f} ({min(total):.2f}-{max(total):.2f}) | {med('nvrtc_s'):.2f} "
               f"| {med('validation_s'):.2f} | {rows[0]['compiled']} / {rows[0]['from_cache']} | {rows[0]['threads']} "
-              f"| {med('trace_s'):.2f} | {med('import_s'):.2f} |")
+              f"| {med('trace_s'):.2f} | {med('import_s'):.2f} | {', '.join(map(str, rows[0]['bundle_bytes']))} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"environment": env, "n": args.n, "device": args.device,
                                                "results": results}, indent=1))
