@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -61,7 +62,12 @@ std::string lz4_block_decode(std::string_view block, uint64_t decoded_bytes) {
   if (decoded_bytes / detail::kLz4MaxRatio > block.size())  // before allocating: the ratio bound of 1.1
     throw std::invalid_argument("LZ4 block: declares " + num(decoded_bytes) + " decoded bytes, more than " +
                                 num(detail::kLz4MaxRatio) + " x its " + num(block.size()) + " bytes");
-  std::string out(size_t(decoded_bytes), '\0');
+  std::string out;
+  try {
+    out.assign(size_t(decoded_bytes), '\0');
+  } catch (const std::bad_alloc&) {  // within the ratio bound, yet more than this host can hold
+    throw std::invalid_argument("LZ4 block: cannot allocate the " + num(decoded_bytes) + " decoded bytes");
+  }
   std::string why = detail::lz4_block_decode(reinterpret_cast<const uint8_t*>(block.data()), block.size(),
                                              reinterpret_cast<uint8_t*>(out.data()), decoded_bytes);
   if (!why.empty()) throw std::invalid_argument("LZ4 block: " + why);
