@@ -1,4 +1,4 @@
-"""leapp/bundle/format.py: the constants of docs/bundle-format.md (segment bundle, format version 1).
+"""leapp/bundle/format.py: the constants of docs/bundle-format.md (segment bundle, format version 2).
 
 NOTE: the C++ reader (ext/core) mirrors every constant here by hand; the spec
 text is the single source of truth, and a change here is a change there.
@@ -20,6 +20,9 @@ __all__ = [
     "MIN_READER_VERSION",
     "READER_VERSION",
     "OLDEST_READABLE_VERSION",
+    "ENCODINGS",
+    "ENCODING_MIN_READER",
+    "min_reader_version_of",
     "HEADER",
     "HEADER_SIZE",
     "BLOB_ENTRY",
@@ -57,10 +60,14 @@ class BundleError(LeappError, ValueError):
 BundleError.__module__ = "leapp.bundle"
 
 MAGIC = b"LEAPPWB\0"
-FORMAT_VERSION = 1  # what this writer writes
-MIN_READER_VERSION = 1  # the oldest reader able to read what this writer writes
-READER_VERSION = 1  # the newest format this reader knows (files with min_reader_version above it are refused)
+FORMAT_VERSION = 2  # what this writer writes
+MIN_READER_VERSION = 1  # the oldest reader able to read a file this writer writes without compressed binaries
+READER_VERSION = 2  # the newest format this reader knows (files with min_reader_version above it are refused)
 OLDEST_READABLE_VERSION = 1  # the oldest format_version this reader still reads
+# Compressed binaries (section 1.1, format version 2): ``modules[m].binaries[b].encoding``; a file that uses
+# one is written with min_reader_version 2 (a version-1 reader would take the block for the binary).
+ENCODINGS = ("lz4-block",)
+ENCODING_MIN_READER = 2
 
 # magic, format_version, min_reader_version, file_size, blob_table_offset,
 # blob_count, flags, manifest_offset, manifest_size, reserved
@@ -106,6 +113,17 @@ DTYPE_ITEMSIZE = {
     "bool": 1,
 }
 DTYPES = tuple(DTYPE_ITEMSIZE)
+
+
+def min_reader_version_of(manifest: dict) -> int:
+    """The min_reader_version a file with this manifest needs: 2 when a binary has an ``encoding``, else 1."""
+    modules = manifest.get("modules") if isinstance(manifest, dict) else None
+    for module in modules if isinstance(modules, list) else ():
+        binaries = module.get("binaries") if isinstance(module, dict) else None
+        for binary in binaries if isinstance(binaries, list) else ():
+            if isinstance(binary, dict) and "encoding" in binary:
+                return ENCODING_MIN_READER
+    return MIN_READER_VERSION
 
 
 def align_up(n: int, alignment: int = ALIGNMENT) -> int:

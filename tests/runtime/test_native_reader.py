@@ -156,10 +156,10 @@ def test_field_errors_name_the_field(path, value, message):
     [
         (lambda d: d[:50], "leapp bundle: 50 bytes is too short for a bundle (at least 96"),
         (lambda d: b"LEAPPWX\0" + d[8:], "bad magic"),
-        (lambda d: set_header_field(d, format_version=3, min_reader_version=2),
-         "unsupported bundle format version 3, which needs a reader of version 2 or later (this leapp reads 1..1)"),
+        (lambda d: set_header_field(d, format_version=4, min_reader_version=3),
+         "unsupported bundle format version 4, which needs a reader of version 3 or later (this leapp reads 1..2)"),
         (lambda d: set_header_field(d, format_version=0, min_reader_version=0),
-         "unsupported bundle format version 0 (this leapp reads 1..1)"),
+         "unsupported bundle format version 0 (this leapp reads 1..2)"),
         (lambda d: d + b"\0" * 8, "does not match the buffer length"),
         (lambda d: d[:-1] + bytes([d[-1] ^ 1]), "whole-file sha256 mismatch"),
         (lambda d: set_header_field(d, flags=1), "flags 1 must be 0"),
