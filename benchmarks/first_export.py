@@ -6,9 +6,10 @@ Python process that imports leapp, traces the node (2 passes + 1 sample, not tim
 ``session.compile()``; the log of that process gives the split (artifacts incl. NVRTC, validation)
 and how many binaries NVRTC compiled or the binary cache served.
 
-  cold        an empty cache folder per process: NVRTC compiles every target, on a thread each
+  cold        an empty cache folder per process: NVRTC compiles every target, the process and its worker
+              processes (one per CPU) compiling a share each
   cold-1cpu   the same with the process pinned to one CPU (os.sched_setaffinity): the targets
-              compile one after another, as before the thread pool
+              compile one after another in the process itself
   warm        the cache folder a cold run filled: the binaries are read, nothing is compiled
   off         LEAPP_NO_CACHE=1: compiled, nothing read or written
 
@@ -37,18 +38,9 @@ from pathlib import Path
 MODES = ("cold", "cold-1cpu", "warm", "off")
 
 
-def child(n: int, device: str, validate: bool, out: str) -> dict:
-    """Runs in the measured process: trace, then time session.compile()."""
-    t0 = time.perf_counter()
-    messages: list[str] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            messages.append(record.getMessage())
-
-    logging.getLogger("leapp").addHandler(Collect())
-    logging.getLogger("leapp").setLevel(logging.INFO)
-
+def gravity_node():
+    """Issue 13's gravity node (a function of ``quat`` (N, 4) -> ``grav`` (N, 3)): one PT2 node whose
+    ``annotate.warp_op()`` launches two Warp kernels. Also used by tests/export/test_bundle_size.py."""
     import torch
     import warp as wp
 
@@ -79,6 +71,28 @@ def child(n: int, device: str, validate: bool, out: str) -> dict:
             annotate.output_tensors("obs", {"grav": grav})
         return grav
 
+    return observe
+
+
+def child(n: int, device: str, validate: bool, out: str) -> dict:
+    """Runs in the measured process: trace, then time session.compile()."""
+    t0 = time.perf_counter()
+    messages: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    logging.getLogger("leapp").addHandler(Collect())
+    logging.getLogger("leapp").setLevel(logging.INFO)
+    logging.getLogger("leapp._export.cuda_code").setLevel(logging.DEBUG)  # each target's build time
+
+    import torch
+
+    import leapp
+
+    observe = gravity_node()
+
     imported = time.perf_counter()
     gen = torch.Generator().manual_seed(0)
     with leapp.trace("first_export", save_path=out) as session:
@@ -103,9 +117,25 @@ def child(n: int, device: str, validate: bool, out: str) -> dict:
         "validation_s": seconds(r"validation of \d+ node\(s\) in ([\d.]+) s"),
         "compiled": count(compiled, " in "),
         "from_cache": count(cached, " read from"),
-        "threads": max([int(m.group(1)) for line in compiled for m in [re.search(r"\((\d+) thread", line)] if m],
+        "targets": {f"{m.group(1)} sm_{m.group(2)}": float(m.group(3)) for line in messages
+                    for m in [re.search(r"(PTX|cubin) sm_(\d+) built in ([\d.]+) s", line)] if m},
+        "bundle_bytes": _bundle_bytes(out),
+        "threads": max([int(m.group(1)) for line in compiled for m in [re.search(r"\((\d+) process", line)] if m],
                        default=0),
     }
+
+
+def _bundle_bytes(folder: str) -> list[int]:
+    """Sizes of the segment bundles in the export's .pt2 archives (the bundle is a stored tensor of the archive)."""
+    import zipfile
+
+    from leapp.bundle.format import MAGIC
+
+    sizes = []
+    for pt2 in sorted(Path(folder).rglob("*.pt2")):
+        with zipfile.ZipFile(pt2) as z:
+            sizes += [info.file_size for info in z.infolist() if z.read(info)[: len(MAGIC)] == MAGIC]
+    return sizes
 
 
 def run_child(mode: str, cache: Path, args) -> dict:
@@ -163,15 +193,15 @@ def main() -> None:
           f"{args.runs} fresh process(es) per mode; {env['cpus']} CPU(s) usable, load {env['load']}")
     print()
     print("| mode | session.compile() s: median (min-max) | NVRTC s | validation s | binaries compiled / from cache "
-          "| threads | trace s | imports s |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| processes | trace s | imports s | bundle B |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for mode in modes:
         rows = results[mode]
         total = [r["compile_s"] for r in rows]
         med = lambda key: statistics.median(r[key] for r in rows)  # noqa: E731
         print(f"| {mode} | {statistics.median(total):.2f} ({min(total):.2f}-{max(total):.2f}) | {med('nvrtc_s'):.2f} "
               f"| {med('validation_s'):.2f} | {rows[0]['compiled']} / {rows[0]['from_cache']} | {rows[0]['threads']} "
-              f"| {med('trace_s'):.2f} | {med('import_s'):.2f} |")
+              f"| {med('trace_s'):.2f} | {med('import_s'):.2f} | {', '.join(map(str, rows[0]['bundle_bytes']))} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"environment": env, "n": args.n, "device": args.device,
                                                "results": results}, indent=1))

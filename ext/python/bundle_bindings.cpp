@@ -107,6 +107,23 @@ void bind_bundle(nb::module_& m) {
           },
           nb::arg("index"))
       .def(
+          "binary_image",
+          [](const PyBundle& b, uint32_t module, uint32_t index) {
+            const Manifest& man = b.bundle->manifest();
+            if (module >= man.modules.size() || index >= man.modules[module].binaries.size())
+              throw std::invalid_argument("binary " + std::to_string(module) + "." + std::to_string(index) +
+                                          " out of range");
+            std::string image;
+            {
+              nb::gil_scoped_release release;
+              image = b.bundle->binary_image(man.modules[module].binaries[index]);
+            }
+            return nb::bytes(image.data(), image.size());
+          },
+          nb::arg("module"), nb::arg("index"),
+          "modules[module].binaries[index] as the loader hands it to the driver: its blob, LZ4-decoded when the "
+          "manifest gives it an encoding.")
+      .def(
           "binary_candidates",
           [](const PyBundle& b, uint32_t module, int major, int minor) {
             const Manifest& man = b.bundle->manifest();
@@ -175,6 +192,19 @@ void bind_bundle(nb::module_& m) {
   m.def("ptx_isa_min_driver", &ptx_isa_min_driver, nb::arg("isa_major"), nb::arg("isa_minor"),
         "The oldest CUDA driver version (e.g. 13040) that reads this PTX ISA; 0 when it is newer than all known.");
 
+  m.def(
+      "lz4_block_decode",
+      [](nb::bytes block, uint64_t decoded_bytes) {
+        std::string out;
+        {
+          nb::gil_scoped_release release;
+          out = lz4_block_decode(bytes_view(block), decoded_bytes);
+        }
+        return nb::bytes(out.data(), out.size());
+      },
+      nb::arg("block"), nb::arg("decoded_bytes"),
+      "The runtime's decoder of compressed binaries (docs/bundle-format.md 1.1): the decoded_bytes bytes of one "
+      "LZ4 block; ValueError naming the broken rule and byte offset for any block that breaks a rule.");
   m.def(
       "sha256",
       [](nb::bytes data) {

@@ -4,14 +4,16 @@ A bundle replays kernels through the CUDA driver, so export needs the exact
 PTX/cubin of each module variant a segment launches. Warp's NVRTC compiles them
 on machines without a driver. We compile one variant (module content + block_dim)
 for PTX sm_75 plus cubins for sm_75/80/86/90/100/110/120 into a temporary
-directory and read the files back. The targets compile concurrently (a thread
-each, up to the CPUs this process may use), and every binary goes into the
+directory and read the files back. The targets compile concurrently (this
+process and worker processes, one per CPU this process may use: NVRTC in Warp
+compiles one program at a time per process), and every binary goes into the
 persistent binary cache (``binary_cache``: the user's cache folder, keyed by
 all that changes the bytes), where a later process finds it.
 
 NOTE: never change ``wp.config`` or a user's module. Warp's private compile
 path (``leapp._warp_private``: ``compile_module_variant`` with options resolved
-per block_dim) builds one variant without touching module options, and
+per block_dim, copied with ``enable_backward=False``: a bundle replays forward
+kernels only) builds one variant without touching module options, and
 ``preserved_module_state`` undoes the hash caches that hashing and building
 leave on the module.
 """
@@ -24,11 +26,12 @@ import json
 import logging
 import os
 import re
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 import weakref
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from leapp import _warp_private as wpp
@@ -41,6 +44,7 @@ __all__ = [
     "KNOWN_CUBIN_ARCHS",
     "PTX_ARCH",
     "ARCHS_ENV",
+    "JOBS_ENV",
     "CompiledModule",
     "cubin_archs",
     "compile_module",
@@ -53,6 +57,7 @@ PTX_ARCH = 75  # driver-JIT fallback for GPUs newer than every cubin
 # Cubin targets $LEAPP_CUDA_ARCHS may name: the SM versions Warp 1.19's NVRTC compiles for (compile_module
 # also checks the installed NVRTC's own list), e.g. "87,110" for an export that runs on Jetsons only.
 KNOWN_CUBIN_ARCHS = (75, 80, 86, 87, 88, 89, 90, 100, 103, 107, 110, 120, 121)
+JOBS_ENV = "LEAPP_NVRTC_JOBS"  # at most this many processes compile a module's targets (default: the CPUs usable)
 ARCHS_ENV = "LEAPP_CUDA_ARCHS"  # e.g. "90" or "75,90": the cubins to build (tests, one-GPU exports); PTX sm_75 always
 
 log = logging.getLogger(__name__)
@@ -214,7 +219,7 @@ def _compile_variant(
 ) -> CompiledModule:
     """The PTX (unless ``ptx`` is False) and the cubins of ``archs`` for one variant: read from the binary cache
     (``binary_cache``) where it has them, the rest compiled concurrently and added to it."""
-    options = wpp.resolved_options(module, block_dim)
+    options = wpp.export_options(module, block_dim)  # a copy, forward kernels only (backward is never replayed)
     name = wpp.module_identifier(module, block_dim)
     targets = [("ptx", PTX_ARCH)] * ptx + [("cubin", a) for a in archs]
     cache = binary_cache.default_cache()
@@ -231,10 +236,10 @@ def _compile_variant(
             found[t] = entry
     missing = [t for t in targets if t not in found]
     start = time.perf_counter()
-    fresh = _compile_targets(module, options, name, block_dim, missing, compat)
+    fresh, processes = _compile_targets(module, options, name, block_dim, missing, compat)
     if fresh:
-        log.info("module '%s' (%s, block_dim %d): compiled %s in %.2f s (%d thread(s))%s", module.name,
-                 module_hash[:7], block_dim, _names(fresh), time.perf_counter() - start, _threads(len(fresh)),
+        log.info("module '%s' (%s, block_dim %d): compiled %s in %.2f s (%d process(es))%s", module.name,
+                 module_hash[:7], block_dim, _names(fresh), time.perf_counter() - start, processes,
                  f"; {_names(found)} from the binary cache" if found else "")
     if found:
         log.info("module '%s' (%s, block_dim %d): %s read from the binary cache %s", module.name, module_hash[:7],
@@ -263,48 +268,171 @@ def _names(entries) -> str:
 
 
 def _threads(count: int) -> int:
-    """Threads that compile ``count`` targets: one per target, at most one per CPU this process may use."""
+    """Processes that compile ``count`` targets: one per target, at most one per CPU this process may use and
+    at most ``$LEAPP_NVRTC_JOBS`` (1: every target in the exporting process)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # pragma: no cover - not Linux
         cpus = os.cpu_count() or 1
+    raw = os.environ.get(JOBS_ENV, "").strip()
+    if raw:
+        try:
+            cpus = min(cpus, int(raw))
+            if cpus < 1:
+                raise ValueError
+        except ValueError:
+            raise ExportError(f"{JOBS_ENV}={raw!r}: expected a number of processes >= 1") from None
     return max(1, min(count, cpus))
 
 
-def _compile_targets(module, options: dict, name: str, block_dim: int, targets: list[tuple[str, int]],
-                     compat: ptx_compat.CompatNvrtc | None = None) -> dict:
-    """(kind, arch) -> binary_cache.Entry, compiled by Warp's NVRTC, each target in its own temporary folder.
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nvrtc_worker.py")
+WORKER_TIMEOUT_S = 1800  # one NVRTC target of a large module takes minutes at most
 
-    The targets compile on a thread pool: Warp 1.19 serialises codegen under its own lock, builds in
-    per-thread folders with per-thread NVRTC PCH folders, and NVRTC (a ctypes call, the GIL released)
-    compiles independent programs concurrently. The caller holds ``_cache_lock`` and
-    ``preserved_module_state``, so no other leapp compile touches the module meanwhile. With ``compat``, the
-    PTX is then compiled again from the ``.cu`` Warp wrote, by that older NVRTC (``ptx_compat``).
+
+def _compile_targets(module, options: dict, name: str, block_dim: int, targets: list[tuple[str, int]],
+                     compat: ptx_compat.CompatNvrtc | None = None) -> tuple[dict, int]:
+    """((kind, arch) -> binary_cache.Entry, processes used), compiled by Warp's NVRTC, each target in its own
+    temporary folder.
+
+    NVRTC inside Warp compiles one program at a time per process (threads calling it finish one after
+    another), so the targets are split into one share per usable CPU: this process compiles the first
+    share (the PTX first) through Warp's own ``Module._compile``, and each other share runs in a worker
+    process (``nvrtc_worker.py``: warp.so through ctypes, the call Warp's ``build_cuda`` makes, on the
+    source Warp's codegen generated here). Modules the worker cannot build (``_warp_private.nvrtc_job``
+    returns None: LTO-IR, LLVM CUDA, extra include folders) and one-CPU machines compile every target here,
+    one after another. The caller holds ``_cache_lock`` and ``preserved_module_state``, so no other leapp
+    compile touches the module meanwhile. With ``compat``, the PTX is then compiled again from the ``.cu``
+    Warp wrote, by that older NVRTC (``ptx_compat``).
     """
     if not targets:
-        return {}
+        return {}, 0
+    targets = sorted(targets, key=lambda t: t[0] != "ptx")  # the PTX (and its compat step) stays here
     with tempfile.TemporaryDirectory(prefix="leapp-cuda-") as tmp:
 
-        def one(target: tuple[str, int]) -> binary_cache.Entry:
+        def here(target: tuple[str, int]) -> binary_cache.Entry:
             kind, arch = target
             out_dir = os.path.join(tmp, f"{kind}{arch}", name)
+            start = time.perf_counter()
             try:
                 wpp.compile_module_variant(module, options, out_dir, arch, kind == "ptx")
             except Exception as e:
-                raise ExportError(f"compiling Warp module '{module.name}' ({name}, block_dim={block_dim}) "
-                                  f"to {'PTX' if kind == 'ptx' else 'cubin'} sm_{arch} failed: {e}") from e
+                raise _compile_error(module, name, block_dim, target, e) from e
+            log.debug("module '%s': %s sm_%d built in %.3f s (codegen + NVRTC, in this process)", module.name,
+                      "PTX" if kind == "ptx" else "cubin", arch, time.perf_counter() - start)
             meta = json.loads(_read(out_dir, f"{name}.meta").decode("utf-8"))
-            smem = {k.removesuffix("_smem_bytes"): int(v) for k, v in meta.items() if k.endswith("_smem_bytes")}
             payload = _read(out_dir, f"{name}.sm{arch}.{kind}")
             if kind == "ptx" and compat is not None:
                 payload = ptx_compat.compile_ptx(compat, _read(out_dir, f"{name}.cu"), name, options, arch, payload)
-            return binary_cache.Entry(payload, smem)
+            return binary_cache.Entry(payload, _smem(meta))
 
-        workers = _threads(len(targets))
-        if workers == 1:
-            return {t: one(t) for t in targets}
-        with ThreadPoolExecutor(workers, thread_name_prefix="leapp-nvrtc") as pool:
-            return dict(zip(targets, pool.map(one, targets)))
+        shares = _threads(len(targets))
+        jobs = {}
+        if shares > 1 and sys.executable:
+            for target in targets[1:]:
+                job = wpp.nvrtc_job(module, options, target[1], target[0] == "ptx")
+                if job is None:
+                    log.debug("module '%s': %s cannot be compiled in a worker process; compiling here", module.name,
+                              _names([target]))
+                    jobs = {}
+                    break
+                jobs[target] = job
+        if not jobs:
+            return {t: here(t) for t in targets}, 1
+        local = targets[::shares]
+        workers = []
+        try:
+            for i in range(1, shares):
+                share = targets[i::shares]
+                try:
+                    workers.append(_start_worker(tmp, i, name, share, jobs))
+                except OSError as e:  # no process could be started here: this process compiles that share
+                    log.warning("module '%s': could not start an NVRTC worker process (%s); compiling %s here",
+                                module.name, e, _names(share))
+                    local = local + share
+            out = {t: here(t) for t in local}
+            for worker in workers:
+                out.update(_finish_worker(worker, module, name, block_dim, jobs))
+        finally:
+            for worker in workers:
+                if worker["process"].poll() is None:
+                    worker["process"].kill()
+                    worker["process"].wait()
+                worker["log"].close()
+        return out, 1 + len(workers)
+
+
+def _smem(meta: dict) -> dict[str, int]:
+    return {k.removesuffix("_smem_bytes"): int(v) for k, v in meta.items() if k.endswith("_smem_bytes")}
+
+
+def _compile_error(module, name: str, block_dim: int, target: tuple[str, int], why) -> ExportError:
+    kind, arch = target
+    return ExportError(f"compiling Warp module '{module.name}' ({name}, block_dim={block_dim}) "
+                       f"to {'PTX' if kind == 'ptx' else 'cubin'} sm_{arch} failed: {why}")
+
+
+def _start_worker(tmp: str, index: int, name: str, share: list[tuple[str, int]], jobs: dict) -> dict:
+    """Writes the sources and the job file of one share and starts its worker process."""
+    folder = os.path.join(tmp, f"worker{index}")
+    os.makedirs(folder)
+    entries, sources = [], {}
+    for kind, arch in share:
+        job = jobs[(kind, arch)]
+        source = sources.get(job["source"])
+        if source is None:  # one file per distinct source (all targets share one unless codegen is per arch)
+            source = sources[job["source"]] = os.path.join(folder, f"src{len(sources)}", job["program"])
+            os.makedirs(os.path.dirname(source))
+            with open(source, "w", encoding="utf-8") as f:
+                f.write(job["source"])
+        entries.append({**job["args"], "source": source, "program": job["program"],
+                        "output": os.path.join(folder, f"{name}.sm{arch}.{kind}")})
+    job_file = os.path.join(folder, "job.json")
+    with open(job_file, "w", encoding="utf-8") as f:
+        json.dump({"library": wpp.native_library_path(), "results": os.path.join(folder, "results.json"),
+                   "targets": entries}, f)
+    log_file = open(os.path.join(folder, "log.txt"), "wb")  # noqa: SIM115 - closed in _finish_worker
+    try:
+        process = subprocess.Popen([sys.executable, "-I", "-S", WORKER, job_file], stdin=subprocess.DEVNULL,
+                                   stdout=log_file, stderr=subprocess.STDOUT, cwd=folder)
+    except OSError:
+        log_file.close()
+        raise
+    return {"process": process, "folder": folder, "share": share, "log": log_file, "entries": entries}
+
+
+def _finish_worker(worker: dict, module, name: str, block_dim: int, jobs: dict) -> dict:
+    """Waits for a worker and reads its binaries; ExportError naming the target and NVRTC's output on failure."""
+    process, folder, share = worker["process"], worker["folder"], worker["share"]
+    try:
+        status = process.wait(timeout=WORKER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        status = None
+    finally:
+        worker["log"].close()
+    with open(os.path.join(folder, "log.txt"), "rb") as f:
+        output = f.read().decode("utf-8", errors="replace").strip()
+    try:
+        with open(os.path.join(folder, "results.json"), encoding="utf-8") as f:
+            results = json.load(f)["targets"]
+    except (OSError, ValueError, KeyError):
+        results = []
+    out = {}
+    for target, result in zip(share, results):
+        if result.get("error"):
+            raise _compile_error(module, name, block_dim, target, f"NVRTC error {result['error']} in a worker "
+                                 f"process: {output[-4000:] or 'no output'}")
+        kind, arch = target
+        log.debug("module '%s': %s sm_%d built in %.3f s (NVRTC, worker process %d)", module.name,
+                  "PTX" if kind == "ptx" else "cubin", arch, result["seconds"], process.pid)
+        out[target] = binary_cache.Entry(_read(folder, f"{name}.sm{arch}.{kind}"), _smem(jobs[target]["meta"]))
+    if len(out) != len(share):
+        missing = [t for t in share if t not in out]
+        why = "timed out" if status is None else f"exit status {status}"
+        raise _compile_error(module, name, block_dim, missing[0], f"the worker process ({WORKER}) {why} without "
+                             f"a result: {output[-4000:] or 'no output'}")
+    return out
 
 
 @functools.cache
@@ -319,6 +447,7 @@ def _cache_key(module: str, module_hash: str, block_dim: int, toolkit: str, kind
     return binary_cache.CacheKey(
         warp=wpp.installed_warp_version(), warp_native=_warp_native(), nvrtc=toolkit, module=module,
         module_hash=module_hash, block_dim=block_dim, kind=kind, arch=arch, bundle_format=FORMAT_VERSION,
+        overrides=json.dumps(wpp.EXPORT_OPTION_OVERRIDES, sort_keys=True, separators=(",", ":")),
     )
 
 

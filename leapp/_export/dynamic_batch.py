@@ -284,7 +284,7 @@ def build_dynamic_bundle(segment, probes: Sequence, batch_range: tuple[int, int]
     learner = _Learner(segment, batches, builders, batch_range)
     manifest = learner.learn()
     try:
-        return write_bundle(manifest, builders[0].blobs)
+        return write_bundle(manifest, builders[0].blobs, compress=sb.compress_binaries())
     except BundleError as e:
         raise ExportError(f"{learner.where}: the dynamic-batch bundle breaks the format: {e}") from e
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import math
+import os
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -124,9 +125,23 @@ def build_bundle_from_wrp(
                            archs=archs)
     manifest = builder.manifest()
     try:
-        return write_bundle(manifest, builder.blobs)
+        return write_bundle(manifest, builder.blobs, compress=compress_binaries())
     except BundleError as e:
         raise ExportError(f"{builder.where}: the bundle breaks the format: {e}") from e
+
+
+COMPRESSION_ENV = "LEAPP_BUNDLE_COMPRESSION"  # "lz4" (default) or "none" (a bundle version-1 readers read)
+
+
+def compress_binaries() -> bool:
+    """Whether exported bundles store their binaries LZ4-compressed ($LEAPP_BUNDLE_COMPRESSION, default lz4)."""
+    value = os.environ.get(COMPRESSION_ENV, "").strip().lower()
+    if value in ("", "lz4"):
+        return True
+    if value == "none":
+        return False
+    raise ExportError(f"{COMPRESSION_ENV}={value!r}: expected 'lz4' (the default: compressed binaries, bundle "
+                      "readers of version 2) or 'none' (raw binaries, readable by leapp's version-1 readers too)")
 
 
 def make_builder(wrp: WrpFile, *, segment_id: str, source: str, kernels: Sequence, inputs: Sequence,

@@ -44,19 +44,30 @@ def _init(init) -> str:
     return f"init {init}"
 
 
+def _binary(bundle: Bundle, b: dict) -> str:
+    stored = len(bundle.blobs[b["blob"]])
+    if "encoding" not in b:
+        return f"{b['kind']} sm_{b['arch']} ({format_bytes(stored)})"
+    return f"{b['kind']} sm_{b['arch']} ({format_bytes(stored)} {b['encoding']} of {format_bytes(b['decoded_bytes'])})"
+
+
 def describe_bundle(bundle: Bundle, size: int | None = None) -> list[str]:
     """Lines (no trailing newline) describing segment, producer, binaries, kernels, buffers, ops and I/O."""
     lines = [f"segment {bundle.segment}" + (f" (source {bundle.source})" if bundle.source else "")]
     size_text = f", {format_bytes(size)}" if size is not None else ""
-    lines.append(f"  digest {bundle.digest} (format v{bundle.format_version}{size_text}, {len(bundle.blobs)} blobs)")
+    readers = f", readers v{bundle.min_reader_version}+" if bundle.min_reader_version > 1 else ""
+    lines.append(f"  digest {bundle.digest} (format v{bundle.format_version}{readers}{size_text}, {len(bundle.blobs)} blobs)")
     if bundle.producer:
         lines.append("  producer: " + ", ".join(f"{k} {v}" for k, v in bundle.producer.items()))
     lines.append(f"  modules: {len(bundle.modules)}")
     for i, module in enumerate(bundle.modules):
-        binaries = ", ".join(
-            f"{b['kind']} sm_{b['arch']} ({format_bytes(len(bundle.blobs[b['blob']]))})" for b in module["binaries"]
-        )
+        binaries = ", ".join(_binary(bundle, b) for b in module["binaries"])
         lines.append(f"    [{i}] {module['name']}: {binaries}")
+        stored = sum(len(bundle.blobs[b["blob"]]) for b in module["binaries"])
+        decoded = sum(b["decoded_bytes"] if "encoding" in b else len(bundle.blobs[b["blob"]]) for b in module["binaries"])
+        if stored != decoded:
+            lines.append(f"        binaries: {format_bytes(stored)} stored, {format_bytes(decoded)} decoded "
+                         f"({stored / decoded:.0%})")
     lines.append(f"  kernels: {len(bundle.kernels)}")
     for k, kernel in enumerate(bundle.kernels):
         key = f" ({kernel['key']})" if kernel.get("key") else ""

@@ -1,4 +1,4 @@
-"""leapp/bundle/format.py: the constants of docs/bundle-format.md (segment bundle, format version 1).
+"""leapp/bundle/format.py: the constants of docs/bundle-format.md (segment bundle, format version 2).
 
 NOTE: the C++ reader (ext/core) mirrors every constant here by hand; the spec
 text is the single source of truth, and a change here is a change there.
@@ -23,6 +23,9 @@ __all__ = [
     "MAX_RULE_COEFFICIENT",
     "MAX_BATCH",
     "OLDEST_READABLE_VERSION",
+    "ENCODINGS",
+    "ENCODING_MIN_READER",
+    "min_reader_version_of",
     "HEADER",
     "HEADER_SIZE",
     "BLOB_ENTRY",
@@ -60,13 +63,17 @@ class BundleError(LeappError, ValueError):
 BundleError.__module__ = "leapp.bundle"
 
 MAGIC = b"LEAPPWB\0"
-FORMAT_VERSION = 1  # what this writer writes
-MIN_READER_VERSION = 1  # the oldest reader able to read what this writer writes
+FORMAT_VERSION = 2  # what this writer writes
+MIN_READER_VERSION = 1  # the oldest reader able to read a file this writer writes without compressed binaries
 READER_VERSION = 2  # the newest format this reader knows (files with min_reader_version above it are refused)
-DYNAMIC_BATCH_VERSION = 2  # format_version and min_reader_version of a bundle with dynamic-batch rules
+DYNAMIC_BATCH_VERSION = 2  # the min_reader_version of a bundle with dynamic-batch rules (an older reader ignores them)
 MAX_RULE_COEFFICIENT = 2**40  # |a| and |b| of a dynamic-batch rule [a, b]
 MAX_BATCH = 2**31 - 1
 OLDEST_READABLE_VERSION = 1  # the oldest format_version this reader still reads
+# Compressed binaries (section 1.1, format version 2): ``modules[m].binaries[b].encoding``; a file that uses
+# one is written with min_reader_version 2 (a version-1 reader would take the block for the binary).
+ENCODINGS = ("lz4-block",)
+ENCODING_MIN_READER = 2
 
 # magic, format_version, min_reader_version, file_size, blob_table_offset,
 # blob_count, flags, manifest_offset, manifest_size, reserved
@@ -112,6 +119,20 @@ DTYPE_ITEMSIZE = {
     "bool": 1,
 }
 DTYPES = tuple(DTYPE_ITEMSIZE)
+
+
+def min_reader_version_of(manifest: dict) -> int:
+    """The min_reader_version a file with this manifest needs: 2 when a binary has an ``encoding`` or the manifest
+    has dynamic-batch rules (``batch``: a version-1 reader would ignore them and replay the traced batch only), else 1."""
+    if isinstance(manifest, dict) and "batch" in manifest:
+        return DYNAMIC_BATCH_VERSION
+    modules = manifest.get("modules") if isinstance(manifest, dict) else None
+    for module in modules if isinstance(modules, list) else ():
+        binaries = module.get("binaries") if isinstance(module, dict) else None
+        for binary in binaries if isinstance(binaries, list) else ():
+            if isinstance(binary, dict) and "encoding" in binary:
+                return ENCODING_MIN_READER
+    return MIN_READER_VERSION
 
 
 def align_up(n: int, alignment: int = ALIGNMENT) -> int:

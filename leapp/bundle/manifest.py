@@ -12,9 +12,13 @@ import math
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from leapp.bundle import lz4_block
 from leapp.bundle.format import (
     BINARY_KINDS,
+    ENCODING_MIN_READER,
+    ENCODINGS,
     DTYPE_ITEMSIZE,
+    DYNAMIC_BATCH_VERSION,
     FORMAT_NAME,
     MAX_BATCH,
     MAX_BUFFER_BYTES,
@@ -45,17 +49,26 @@ READ_ONLY_ROLES = ("input", "constant")
 
 
 def validate_manifest(
-    manifest: dict, blob_lengths: Sequence[int], blobs: Sequence[bytes | memoryview] | None = None
-) -> None:
+    manifest: dict, blob_lengths: Sequence[int], blobs: Sequence[bytes | memoryview] | None = None,
+    min_reader_version: int | None = None,
+) -> dict[int, bytes]:
     """Raises BundleError naming the first field that breaks a rule of section 2.
 
     Args:
         manifest: the decoded manifest.
         blob_lengths: the length of every blob of the bundle, in table order.
         blobs: the blob bytes when known; enables the content rules (PTX blobs
-            end with a NUL byte). The writer and reader always pass them.
+            end with a NUL byte, compressed binaries decode under section 1.1).
+            The writer and reader always pass them.
+        min_reader_version: the file header's; a compressed binary needs 2 or more.
+            None (the writer, which derives it from the manifest) skips that rule.
+
+    Returns:
+        blob index -> decoded bytes of every compressed binary (empty without ``blobs``).
     """
-    _ManifestCheck(manifest, list(blob_lengths), blobs).run()
+    check = _ManifestCheck(manifest, list(blob_lengths), blobs, min_reader_version)
+    check.run()
+    return check.decoded
 
 
 def _describe(value: Any) -> str:
@@ -83,10 +96,13 @@ def _plural(n: int, word: str) -> str:
 class _ManifestCheck:
     """One validation pass; methods named after the section they check."""
 
-    def __init__(self, manifest: Any, blob_lengths: list[int], blobs: Sequence[bytes | memoryview] | None):
+    def __init__(self, manifest: Any, blob_lengths: list[int], blobs: Sequence[bytes | memoryview] | None,
+                 min_reader_version: int | None = None):
         self.m = manifest
         self.blob_lengths = blob_lengths
         self.blobs = blobs
+        self.min_reader_version = min_reader_version
+        self.decoded: dict[int, bytes] = {}  # blob -> decoded bytes of a compressed binary
 
     # --- primitives -------------------------------------------------------------------------------------
 
@@ -204,28 +220,58 @@ class _ManifestCheck:
                 self.fail(f"{bpath} is a second {kind} for arch {arch} (first: binaries[{seen[kind, arch]}])")
             seen[kind, arch] = b
             blob = self.blob(self.get(binary, "blob", bpath), f"{bpath}.blob")
+            image = self.check_encoding(binary, blob, bpath)  # the binary's bytes (None without blobs)
             if kind == "ptx":
-                self.check_ptx_blob(blob, bpath)
+                self.check_ptx_blob(blob, bpath, image)
             if "ptx_isa" in binary:
-                self.check_ptx_isa(binary, kind, blob, bpath)
+                self.check_ptx_isa(binary, kind, image, bpath)
 
-    def check_ptx_isa(self, binary: dict, kind: str, blob: int, path: str) -> None:
+    def check_encoding(self, binary: dict, blob: int, path: str) -> bytes | memoryview | None:
+        """Section 1.1: the optional ``encoding`` and its ``decoded_bytes``; returns the binary's bytes."""
+        image = self.blobs[blob] if self.blobs is not None else None
+        if "encoding" not in binary:
+            if "decoded_bytes" in binary:
+                self.fail(f"{path}.decoded_bytes is given without an encoding")
+            return image
+        encoding = self.field(binary, "encoding", path, "str")
+        if encoding not in ENCODINGS:
+            self.fail(f"{path}.encoding {_describe(encoding)} is not {' or '.join(map(repr, ENCODINGS))}")
+        if self.min_reader_version is not None and self.min_reader_version < ENCODING_MIN_READER:
+            self.fail(f"{path}.encoding is used by a file whose min_reader_version is {self.min_reader_version} "
+                      f"(a compressed binary needs {ENCODING_MIN_READER}: older readers would take the block for "
+                      "the binary)")
+        size = self.field(binary, "decoded_bytes", path, "int", hi=MAX_BUFFER_BYTES)
+        if image is None:
+            return None
+        if blob not in self.decoded:
+            try:
+                self.decoded[blob] = lz4_block.decode_block(bytes(image), size)
+            except lz4_block.BlockError as e:
+                self.fail(f"{path}.blob {blob} ({len(image)} bytes, decoded_bytes {size}): LZ4 block: {e}")
+        elif len(self.decoded[blob]) != size:  # one block, two declared sizes: decode again to report it
+            try:
+                lz4_block.decode_block(bytes(image), size)
+            except lz4_block.BlockError as e:
+                self.fail(f"{path}.blob {blob} ({len(image)} bytes, decoded_bytes {size}): LZ4 block: {e}")
+        return self.decoded[blob]
+
+    def check_ptx_isa(self, binary: dict, kind: str, image: bytes | memoryview | None, path: str) -> None:
         """The optional ``ptx_isa``: a PTX binary's ISA, equal to its text's ``.version`` (both readers check it)."""
         isa = self.field(binary, "ptx_isa", path, "str")
         if kind != "ptx":
             self.fail(f"{path}.ptx_isa is given for a cubin (only PTX has an ISA version)")
         if not is_ptx_isa(isa):
             self.fail(f'{path}.ptx_isa {_describe(isa)} is not a PTX ISA version such as "9.0"')
-        if self.blobs is not None:
-            own = ptx_isa_of(self.blobs[blob])
+        if image is not None:
+            own = ptx_isa_of(image)
             if own != isa:
                 self.fail(f"{path}.ptx_isa {isa!r} differs from the PTX text's .version "
                           f"{own or '(none in its first 4096 bytes)'}")
 
-    def check_ptx_blob(self, blob: int, path: str) -> None:
-        if self.blob_lengths[blob] == 0:
+    def check_ptx_blob(self, blob: int, path: str, image: bytes | memoryview | None) -> None:
+        if (len(image) if image is not None else self.blob_lengths[blob]) == 0:
             self.fail(f"{path}: PTX blob {blob} is empty (PTX blobs end with a NUL byte)")
-        if self.blobs is not None and self.blobs[blob][-1] != 0:
+        if image is not None and image[-1] != 0:
             self.fail(f"{path}: PTX blob {blob} does not end with a NUL byte")
 
     def check_kernel(self, kernel: Any, path: str) -> None:
@@ -506,6 +552,9 @@ class _DynamicCheck:
                 self.fail(f"{found} is a dynamic-batch rule, but the manifest has no batch")
             return
         batch = self.c.obj(self.m["batch"], "batch")
+        if self.c.min_reader_version is not None and self.c.min_reader_version < DYNAMIC_BATCH_VERSION:
+            self.fail(f"batch is used by a file whose min_reader_version is {self.c.min_reader_version} (dynamic-batch "
+                      f"rules need {DYNAMIC_BATCH_VERSION}: an older reader would replay the traced batch only)")
         self.lo = self.c.field(batch, "min", "batch", "int", lo=1, hi=MAX_BATCH)
         self.hi = self.c.field(batch, "max", "batch", "int", lo=1, hi=MAX_BATCH)
         self.traced = self.c.field(batch, "traced", "batch", "int", lo=1, hi=MAX_BATCH)

@@ -9,7 +9,7 @@ KeyError, UnicodeDecodeError or json error).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from leapp.bundle.format import (
@@ -43,12 +43,16 @@ class Bundle:
         blobs: blob i's bytes, in table order.
         digest: hex sha256 of the file (its trailing hash); the runtimes' cache key.
         format_version: the header's format_version.
+        min_reader_version: the header's min_reader_version (2 when a binary is compressed).
+        decoded: blob index -> decoded bytes of each compressed binary (section 1.1); ``binary`` reads it.
     """
 
     manifest: dict
     blobs: list[bytes]
     digest: str
     format_version: int
+    min_reader_version: int = 1
+    decoded: dict[int, bytes] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def segment(self) -> str:
@@ -87,6 +91,17 @@ class Bundle:
     def outputs(self) -> list[dict]:
         """signature.outputs, same fields as ``inputs``."""
         return self.manifest["signature"]["outputs"]
+
+    def binary(self, module: int, index: int) -> bytes:
+        """``modules[module].binaries[index]`` as a loader hands it to the driver: its blob, decoded when the
+        manifest gives it an ``encoding`` (the reader decoded and checked it)."""
+        spec = self.modules[module]["binaries"][index]
+        return self.decoded[spec["blob"]] if "encoding" in spec else self.blobs[spec["blob"]]
+
+    def binary_size(self, module: int, index: int) -> int:
+        """The binary's decoded size (its blob's length when it is not compressed)."""
+        spec = self.modules[module]["binaries"][index]
+        return spec["decoded_bytes"] if "encoding" in spec else len(self.blobs[spec["blob"]])
 
     def blob(self, index: int) -> bytes:
         """The bytes of blob ``index``; IndexError names the blob count when out of range."""
@@ -181,8 +196,9 @@ def read_bundle(data: bytes | bytearray | memoryview) -> Bundle:
         blobs.append(blob)
 
     manifest = decode_manifest(memoryview(buf)[manifest_offset:manifest_end])
-    validate_manifest(manifest, [len(b) for b in blobs], blobs)
-    return Bundle(manifest=manifest, blobs=blobs, digest=stored.hex(), format_version=format_version)
+    decoded = validate_manifest(manifest, [len(b) for b in blobs], blobs, min_reader_version=min_reader)
+    return Bundle(manifest=manifest, blobs=blobs, digest=stored.hex(), format_version=format_version,
+                  min_reader_version=min_reader, decoded=decoded)
 
 
 def _check_versions(format_version: int, min_reader: int) -> None:

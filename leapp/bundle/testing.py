@@ -14,7 +14,7 @@ import hashlib
 import struct
 from collections.abc import Mapping, Sequence
 
-from leapp.bundle.format import BLOB_ENTRY, BLOB_ENTRY_SIZE, HASH_SIZE, HEADER, HEADER_SIZE
+from leapp.bundle.format import BLOB_ENTRY, BLOB_ENTRY_SIZE, HASH_SIZE, HEADER, HEADER_SIZE, min_reader_version_of
 from leapp.bundle.writer import encode_manifest, pack
 
 __all__ = [
@@ -256,17 +256,22 @@ def set_header_field(data: bytes | bytearray, **fields: int | bytes) -> bytes:
     return reseal(out)
 
 
-def write_unchecked(manifest: dict | bytes, blobs: Sequence[bytes]) -> bytes:
+def write_unchecked(manifest: dict | bytes, blobs: Sequence[bytes], min_reader_version: int | None = None) -> bytes:
     """A well-formed file around ``manifest`` (a dict, encoded as the writer does, or raw bytes) WITHOUT validating it.
 
     For tests of the reader's manifest rules: the header, table and hashes are
-    right, so the reader gets as far as the manifest.
+    right, so the reader gets as far as the manifest. ``min_reader_version``:
+    the header's (default: what the writer would write, 2 when a binary has an
+    ``encoding``, else 1).
     """
     if isinstance(manifest, (bytes, bytearray)):
         raw = bytes(manifest)
+        derived = 1
     else:
         raw = encode_manifest(manifest)
-    return pack(raw, [bytes(b) for b in blobs])
+        derived = min_reader_version_of(manifest)
+    return pack(raw, [bytes(b) for b in blobs],
+                min_reader_version=derived if min_reader_version is None else min_reader_version)
 
 
 # (old, new, escape, where): manifest edits that leave one lone UTF-16 surrogate escape, the

@@ -15,7 +15,6 @@ from leapp.bundle.format import (
     ALIGNMENT,
     BLOB_ENTRY,
     BLOB_ENTRY_SIZE,
-    DYNAMIC_BATCH_VERSION,
     FORMAT_VERSION,
     HASH_SIZE,
     HEADER,
@@ -26,11 +25,13 @@ from leapp.bundle.format import (
     MIN_READER_VERSION,
     BundleError,
     align_up,
+    min_reader_version_of,
 )
+from leapp.bundle.lz4_block import ENCODING, encode_block
 from leapp.bundle.manifest import validate_manifest
 from leapp.bundle.reader import decode_manifest
 
-__all__ = ["write_bundle", "encode_manifest", "pack"]
+__all__ = ["write_bundle", "encode_manifest", "pack", "compress_binaries"]
 
 
 def encode_manifest(manifest: dict) -> bytes:
@@ -42,30 +43,79 @@ def encode_manifest(manifest: dict) -> bytes:
         raise BundleError(f"bundle manifest: cannot be written as JSON: {e}") from e
 
 
-def write_bundle(manifest: dict, blobs: Sequence[bytes | bytearray | memoryview]) -> bytes:
+def write_bundle(manifest: dict, blobs: Sequence[bytes | bytearray | memoryview], *, compress: bool = False) -> bytes:
     """The bundle bytes for ``manifest`` and ``blobs`` (blob i is what the manifest's ``"blob": i`` means).
 
     The manifest is checked with the reader's rules first (on its JSON form,
     so tuples count as arrays), and a BundleError names the first field that
-    breaks one; whatever this returns, ``read_bundle`` accepts.
+    breaks one; whatever this returns, ``read_bundle`` accepts. With
+    ``compress``, binaries are stored LZ4-compressed where that makes them
+    smaller (``compress_binaries``). The header's min_reader_version is 2 when
+    a binary is compressed, else 1 (version-1 readers still read the file).
     """
     try:
         blob_bytes = [memoryview(b).tobytes() for b in blobs]  # memoryview: bytes(5) would be 5 zeros
     except TypeError as e:
         raise BundleError(f"bundle: blobs must be bytes-like objects: {e}") from e
+    if compress:
+        manifest, blob_bytes = compress_binaries(manifest, blob_bytes)
     if len(blob_bytes) > MAX_BLOBS:
         raise BundleError(f"bundle: {len(blob_bytes)} blobs, at most {MAX_BLOBS} are allowed")
     raw = encode_manifest(manifest)
     if len(raw) > MAX_MANIFEST_SIZE:
         raise BundleError(f"bundle manifest: {len(raw)} bytes of JSON, at most {MAX_MANIFEST_SIZE} are allowed")
     decoded = decode_manifest(raw)
-    validate_manifest(decoded, [len(b) for b in blob_bytes], blob_bytes)
-    # A bundle with dynamic-batch rules needs a reader that applies them (an older one would replay the traced batch).
-    versions = (DYNAMIC_BATCH_VERSION, DYNAMIC_BATCH_VERSION) if "batch" in decoded else None
-    return pack(raw, blob_bytes, versions=versions)
+    min_reader = min_reader_version_of(decoded)
+    validate_manifest(decoded, [len(b) for b in blob_bytes], blob_bytes, min_reader_version=min_reader)
+    return pack(raw, blob_bytes, min_reader_version=min_reader)
 
 
-def pack(raw_manifest: bytes, blobs: Sequence[bytes], *, versions: tuple[int, int] | None = None) -> bytes:
+def compress_binaries(manifest: dict, blobs: Sequence[bytes]) -> tuple[dict, list[bytes]]:
+    """A copy of ``manifest`` and ``blobs`` in which each binary's blob is one LZ4 block (section 1.1) when
+    that is smaller; its binary entries then carry ``"encoding": "lz4-block"`` and ``"decoded_bytes"``.
+
+    A blob is compressed only when binaries alone refer to it, all without an encoding (an operation's
+    parameters or a constant stay raw: the runtime reads them in place). Incompressible blobs stay raw.
+    """
+    import copy  # noqa: PLC0415
+
+    out = copy.deepcopy(manifest)
+    blobs = list(blobs)
+    binary_refs: dict[int, list[dict]] = {}
+    for module in out.get("modules", ()) if isinstance(out, dict) else ():
+        for binary in module.get("binaries", ()) if isinstance(module, dict) else ():
+            if isinstance(binary, dict) and type(binary.get("blob")) is int and 0 <= binary["blob"] < len(blobs):
+                binary_refs.setdefault(binary["blob"], []).append(binary)
+    other_refs = _blob_refs_outside_binaries(out)
+    for blob, refs in binary_refs.items():
+        if blob in other_refs or any("encoding" in r or "decoded_bytes" in r for r in refs):
+            continue
+        data = blobs[blob]
+        block = encode_block(data)
+        if len(block) >= len(data):
+            continue
+        blobs[blob] = block
+        for r in refs:
+            r["encoding"] = ENCODING
+            r["decoded_bytes"] = len(data)
+    return out, blobs
+
+
+def _blob_refs_outside_binaries(manifest: dict) -> set[int]:
+    """Blob indices that constants' init or launches' params name."""
+    refs: set[int] = set()
+    for buffer in manifest.get("buffers", ()) if isinstance(manifest, dict) else ():
+        init = buffer.get("init") if isinstance(buffer, dict) else None
+        if isinstance(init, dict) and type(init.get("blob")) is int:
+            refs.add(init["blob"])
+    for op in manifest.get("ops", ()) if isinstance(manifest, dict) else ():
+        params = op.get("params") if isinstance(op, dict) else None
+        if isinstance(params, dict) and type(params.get("blob")) is int:
+            refs.add(params["blob"])
+    return refs
+
+
+def pack(raw_manifest: bytes, blobs: Sequence[bytes], *, min_reader_version: int = MIN_READER_VERSION) -> bytes:
     """Lays out header, blob table, manifest bytes and blobs, then seals the file; checks nothing.
 
     ``write_bundle`` is the public entry; ``leapp.bundle.testing`` uses this to build invalid files.
@@ -83,9 +133,8 @@ def pack(raw_manifest: bytes, blobs: Sequence[bytes], *, versions: tuple[int, in
     file_size = body_end + HASH_SIZE
 
     out = bytearray(file_size)  # zero-filled: padding bytes are 0
-    format_version, min_reader = versions or (FORMAT_VERSION, MIN_READER_VERSION)
     out[0:HEADER_SIZE] = HEADER.pack(
-        MAGIC, format_version, min_reader, file_size, HEADER_SIZE, len(blobs), 0,
+        MAGIC, FORMAT_VERSION, min_reader_version, file_size, HEADER_SIZE, len(blobs), 0,
         manifest_offset, len(raw), 0,
     )
     out[HEADER_SIZE:manifest_offset] = table

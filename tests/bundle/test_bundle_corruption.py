@@ -78,8 +78,8 @@ def test_exact_texts_file_level():
 
 
 def test_version_range_is_named():
-    assert rejected(set_header_field(EXAMPLE, format_version=3, min_reader_version=3)) == (
-        "unsupported bundle format version 3 (this leapp reads 1..2)"
+    assert rejected(set_header_field(EXAMPLE, format_version=4, min_reader_version=4)) == (
+        "unsupported bundle format version 4 (this leapp reads 1..2)"
     )
     assert rejected(set_header_field(EXAMPLE, format_version=4, min_reader_version=3)) == (
         "unsupported bundle format version 4, which needs a reader of version 3 or later (this leapp reads 1..2)"
@@ -88,16 +88,20 @@ def test_version_range_is_named():
         "unsupported bundle format version 0 (this leapp reads 1..2)"
     )
     assert rejected(set_header_field(EXAMPLE, min_reader_version=0)) == (
-        "bundle header: min_reader_version 0 is not in [1, format_version 1]"
+        "bundle header: min_reader_version 0 is not in [1, format_version 2]"
     )
-    assert rejected(set_header_field(EXAMPLE, min_reader_version=2)) == (
+    assert rejected(set_header_field(EXAMPLE, min_reader_version=3)) == (
+        "bundle header: min_reader_version 3 is not in [1, format_version 2]"
+    )
+    assert rejected(set_header_field(EXAMPLE, format_version=1, min_reader_version=2)) == (
         "bundle header: min_reader_version 2 is not in [1, format_version 1]"
     )
 
 
 def test_newer_format_readable_by_old_readers_is_read():
-    bundle = read_bundle(set_header_field(EXAMPLE, format_version=2, min_reader_version=1))
-    assert bundle.format_version == 2
+    bundle = read_bundle(set_header_field(EXAMPLE, format_version=3, min_reader_version=2))
+    assert (bundle.format_version, bundle.min_reader_version) == (3, 2)
+    assert read_bundle(set_header_field(EXAMPLE, format_version=1, min_reader_version=1)).format_version == 1
 
 
 @pytest.mark.parametrize(

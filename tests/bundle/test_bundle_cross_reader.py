@@ -78,6 +78,7 @@ def test_both_reject_each_manifest_rule(mutate, message):
 @pytest.mark.parametrize(
     "fields",
     [dict(format_version=2, min_reader_version=1), dict(format_version=2, min_reader_version=2),
+     dict(format_version=3, min_reader_version=3), dict(format_version=1, min_reader_version=2), dict(min_reader_version=3),
      dict(format_version=0, min_reader_version=0), dict(min_reader_version=0), dict(min_reader_version=2),
      dict(flags=1), dict(reserved=1), dict(blob_table_offset=72), dict(blob_count=65537), dict(manifest_offset=212),
      dict(manifest_size=0), dict(manifest_offset=2**64 - 8)],

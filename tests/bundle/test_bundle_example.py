@@ -21,7 +21,7 @@ def test_example_round_trip():
     assert bundle.manifest == manifest
     assert bundle.blobs == blobs
     assert bundle.digest == hashlib.sha256(data[:-32]).hexdigest() == data[-32:].hex()
-    assert bundle.format_version == 1
+    assert (bundle.format_version, bundle.min_reader_version) == (2, 1)  # no compressed binary: v1 readers read it
     assert bundle.segment == "example/warp_segment_0"
     assert [k["entry"] for k in bundle.kernels] == [EXAMPLE_ENTRY]
     assert [t["name"] for t in bundle.inputs] == ["x"] and [t["name"] for t in bundle.outputs] == ["y"]
@@ -34,7 +34,7 @@ def test_writer_is_deterministic_and_aligned():
     a = example_bundle(n=7)
     assert a == example_bundle(n=7)
     fields = HEADER.unpack(a[:HEADER_SIZE])
-    assert fields[0] == MAGIC and fields[1:3] == (1, 1) and fields[3] == len(a)
+    assert fields[0] == MAGIC and fields[1:3] == (2, 1) and fields[3] == len(a)
     assert fields[7] % 8 == 0  # manifest_offset
 
 

@@ -57,7 +57,7 @@ def test_inspect_bundle_file(tmp_path, capsys):
     assert out.splitlines()[0] == "seg.lwb: leapp segment bundle, 2.8 KiB"
     for text in (
         "segment example/warp_segment_0 (source leapp/bundle/testing.py:1)",
-        f"digest {DIGEST} (format v1, 2.8 KiB, 3 blobs)",
+        f"digest {DIGEST} (format v2, 2.8 KiB, 3 blobs)",
         "[0] leapp_example_module: ptx sm_75 (1.1 KiB)",
         "[0] leapp_example_scale_cuda_kernel_forward (example_scale): module 0, block_dim 256, smem 0 B",
         "buffers: 4 (1 input, 1 output, 1 scratch, 1 constant, 64 B in all)",
@@ -103,7 +103,7 @@ def test_inspect_onnx(tmp_path, capsys):
     assert "inputs: x: float32[4]" in lines and "outputs: z: float32[4]" in lines
     assert "nodes: 2 (leapp.warp::WarpSegment x1, Mul x1)" in lines
     assert "node obs_warp_segment_0 (leapp.warp::WarpSegment): inputs ['x'], bundle 'seg0_bundle', outputs ['y']" in lines
-    assert f"digest {DIGEST} (format v1, 2.8 KiB, 3 blobs)" in lines
+    assert f"digest {DIGEST} (format v2, 2.8 KiB, 3 blobs)" in lines
     assert f"signature matches the bundle (digest {DIGEST[:16]}...)" in lines
     assert "binary choice (docs/portability.md):" in lines  # each bundle found in an archive too
 

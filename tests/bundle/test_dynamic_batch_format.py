@@ -48,9 +48,9 @@ def test_round_trip_and_versions():
     assert native_error(data) in (None, "accepted")
     sig = signature_json(back)
     assert '"batch":{"max":64,"min":1,"traced":8}' in sig and '"batch_rule":[1,0]' in sig
-    # bundles without rules keep version 1 (and old v1 bundles still load)
+    # a bundle without rules (or compressed binaries) keeps min_reader_version 1
     static = example_bundle(4)
-    assert HEADER.unpack_from(static, 0)[1:3] == (1, 1)
+    assert HEADER.unpack_from(static, 0)[2] == 1
     assert python_error(static) == "accepted" and native_error(static) in (None, "accepted")
 
 
@@ -119,6 +119,15 @@ def test_hostile_rules_are_refused_by_both_readers(make, field):
     if cpp is not None:
         assert cpp != "accepted", f"C++ accepted what Python refused: {py}"
         assert field.split("[")[0].split(".")[0] in cpp, cpp
+
+
+def test_rules_in_a_file_an_old_reader_would_read_are_refused():
+    """min_reader_version 1 with "batch": a version-1 reader would ignore the rules; both readers refuse it."""
+    manifest, blobs = dynamic_example_manifest_and_blobs(8)
+    data = write_unchecked(manifest, blobs, min_reader_version=1)
+    py, cpp = python_error(data), native_error(data)
+    assert "batch is used by a file whose min_reader_version is 1" in py, py
+    assert cpp is None or ("batch" in cpp and "min_reader_version is 1" in cpp), cpp
 
 
 @settings(max_examples=60, deadline=None)

@@ -299,5 +299,5 @@ def test_cache_location(monkeypatch, tmp_path):
 def test_key_names_what_changes_the_bytes():
     fields = set(json.loads(_key(0).encoded()))
     assert fields == {"cache", "warp", "warp_native", "nvrtc", "module", "module_hash", "block_dim", "kind", "arch",
-                      "bundle_format"}
+                      "bundle_format", "overrides"}
     assert len({_key(i).filename() for i in range(3)} | {bc.CacheKey(**{**_key(0).__dict__, "arch": 80}).filename()}) == 4

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 import struct
+import tempfile
 
 import numpy as np
 import pytest
@@ -104,6 +107,109 @@ def test_user_module_and_config_are_unchanged(cpu_loaded):
     wp.launch(k_double, dim=3, inputs=[a, out], device="cpu")
     assert out.numpy().tolist() == [2.0, 2.0, 2.0]
     assert module_state(module)["execs"] == before_state["execs"]
+
+
+def test_only_forward_kernels_are_compiled_with_warps_entry_names(compiled):
+    cuda_code.compile_module(k_tile, 256, TEST_ARCHS)  # the module's other kernel: its name in this variant
+    """leapp's copy of the options has enable_backward=False: no adjoint entry, the same forward symbols and
+    parameter lists as Warp's own (backward-enabled) build of the variant, the user's options untouched."""
+    module = k_double.module
+    assert module.options.get("enable_backward", wp.config.enable_backward) is True
+    assert _warp_private.export_options(module, 256)["enable_backward"] is False
+    assert _warp_private.export_options(module, 256)["use_precompiled_headers"] is False
+    assert module.resolve_options(wp.config, block_dim=256)["enable_backward"] is True
+    ptx = compiled.ptx[75].decode()
+    entries = re.findall(r"\.entry\s+(\w+)\s*\(([^)]*)\)", ptx)
+    assert {name for name, _ in entries} == {compiled.entry(k_double), compiled.entry(k_tile)}
+    assert b"_cuda_kernel_backward" not in compiled.cubins[90]
+    # Warp's own build of the same variant (backward included) declares the forward entry identically
+    with _warp_private.preserved_module_state(module):
+        cuda_code.wpp.module_variant_hash(module, 256)
+        full = module.resolve_options(wp.config, block_dim=256)
+        with tempfile.TemporaryDirectory() as tmp:
+            _warp_private.compile_module_variant(module, full, tmp, 75, True)
+            warp_ptx = open(f"{tmp}/{compiled.name}.sm75.ptx").read()
+    warp_entries = dict(re.findall(r"\.entry\s+(\w+)\s*\(([^)]*)\)", warp_ptx))
+    assert compiled.entry(k_double).replace("forward", "backward") in warp_entries
+    assert all(warp_entries[name] == params for name, params in entries)
+
+
+def test_precompiled_headers_off_gives_the_same_bytes(compiled):
+    """use_precompiled_headers=False in leapp's copy only saves time: NVRTC writes the same cubin with it on."""
+    module = k_double.module
+    with _warp_private.preserved_module_state(module):
+        cuda_code.wpp.module_variant_hash(module, 256)
+        options = {**_warp_private.export_options(module, 256), "use_precompiled_headers": True}
+        with tempfile.TemporaryDirectory() as tmp:
+            _warp_private.compile_module_variant(module, options, tmp, 90, False)
+            with open(f"{tmp}/{compiled.name}.sm90.cubin", "rb") as f:
+                assert f.read() == compiled.cubins[90]
+
+
+def _fresh_compile(monkeypatch, processes: int, block_dim: int = 32):
+    monkeypatch.setenv("LEAPP_NO_CACHE", "1")
+    monkeypatch.setattr(cuda_code, "_threads", lambda count: min(count, processes))
+    monkeypatch.setattr(cuda_code, "_store", {})  # compile again, leaving the other tests' compiled modules alone
+    monkeypatch.setattr(cuda_code, "_cache", {})
+    return cuda_code.compile_module(k_double, block_dim, (80, 90, 120))
+
+
+def test_worker_processes_write_warps_bytes(monkeypatch, caplog):
+    """Targets compiled by worker processes (nvrtc_worker.py) equal those Warp's Module._compile writes here."""
+    import logging
+
+    with caplog.at_level(logging.DEBUG, logger="leapp._export.cuda_code"):
+        spread = _fresh_compile(monkeypatch, 3)
+    workers = [r.getMessage() for r in caplog.records if "worker process" in r.getMessage()]
+    assert len(workers) == 2 and any("(3 process(es))" in r.getMessage() for r in caplog.records), workers
+    here = _fresh_compile(monkeypatch, 1)
+    assert spread.ptx == here.ptx and spread.cubins == here.cubins and spread.smem_bytes == here.smem_bytes
+    module = k_double.module  # the workers' .meta comes from the same codegen (the tile kernel's smem included)
+    with _warp_private.preserved_module_state(module):
+        _warp_private.module_variant_hash(module, 32)
+        job = _warp_private.nvrtc_job(module, _warp_private.export_options(module, 32), 90, False)
+    assert cuda_code._smem(job["meta"]) == here.smem_bytes and here.smem_bytes[here.entry(k_tile)] > 0
+
+
+def test_a_worker_failure_names_the_target_and_nvrtcs_output(monkeypatch):
+    real = _warp_private.nvrtc_job
+
+    def broken(module, options, arch, use_ptx):
+        job = real(module, options, arch, use_ptx)
+        job["source"] += "\nthis is not CUDA;\n"
+        return job
+
+    monkeypatch.setattr(cuda_code.wpp, "nvrtc_job", broken)
+    with pytest.raises(ExportError, match=r"to cubin sm_\d+ failed: NVRTC error \d+ in a worker process: (?s:.*)error: "
+                       r"expected a declaration"):
+        _fresh_compile(monkeypatch, 2, block_dim=16)
+
+
+def test_no_worker_process_means_compiling_here(monkeypatch, caplog):
+    def refuse(*args, **kwargs):
+        raise OSError("fork refused")
+
+    monkeypatch.setattr(cuda_code.subprocess, "Popen", refuse)
+    compiled = _fresh_compile(monkeypatch, 3, block_dim=8)
+    assert sorted(compiled.cubins) == [80, 90, 120] and compiled.ptx[75].endswith(b"\0")
+    assert "could not start an NVRTC worker process (fork refused)" in caplog.text
+
+
+def test_nvrtc_jobs_env_caps_the_processes(monkeypatch):
+    monkeypatch.setenv(cuda_code.JOBS_ENV, "1")
+    assert cuda_code._threads(8) == 1
+    monkeypatch.setenv(cuda_code.JOBS_ENV, "0")
+    with pytest.raises(ExportError, match=r"LEAPP_NVRTC_JOBS='0': expected a number of processes >= 1"):
+        cuda_code._threads(8)
+    monkeypatch.delenv(cuda_code.JOBS_ENV)
+    assert 1 <= cuda_code._threads(8) <= 8
+
+
+def test_cache_key_names_the_option_overrides(compiled):
+    key = cuda_code._cache_key(module="m", module_hash="ab", block_dim=256, toolkit="13.4", kind="cubin", arch=90)
+    assert json.loads(key.overrides) == {"enable_backward": False, "use_precompiled_headers": False}
+    assert b"enable_backward" in key.encoded()
+    assert key.filename() != dataclasses.replace(key, overrides="").filename()
 
 
 def test_compiled_modules_are_cached_per_hash_and_block_dim(compiled):

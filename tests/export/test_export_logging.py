@@ -54,11 +54,16 @@ def test_compile_cache_decisions_are_logged(caplog):
         cuda_code.compile_module(k_logged, 256, archs=(90,))
         cuda_code.compile_module(k_logged, 256, archs=(90,))
         cuda_code.compile_module(k_logged, 256, archs=(80, 90))
-    first, second, third = _messages(caplog, "leapp._export.cuda_code")
+    messages = _messages(caplog, "leapp._export.cuda_code")
+    built = [m for m in messages if " built in " in m]  # one DEBUG line per target, with its time and process
+    assert all(re.fullmatch(r"module '.+': (PTX|cubin) sm_\d+ built in \d+\.\d{3} s \(.+\)", m) for m in built), built
+    assert sorted(re.search(r"(PTX|cubin) sm_\d+", m).group(0) for m in built) == ["PTX sm_75", "cubin sm_80",
+                                                                                    "cubin sm_90"]
+    first, second, third = [m for m in messages if " built in " not in m]
     assert re.fullmatch(r"module '.+' \(\w{7}, block_dim 256\): compiled PTX sm_75, cubin sm_90 in \d+\.\d\d s "
-                        r"\(\d thread\(s\)\)", first)
+                        r"\(\d process\(es\)\)", first)
     assert re.fullmatch(r"module '.+' \(\w{7}, block_dim 256\): compiled code reused", second)
-    assert re.fullmatch(r"module '.+' \(\w{7}, block_dim 256\): compiled cubin sm_80 in \d+\.\d\d s \(1 thread\(s\)\)",
+    assert re.fullmatch(r"module '.+' \(\w{7}, block_dim 256\): compiled cubin sm_80 in \d+\.\d\d s \(1 process\(es\)\)",
                         third)
 
 

@@ -122,7 +122,7 @@ def test_bundle_records_isa_and_ptx_toolkit(monkeypatch, tmp_path):
     b = read_bundle(data)
     (ptx,) = [x for x in b.modules[0]["binaries"] if x["kind"] == "ptx"]
     assert b.producer["ptx_toolkit"] == compat.version_text and b.producer["cuda_toolkit"] == "13.4"
-    assert ptx["ptx_isa"] == b.producer["ptx_isa"] == ptx_isa_of(b.blobs[ptx["blob"]])
+    assert ptx["ptx_isa"] == b.producer["ptx_isa"] == ptx_isa_of(b.binary(0, b.modules[0]["binaries"].index(ptx)))
     # an H200 (9.0) has no cubin here: the PTX is chosen, and a CUDA 13.0 driver reads its ISA
     choice = _native.Bundle(data).binary_choice(0, 9, 0, 13000)
     assert choice["candidates"][choice["chosen"]]["kind"] == "ptx", choice["summary"]

@@ -6,10 +6,12 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <new>
 #include <stdexcept>
 #include <string>
 
 #include "json.h"
+#include "lz4_block.h"
 #include "leapp/runtime.h"
 #include "manifest.h"
 #include "sha256.h"
@@ -43,6 +45,33 @@ std::string_view Bundle::blob(uint32_t index) const {
     throw std::out_of_range("leapp bundle '" + detail::shown(segment()) + "': blob " + num(index) + " out of range (" +
                             num(blobs_.size()) + " blobs)");
   return {reinterpret_cast<const char*>(bytes_.data() + blobs_[index].first), size_t(blobs_[index].second)};
+}
+
+std::string Bundle::binary_image(const BinarySpec& binary) const {
+  std::string_view data = blob(binary.blob);
+  if (binary.encoding == BinaryEncoding::kRaw) return std::string(data);
+  try {
+    return lz4_block_decode(data, binary.decoded_bytes);
+  } catch (const std::invalid_argument& e) {  // parse decoded it already; only a changed Bundle gets here
+    throw std::invalid_argument("leapp bundle '" + detail::shown(segment()) + "': blob " + num(binary.blob) + ": " +
+                                e.what());
+  }
+}
+
+std::string lz4_block_decode(std::string_view block, uint64_t decoded_bytes) {
+  if (decoded_bytes / detail::kLz4MaxRatio > block.size())  // before allocating: the ratio bound of 1.1
+    throw std::invalid_argument("LZ4 block: declares " + num(decoded_bytes) + " decoded bytes, more than " +
+                                num(detail::kLz4MaxRatio) + " x its " + num(block.size()) + " bytes");
+  std::string out;
+  try {
+    out.assign(size_t(decoded_bytes), '\0');
+  } catch (const std::bad_alloc&) {  // within the ratio bound, yet more than this host can hold
+    throw std::invalid_argument("LZ4 block: cannot allocate the " + num(decoded_bytes) + " decoded bytes");
+  }
+  std::string why = detail::lz4_block_decode(reinterpret_cast<const uint8_t*>(block.data()), block.size(),
+                                             reinterpret_cast<uint8_t*>(out.data()), decoded_bytes);
+  if (!why.empty()) throw std::invalid_argument("LZ4 block: " + why);
+  return out;
 }
 
 std::shared_ptr<const Bundle> Bundle::parse(const void* data, size_t size) {
@@ -134,7 +163,7 @@ std::shared_ptr<const Bundle> Bundle::parse(const void* data, size_t size) {
 
   // 4. the manifest.
   std::string_view json(reinterpret_cast<const char*>(p + h.manifest_offset), size_t(h.manifest_size));
-  Manifest manifest = detail::read_manifest(json, blob_views);
+  Manifest manifest = detail::read_manifest(json, blob_views, h.min_reader_version);
 
   std::shared_ptr<Bundle> b(new Bundle());
   b->bytes_.assign(p, p + size);

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "json.h"
+#include "lz4_block.h"
 
 namespace leapp::detail {
 namespace {
@@ -112,7 +113,7 @@ const char* role_name(BufferRole r) {
 }
 
 void read_modules(const Checker& c, const JsonValue& root, const std::vector<std::string_view>& blobs,
-                  Manifest& m) {
+                  uint32_t min_reader_version, Manifest& m) {
   c.each_object(root, "modules", [&](const JsonValue& mod, const std::string& path, size_t) {
     ModuleSpec spec;
     std::map<std::pair<BinaryKind, int64_t>, size_t> seen;  // (kind, arch) -> first binary
@@ -139,6 +140,30 @@ void read_modules(const Checker& c, const JsonValue& root, const std::vector<std
       bs.arch = arch > int64_t(kMaxU32) ? uint32_t(kMaxU32) : uint32_t(arch);
       bs.blob = c.index(bin, bpath, "blob", blobs.size(), "blobs");
       std::string_view data = blobs[bs.blob];
+      bs.decoded_bytes = data.size();
+      std::string decoded;  // a compressed binary, decoded only to check it (the loader decodes it again)
+      if (const JsonValue* enc = bin.find("encoding")) {  // format version 2, section 1.1
+        const std::string epath = Checker::join(bpath, "encoding");
+        const std::string& name = c.typed(*enc, epath, Type::kString, "a string").string;
+        if (name != kBundleEncodingLz4Block)
+          c.fail(epath, "\"" + shown(name) + "\" is not \"" + kBundleEncodingLz4Block + "\"");
+        if (min_reader_version < kBundleEncodingMinReader)
+          c.fail(epath, "is used by a file whose min_reader_version is " + std::to_string(min_reader_version) +
+                            " (a compressed binary needs " + std::to_string(kBundleEncodingMinReader) +
+                            ": older readers would take the block for the binary)");
+        bs.encoding = BinaryEncoding::kLz4Block;
+        bs.decoded_bytes = uint64_t(c.integer(bin, bpath, "decoded_bytes", 0, int64_t(kBundleMaxBufferBytes)));
+        try {
+          decoded = leapp::lz4_block_decode(data, bs.decoded_bytes);
+        } catch (const std::invalid_argument& e) {
+          c.fail(Checker::join(bpath, "blob"), std::to_string(bs.blob) + " (" + std::to_string(data.size()) +
+                                                   " bytes, decoded_bytes " + std::to_string(bs.decoded_bytes) +
+                                                   "): " + e.what());
+        }
+        data = decoded;
+      } else if (bin.find("decoded_bytes") != nullptr) {
+        c.fail(Checker::join(bpath, "decoded_bytes"), "is given without an encoding");
+      }
       if (bs.kind == BinaryKind::kPtx && (data.empty() || data.back() != '\0'))
         c.fail(Checker::join(bpath, "blob"), std::to_string(bs.blob) + " is PTX but not NUL-terminated");
       // cubin bytes are not inspected (the driver judges them at load time)
@@ -477,9 +502,14 @@ class Dynamic {
 
 uint64_t grid_x_lean_blocks(uint64_t total, uint32_t block) { return std::max<uint64_t>(1, std::min<uint64_t>(total, (uint64_t(1) << 24) / block)); }
 
-void read_dynamic(const Checker& c, const JsonValue& root, const std::vector<std::string_view>& blobs, Manifest& m) {
+void read_dynamic(const Checker& c, const JsonValue& root, const std::vector<std::string_view>& blobs,
+                  uint32_t min_reader_version, Manifest& m) {
   if (const JsonValue* batch = root.find("batch")) {
     c.typed(*batch, "batch", Type::kObject, "an object");
+    if (min_reader_version < kBundleDynamicBatchMinReader)
+      c.fail("batch", "is used by a file whose min_reader_version is " + std::to_string(min_reader_version) +
+                          " (dynamic-batch rules need " + std::to_string(kBundleDynamicBatchMinReader) +
+                          ": an older reader would replay the traced batch only)");
     m.dynamic = true;
     m.batch_min = c.integer(*batch, "batch", "min", 1, kBundleMaxBatch);
     m.batch_max = c.integer(*batch, "batch", "max", 1, kBundleMaxBatch);
@@ -668,7 +698,8 @@ void launch_grid(uint64_t size, uint32_t block_dim, bool grid_stride, uint32_t m
 namespace {
 }  // namespace
 
-Manifest read_manifest(std::string_view json, const std::vector<std::string_view>& blobs) {
+Manifest read_manifest(std::string_view json, const std::vector<std::string_view>& blobs,
+                       uint32_t min_reader_version) {
   Checker c("leapp bundle: manifest ");
   JsonValue root = parse_json(json, "leapp bundle: manifest");
   Manifest m;
@@ -683,7 +714,7 @@ Manifest read_manifest(std::string_view json, const std::vector<std::string_view
     c.typed(kv.second, "producer." + shown(kv.first, 80), Type::kString, "a string");
     m.producer.emplace_back(kv.first, kv.second.string);
   }
-  read_modules(c, root, blobs, m);
+  read_modules(c, root, blobs, min_reader_version, m);
   read_kernels(c, root, m);
   read_buffers(c, root, blobs, m);
   read_ops(c, root, blobs, m);
@@ -700,7 +731,7 @@ Manifest read_manifest(std::string_view json, const std::vector<std::string_view
       c.fail(p, std::to_string(buf.init_index) + " has " + std::to_string(m.inputs[buf.init_index].bytes) +
                     " bytes, the buffer " + std::to_string(buf.bytes));
   }
-  read_dynamic(c, root, blobs, m);
+  read_dynamic(c, root, blobs, min_reader_version, m);
   return m;
 }
 

@@ -12,8 +12,11 @@ namespace leapp::detail {
 
 /// Parses the manifest JSON and checks every field rule of docs/bundle-format.md
 /// section 2. `blobs` are the (already hash-checked) blob bytes, for index and
-/// length checks. Throws std::invalid_argument("leapp bundle '<segment>': <field> ...").
-Manifest read_manifest(std::string_view json, const std::vector<std::string_view>& blobs);
+/// length checks; compressed binaries are decoded to check them (section 1.1), which a file may use only
+/// when its header's `min_reader_version` >= 2. Throws std::invalid_argument("leapp bundle '<segment>':
+/// <field> ...").
+Manifest read_manifest(std::string_view json, const std::vector<std::string_view>& blobs,
+                       uint32_t min_reader_version);
 
 /// The PTX ISA of a PTX text: the first ".version" in its first 4096 bytes, then spaces or
 /// tabs, then "<1-3 digits>.<1-3 digits>" (e.g. "9.4"); "" when there is none of that form.

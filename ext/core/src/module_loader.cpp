@@ -275,7 +275,8 @@ LoadedModule load_module(const CudaDriver& d, const Bundle& bundle, uint32_t ind
   std::string rejected_isa;  // the ISA the driver refused
   for (const BinaryOption& option : choice.candidates) {
     const BinarySpec& b = option.binary;
-    std::string_view image = bundle.blob(b.blob);
+    const std::string decoded = b.encoding == BinaryEncoding::kRaw ? std::string() : bundle.binary_image(b);
+    std::string_view image = b.encoding == BinaryEncoding::kRaw ? bundle.blob(b.blob) : std::string_view(decoded);
     if (b.kind == BinaryKind::kCubin) {
       std::string problem = elf_problem(image);
       if (!problem.empty()) {  // never hand the driver an image whose offsets point outside it

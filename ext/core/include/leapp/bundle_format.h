@@ -18,11 +18,16 @@ namespace leapp {
 
 // --- constants ---------------------------------------------------------------
 constexpr char kBundleMagic[8] = {'L', 'E', 'A', 'P', 'P', 'W', 'B', '\0'};
-constexpr uint32_t kBundleFormatVersion = 1;      ///< the version this code writes and reads
+constexpr uint32_t kBundleFormatVersion = 2;      ///< the version this code writes and reads
 constexpr uint32_t kBundleReaderMinVersion = 1;   ///< oldest format_version this reader accepts
-constexpr uint32_t kBundleReaderMaxVersion = 2;   ///< newest min_reader_version this reader accepts (2: dynamic batch)
+constexpr uint32_t kBundleReaderMaxVersion = 2;   ///< newest min_reader_version this reader accepts
+// Compressed binaries (section 1.1, format version 2): a binary with `"encoding": "lz4-block"` is stored
+// as one LZ4 block of `decoded_bytes`; a file using it has min_reader_version >= 2.
+constexpr const char* kBundleEncodingLz4Block = "lz4-block";
+constexpr uint32_t kBundleEncodingMinReader = 2;
 constexpr int64_t kBundleMaxRuleCoefficient = int64_t(1) << 40;  ///< |a|, |b| of a dynamic-batch rule [a, b]
 constexpr int64_t kBundleMaxBatch = (int64_t(1) << 31) - 1;       ///< batch.max
+constexpr uint32_t kBundleDynamicBatchMinReader = 2;             ///< a file with "batch" has min_reader_version >= 2
 constexpr uint64_t kBundleHeaderSize = 64;
 constexpr uint64_t kBundleBlobEntrySize = 48;
 constexpr uint64_t kBundleTrailerSize = 32;       ///< the whole-file sha256
@@ -77,6 +82,12 @@ static_assert(offsetof(BundleBlobEntry, sha256) == 16, "BundleBlobEntry.sha256 i
 enum class BinaryKind : uint8_t {
   kPtx = 1,    ///< "ptx": NUL-terminated PTX text, JIT-compiled by the driver
   kCubin = 2,  ///< "cubin": SASS for one SM family
+};
+
+/// modules[m].binaries[b].encoding (format version 2)
+enum class BinaryEncoding : uint8_t {
+  kRaw = 0,       ///< no "encoding": the blob is the binary
+  kLz4Block = 1,  ///< "lz4-block": the blob is one LZ4 block of `decoded_bytes` (section 1.1)
 };
 
 /// buffers[i].role

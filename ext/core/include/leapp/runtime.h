@@ -47,6 +47,8 @@ struct BinarySpec {
   BinaryKind kind = BinaryKind::kPtx;
   uint32_t arch = 0;  ///< compute capability * 10 + minor
   uint32_t blob = 0;  ///< index into the blob table
+  BinaryEncoding encoding = BinaryEncoding::kRaw;  ///< how the blob stores the binary (section 1.1)
+  uint64_t decoded_bytes = 0;  ///< the binary's size (the blob's length when kRaw)
   /// PTX only: the ISA of the text's `.version` directive ("9.0"), "" when it has none
   /// (the optional manifest field `ptx_isa`, when present, was checked against it).
   std::string ptx_isa;
@@ -159,6 +161,9 @@ class Bundle {
   std::string_view manifest_json() const;
   /// The bytes of blob `index` (validated to exist when the manifest names it).
   std::string_view blob(uint32_t index) const;
+  /// The binary's image: its blob, decoded when the manifest gives it an encoding (a copy then; only the
+  /// binary a loader picks is decoded at load). Throws std::invalid_argument naming the bundle and blob.
+  std::string binary_image(const BinarySpec& binary) const;
   size_t blob_count() const { return blobs_.size(); }
   size_t size() const { return bytes_.size(); }
   /// The whole file.
@@ -183,6 +188,11 @@ std::shared_ptr<const Bundle> intern_bundle(const void* data, size_t size);
 std::shared_ptr<const Bundle> find_bundle(std::string_view digest);
 /// Entries in the bundle table (bundles alive that intern_bundle made).
 size_t interned_bundle_count();
+
+/// The `decoded_bytes` bytes of one LZ4 block under the rules of docs/bundle-format.md section 1.1 (the
+/// decoder of compressed binaries). Throws std::invalid_argument "LZ4 block: <why>" for any block that
+/// breaks them, whatever its bytes.
+std::string lz4_block_decode(std::string_view block, uint64_t decoded_bytes);
 
 /// Lower-case hex SHA-256 of `size` bytes (the bundle digest is this of bytes [0, size - 32)).
 std::string sha256_hex(const void* data, size_t size);
