@@ -114,6 +114,10 @@ class Session:
             )
         self._token = _ACTIVE.set(self)
         _LAST[:] = [self]
+        if self._export:
+            from leapp._export.validate_process import prestart
+
+            prestart()  # compile()'s validation worker starts while this session traces
 
     def stop(self) -> None:
         if self._token is None:
