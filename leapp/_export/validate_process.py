@@ -169,8 +169,15 @@ def _kill_all() -> None:
         worker.kill()
 
 
+# Variables torch writes into os.environ itself (its own default, which a fresh worker computes alike):
+# the export sets TORCHINDUCTOR_CACHE_DIR on first use, after a worker may have been started.
+_KEY_IGNORES = frozenset({"TORCHINDUCTOR_CACHE_DIR"})
+
+
 def _worker_key(env: dict[str, str]) -> tuple:
-    return (sys.executable, tuple(sorted(env.items())), str(Path(leapp.__file__).resolve().parent))
+    """What a kept worker must have been started with to take a job: interpreter, environment, leapp."""
+    kept = tuple(sorted((k, v) for k, v in env.items() if k not in _KEY_IGNORES))
+    return (sys.executable, kept, str(Path(leapp.__file__).resolve().parent))
 
 
 def prestart() -> bool:

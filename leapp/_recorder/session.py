@@ -114,10 +114,9 @@ class Session:
             )
         self._token = _ACTIVE.set(self)
         _LAST[:] = [self]
-        if self._export:
-            from leapp._export.validate_process import prestart
-
-            prestart()  # compile()'s validation worker starts while this session traces
+        prepare = getattr(self._export, "prepare", None)
+        if prepare is not None:
+            prepare()  # the exporter's head start while this session traces (its validation worker)
 
     def stop(self) -> None:
         if self._token is None:
