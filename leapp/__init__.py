@@ -75,6 +75,17 @@ def _export_session(record: Any, **options: Any) -> Any:
     return compile_session(record, **options)
 
 
+def _prepare_export() -> None:
+    """Run when a session begins: starts the exporter's validation worker in the background
+    (``leapp._export.validate_process.prestart``), so its start-up overlaps with tracing."""
+    from leapp._export.validate_process import prestart  # noqa: PLC0415
+
+    prestart()
+
+
+_export_session.prepare = _prepare_export  # type: ignore[attr-defined]
+
+
 def compile_graph(validate: bool = True, rtol: float = 1e-3, atol: float = 1e-5) -> Any:
     """Compile the active (or last) session; same as ``session.compile(...)``."""
     from leapp._recorder.session import last_session as _last_session  # noqa: PLC0415

@@ -13,6 +13,13 @@ ONNX Runtime, CUDA) costs seconds, and test suites compile dozens of times.
 Any other worker is killed and never reused; the kept one is killed when this
 interpreter exits.
 
+A trace session starts the worker in the background when it begins
+(``prestart``, where a CUDA device is present or ``LEAPP_VALIDATION_PRESTART=1``;
+``=0`` turns it off): the worker's start (torch, torch.export's deserializer,
+ONNX Runtime, the CUDA context: ~5 s on an H200 host) then overlaps with
+tracing and export instead of following them, and the first ``compile()``
+finds it kept and ready.
+
 NOTE: the worker is ``sys.executable`` with the caller's environment, except
 that the directory holding this ``leapp`` is put first on ``PYTHONPATH`` (the
 worker checks it imported the same package). Its working directory is an
@@ -41,7 +48,9 @@ import leapp
 from leapp._export.validate_worker import MARK, on_cpu
 from leapp.runtime.pipeline import dtype_name
 
-__all__ = ["VALIDATION_TIMEOUT_S", "run_in_fresh_process", "stop_kept_worker"]
+__all__ = ["PRESTART_ENV", "VALIDATION_TIMEOUT_S", "prestart", "run_in_fresh_process", "stop_kept_worker"]
+
+PRESTART_ENV = "LEAPP_VALIDATION_PRESTART"  # "1": start the worker when a trace begins; "0": never
 
 VALIDATION_TIMEOUT_S = 600.0  # per step (loading a node, running one sample) of the worker
 _STARTUP_S = 300.0  # for the interpreter to import torch and leapp (at least the step timeout)
@@ -82,6 +91,7 @@ class _Worker:
         self.key = key
         self.owner = os.getpid()  # a forked child must not kill its parent's worker at its exit
         self.home = Path(tempfile.mkdtemp(prefix="leapp-validate-worker-"))  # empty working directory
+        self.extra_dirs: list[Path] = []  # removed with the worker (a prestarted worker's log folder)
         cmd = [sys.executable, "-X", "faulthandler", "-m", "leapp._export.validate_worker", "--serve"]
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(cmd, cwd=self.home, env=env, stdin=subprocess.PIPE, stdout=out,
@@ -110,6 +120,8 @@ class _Worker:
         except OSError:
             pass
         shutil.rmtree(self.home, ignore_errors=True)
+        for folder in self.extra_dirs:
+            shutil.rmtree(folder, ignore_errors=True)
         with _LOCK:
             _LIVE.discard(self)
 
@@ -157,6 +169,37 @@ def _kill_all() -> None:
         worker.kill()
 
 
+# Variables torch writes into os.environ itself (its own default, which a fresh worker computes alike):
+# the export sets TORCHINDUCTOR_CACHE_DIR on first use, after a worker may have been started.
+_KEY_IGNORES = frozenset({"TORCHINDUCTOR_CACHE_DIR"})
+
+
+def _worker_key(env: dict[str, str]) -> tuple:
+    """What a kept worker must have been started with to take a job: interpreter, environment, leapp."""
+    kept = tuple(sorted((k, v) for k, v in env.items() if k not in _KEY_IGNORES))
+    return (sys.executable, kept, str(Path(leapp.__file__).resolve().parent))
+
+
+def prestart() -> bool:
+    """Starts the validation worker in the background and keeps it, unless one is kept already or
+    ``LEAPP_VALIDATION_PRESTART`` says no (default: yes where torch sees a CUDA device). True when started.
+
+    Its start-up output goes to a file in its own folder; a worker that dies starting is found dead by
+    the next job, which then starts a fresh one that reports with the job's log."""
+    setting = os.environ.get(PRESTART_ENV, "").strip()
+    if setting == "0" or (setting != "1" and not torch.cuda.is_available()):
+        return False
+    with _LOCK:
+        if _KEPT is not None:
+            return False
+    env = _worker_env()
+    log = Path(tempfile.mkdtemp(prefix="leapp-validate-prestart-")) / "worker.log"
+    worker = _Worker(_worker_key(env), env, log)
+    worker.extra_dirs.append(log.parent)
+    _keep(worker)
+    return True
+
+
 class _Run:
     """One job for a worker: the nodes from ``first`` on."""
 
@@ -172,7 +215,7 @@ class _Run:
 
     def run(self) -> None:
         env = _worker_env()
-        key = (sys.executable, tuple(sorted(env.items())), str(Path(leapp.__file__).resolve().parent))
+        key = _worker_key(env)
         worker = _take(key)
         if worker is not None:
             self.log.write_bytes(b"")

@@ -166,8 +166,23 @@ def _point_output_at(path: str) -> None:
         os.close(fd)
 
 
+def warm_up() -> None:
+    """What every job would pay first, paid before the first job arrives (the worker may start while the
+    exporting process still traces): torch.export's deserializer (~1.5 s of imports), ONNX Runtime and,
+    where there is a CUDA device, the CUDA context."""
+    import torch._export.serde.serialize  # noqa: F401 - the first torch.export.load imports it
+
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        pass
+    if torch.cuda.is_available():
+        torch.cuda.init()
+
+
 def serve() -> int:
     """Runs the jobs named on stdin, one at a time, until EOF or a job that did not end cleanly."""
+    warm_up()
     for line in sys.stdin:
         job_dir, first = json.loads(line)
         _point_output_at(os.path.join(job_dir, f"worker-{first}.log"))

@@ -115,6 +115,9 @@ class Session:
             )
         self._token = _ACTIVE.set(self)
         _LAST[:] = [self]
+        prepare = getattr(self._export, "prepare", None)
+        if prepare is not None:
+            prepare()  # the exporter's head start while this session traces (its validation worker)
 
     def stop(self) -> None:
         if self._token is None:

@@ -230,3 +230,42 @@ def test_a_changed_environment_or_a_dead_kept_worker_gets_a_fresh_worker(tmp_pat
     validate_process._KEPT.proc.wait()
     compile_session(cr.session(tmp_path / "c", cr.mlp_node("policy", "onnx")))
     assert validate_process._SPAWNED == spawned + 3 and _kept_pid() is not None
+
+
+def _trace_double(tmp_path, name: str):
+    """A one-node ONNX session traced through the public API; returns the session (not compiled)."""
+    import leapp
+
+    @leapp.node("double", export_with="onnx")
+    def double(x):
+        return x * 2
+
+    with leapp.trace(name, save_path=str(tmp_path)) as session:
+        started = validate_process._KEPT
+        for _ in range(3):
+            double(torch.randn(4, 3))
+    return session, started
+
+
+def test_a_trace_prestarts_the_worker_that_compile_then_uses(tmp_path, monkeypatch):
+    monkeypatch.setenv(validate_process.PRESTART_ENV, "1")
+    validate_process.stop_kept_worker()
+    spawned = validate_process._SPAWNED
+    session, started = _trace_double(tmp_path, "prestart")
+    assert started is not None and validate_process._SPAWNED == spawned + 1  # started when the trace began
+    session.compile()
+    assert validate_process._SPAWNED == spawned + 1 and validate_process._KEPT is started  # it ran the job
+
+
+@pytest.mark.parametrize("setting", ["0", None])
+def test_no_prestart_when_turned_off_or_without_a_gpu(tmp_path, monkeypatch, setting):
+    if setting is None:
+        if torch.cuda.is_available():
+            pytest.skip("the default prestarts where torch sees a CUDA device")
+        monkeypatch.delenv(validate_process.PRESTART_ENV, raising=False)
+    else:
+        monkeypatch.setenv(validate_process.PRESTART_ENV, setting)
+    validate_process.stop_kept_worker()
+    spawned = validate_process._SPAWNED
+    _, started = _trace_double(tmp_path, "no_prestart")
+    assert started is None and validate_process._SPAWNED == spawned
