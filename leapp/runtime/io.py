@@ -70,6 +70,12 @@ def _as_tensor(value: Any, where: str) -> torch.Tensor:
     raise PipelineError(f"{where}: expected a torch.Tensor or numpy array, got {type(value).__name__}")
 
 
+def _batches_differ(specs: Sequence[IOSpec], values: Mapping[str, Any], where: str) -> None:
+    batches = sorted((s.name, int(values[s.name].shape[0])) for s in specs if s.batch is not None)
+    raise PipelineError(f"{where}: the inputs' batches differ ({', '.join(f'{n}: {b}' for n, b in batches)}); "
+                        "dim 0 of every input of a dynamic-batch node is the one batch")
+
+
 def check_inputs(specs: Sequence[IOSpec], values: Mapping[str, Any], where: str) -> list[torch.Tensor]:
     """The values of ``specs`` in order, after checking names, dtypes and shapes (clear errors)."""
     if len(values) != len(specs) or any(s.name not in values for s in specs):
@@ -83,11 +89,22 @@ def check_inputs(specs: Sequence[IOSpec], values: Mapping[str, Any], where: str)
             parts.append(f"unexpected {unknown}")
         raise PipelineError(f"{where}: inputs {', '.join(parts)}; expected {expected}")
     out = []
+    batch = None  # dim 0 of the first dynamic-batch input: every other one must have it too
     for spec in specs:
         tensor = values[spec.name]
         if not isinstance(tensor, torch.Tensor):
             tensor = _as_tensor(tensor, f"{where}: input '{spec.name}'")
-        if tensor.dtype != spec.dtype or not spec.accepts(tensor.shape):
+        shape = tensor.shape  # a torch.Size: a tuple, compared element by element in C
+        if spec.batch is None:
+            ok = tensor.dtype == spec.dtype and shape == spec.shape
+        else:
+            ok = (tensor.dtype == spec.dtype and len(shape) == len(spec.shape) and shape[1:] == spec.shape[1:]
+                  and spec.batch[0] <= shape[0] <= spec.batch[1])
+            if ok and batch is None:
+                batch = shape[0]
+            elif ok and shape[0] != batch:
+                _batches_differ(specs, values, where)
+        if not ok:
             why = ""
             if spec.batch is not None and tensor.dim() == len(spec.shape) and tuple(tensor.shape[1:]) == spec.shape[1:]:
                 why = f" (batch {tensor.shape[0]} is outside the exported range {spec.batch[0]}..{spec.batch[1]})"
@@ -96,8 +113,4 @@ def check_inputs(specs: Sequence[IOSpec], values: Mapping[str, Any], where: str)
                 f"got {dtype_name(tensor.dtype)}{list(tensor.shape)}{why}"
             )
         out.append(tensor)
-    batches = {(s.name, int(t.shape[0])) for s, t in zip(specs, out) if s.batch is not None}
-    if len({b for _, b in batches}) > 1:
-        raise PipelineError(f"{where}: the inputs' batches differ ({', '.join(f'{n}: {b}' for n, b in sorted(batches))}); "
-                            "dim 0 of every input of a dynamic-batch node is the one batch")
     return out
