@@ -31,7 +31,6 @@ import argparse
 import importlib.util
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -42,7 +41,6 @@ import warp as wp
 
 import leapp
 import replay
-from replay_report import percentile
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "go2_pipeline.py"
 
@@ -139,21 +137,6 @@ def routes(module, robot, folder: Path, envs: int, device: str) -> tuple[dict, d
     return calls, facts
 
 
-def measure(calls: dict, n_calls: int, warmup: int, repeats: int) -> dict:
-    runs: dict[str, list[dict]] = {name: [] for name in calls}
-    with torch.no_grad():
-        for _ in range(repeats):
-            for name, fn in calls.items():
-                runs[name].append(replay.time_calls(fn, n_calls, warmup, keep_samples=True))
-    out = {}
-    for name, results in runs.items():
-        medians = [r["median_us"] for r in results]
-        pooled = [s for r in results for s in r["samples_us"]]
-        out[name] = {"median_us": statistics.median(medians), "p90_us": percentile(pooled, 0.9),
-                     "spread_us": [min(medians), max(medians)], "runs": len(results)}
-    return out
-
-
 def table(results: dict) -> str:
     env = results["environment"]
     lines = ["robot pipeline step (examples/go2_pipeline.py): " + ", ".join(f"{k} {v}" for k, v in env.items()), "",
@@ -198,7 +181,7 @@ def run(args) -> dict:
             calls, facts = routes(module, robot, folder, envs, device)
             entry.update(facts)
             with wp.ScopedStream(wp.stream_from_torch(torch.cuda.current_stream())):  # eager Warp on torch's stream
-                entry["routes"] = measure(calls, args.calls, args.warmup, args.repeats)
+                entry["routes"] = replay.measure_interleaved(calls, args.calls, args.warmup, args.repeats)
         results["sizes"][str(envs)] = entry
     return results
 

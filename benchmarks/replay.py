@@ -140,7 +140,7 @@ def time_calls(fn, calls: int, warmup: int, keep_samples: bool = False) -> dict:
         ends[i].synchronize()
         wall.append((time.perf_counter() - t0) * 1e6)
     events = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
-    extra = {"samples_us": events} if keep_samples else {}
+    extra = {"samples_us": events, "wall_samples_us": wall} if keep_samples else {}
     return {
         **extra,
         "calls": calls,
@@ -149,6 +149,33 @@ def time_calls(fn, calls: int, warmup: int, keep_samples: bool = False) -> dict:
         "wall_median_us": statistics.median(wall),
         "allocations": alloc.per_call(calls),
     }
+
+
+def measure_interleaved(calls: dict, n_calls: int, warmup: int, repeats: int) -> dict:
+    """``time_calls`` of every entry of ``calls``, ``repeats`` rounds with the entries interleaved (a shared
+    machine drifts: interleaving spreads the drift over all entries). Per entry: the median of the round
+    medians, the pooled p90, the spread (min, max) of the round medians, for CUDA events and the host clock,
+    and ``rounds``: each round's (event, host) median, so that callers can form paired ratios."""
+    runs: dict[str, list[dict]] = {name: [] for name in calls}
+    with torch.no_grad():
+        for _ in range(repeats):
+            for name, fn in calls.items():
+                runs[name].append(time_calls(fn, n_calls, warmup, keep_samples=True))
+    out = {}
+    for name, results in runs.items():
+        medians = [r["median_us"] for r in results]
+        walls = [r["wall_median_us"] for r in results]
+        out[name] = {
+            "median_us": statistics.median(medians),
+            "p90_us": percentile([s for r in results for s in r["samples_us"]], 0.9),
+            "spread_us": [min(medians), max(medians)],
+            "wall_median_us": statistics.median(walls),
+            "wall_p90_us": percentile([s for r in results for s in r["wall_samples_us"]], 0.9),
+            "wall_spread_us": [min(walls), max(walls)],
+            "rounds": list(zip(medians, walls)),
+            "runs": len(results),
+        }
+    return out
 
 
 class AllocationProbe:
