@@ -27,28 +27,14 @@ import torch
 import warp as wp
 
 import leapp
+import pipeline_step
 import replay
 from leapp import annotate
 
 REST = [0.1, 0.8, -1.5] * 4
 
 
-@wp.kernel
-def gravity(q: wp.array(dtype=wp.quat), g: wp.vec3, out: wp.array(dtype=wp.vec3)):
-    i = wp.tid()
-    out[i] = wp.quat_rotate_inv(q[i], g)
-
-
-@wp.kernel
-def offsets(pos: wp.array2d(dtype=float), rest: wp.array(dtype=float), out: wp.array2d(dtype=float)):
-    i, j = wp.tid()
-    out[i, j] = pos[i, j] - rest[j]
-
-
-@wp.kernel
-def scale(src: wp.array2d(dtype=float), factor: float, out: wp.array2d(dtype=float)):
-    i, j = wp.tid()
-    out[i, j] = src[i, j] * factor
+GO2 = pipeline_step.example()  # examples/go2_pipeline.py: the observation's Warp kernels
 
 
 def make_node(device: str, dynamic):
@@ -61,10 +47,12 @@ def make_node(device: str, dynamic):
         joint_obs = torch.empty(n, 12, device=quat.device)
         with annotate.warp_op():
             tmp = wp.empty((n, 12), dtype=float, device=device)
-            wp.launch(gravity, dim=n, inputs=[wp.from_torch(quat, dtype=wp.quat), wp.vec3(0.0, 0.0, -1.0)],
+            wp.launch(GO2.projected_gravity, dim=n,
+                      inputs=[wp.from_torch(quat, dtype=wp.quat), wp.vec3(0.0, 0.0, -1.0)],
                       outputs=[wp.from_torch(grav, dtype=wp.vec3)], device=device)
-            wp.launch(offsets, dim=(n, 12), inputs=[wp.from_torch(joints), rest], outputs=[tmp], device=device)
-            wp.launch(scale, dim=(n, 12), inputs=[tmp, 0.5], outputs=[wp.from_torch(joint_obs)], device=device)
+            wp.launch(GO2.joint_offsets, dim=(n, 12), inputs=[wp.from_torch(joints), rest], outputs=[tmp],
+                      device=device)
+            wp.launch(GO2.scale, dim=(n, 12), inputs=[tmp, 0.5], outputs=[wp.from_torch(joint_obs)], device=device)
         return torch.cat([grav, joint_obs], dim=-1)
 
     return obs

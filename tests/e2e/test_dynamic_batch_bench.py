@@ -4,23 +4,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from bench_scripts import BENCHMARKS, benchmark_module
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "dynamic_batch.py"
+SCRIPT = BENCHMARKS / "dynamic_batch.py"
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
 def _module():
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        import dynamic_batch
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
-    return dynamic_batch
+    return benchmark_module("dynamic_batch")
 
 
 def test_table_gives_both_clocks_and_the_paired_ratio():

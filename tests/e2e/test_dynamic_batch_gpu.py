@@ -13,6 +13,9 @@ N = 1, 7 and 4096. The CPU test checks the recording and the rules here.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import warp as wp
@@ -23,26 +26,11 @@ import leapp
 from leapp import annotate
 from leapp.bundle import read_bundle
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+import go2_pipeline as go2  # noqa: E402 - the go2 observation's Warp kernels
+
 LO, HI = 1, 2048
 REST = [0.1, 0.8, -1.5, 0.2]
-
-
-@wp.kernel
-def gravity(q: wp.array(dtype=wp.quat), g: wp.vec3, out: wp.array(dtype=wp.vec3)):
-    i = wp.tid()
-    out[i] = wp.quat_rotate_inv(q[i], g)
-
-
-@wp.kernel
-def offsets2d(pos: wp.array2d(dtype=float), rest: wp.array(dtype=float), out: wp.array2d(dtype=float)):
-    i, j = wp.tid()
-    out[i, j] = pos[i, j] - rest[j]
-
-
-@wp.kernel
-def scale2d(src: wp.array2d(dtype=float), factor: float, out: wp.array2d(dtype=float)):
-    i, j = wp.tid()
-    out[i, j] = src[i, j] * factor
 
 
 @wp.struct
@@ -71,11 +59,12 @@ class Pipe:
             joint_obs = torch.empty(n, 4, device=quat.device)
             with annotate.warp_op():
                 tmp = wp.empty((n, 4), dtype=float, device=device)  # scratch
-                wp.launch(gravity, dim=n, inputs=[wp.from_torch(quat, dtype=wp.quat), wp.vec3(0.0, 0.0, -1.0)],
+                wp.launch(go2.projected_gravity, dim=n,
+                          inputs=[wp.from_torch(quat, dtype=wp.quat), wp.vec3(0.0, 0.0, -1.0)],
                           outputs=[wp.from_torch(grav, dtype=wp.vec3)], device=device)
-                wp.launch(offsets2d, dim=(n, 4), inputs=[wp.from_torch(joints), self.rest], outputs=[tmp],
+                wp.launch(go2.joint_offsets, dim=(n, 4), inputs=[wp.from_torch(joints), self.rest], outputs=[tmp],
                           device=device)
-                wp.launch(scale2d, dim=(n, 4), inputs=[tmp, 0.5], outputs=[wp.from_torch(joint_obs)], device=device)
+                wp.launch(go2.scale, dim=(n, 4), inputs=[tmp, 0.5], outputs=[wp.from_torch(joint_obs)], device=device)
             return torch.cat([grav, joint_obs], dim=-1)
 
         @leapp.node("act", export_with="onnx", dynamic_batch=(LO, HI))

@@ -5,23 +5,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from bench_scripts import BENCHMARKS, benchmark_module
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "pipeline_step.py"
+SCRIPT = BENCHMARKS / "pipeline_step.py"
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
 def _module():
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        import pipeline_step
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
-    return pipeline_step
+    return benchmark_module("pipeline_step")
 
 
 def test_table_names_each_route_against_the_floor():
