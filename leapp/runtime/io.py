@@ -17,6 +17,8 @@ from leapp.pipeline_format import PipelineError, dtype_name
 
 __all__ = ["IOSpec", "check_inputs"]
 
+_ACCEPTED_SHAPES = 256  # per dynamic-batch IOSpec: the distinct batches whose shape check is remembered
+
 
 def _dtype(name: str, where: str) -> torch.dtype:
     value = getattr(torch, str(name), None)
@@ -35,6 +37,9 @@ class IOSpec:
     metadata: Mapping[str, Any] = field(default_factory=dict, hash=False)
     # Dynamic batch (docs/recorder.md section 1.0): dim 0 may be any size in [min, max]; shape holds the traced one.
     batch: tuple[int, int] | None = None
+    # Dynamic batch: shapes ``accepts`` said yes to (a steady batch then costs one set lookup per call, as a
+    # fixed shape costs one compare); bounded, since a caller may sweep the whole range.
+    _accepted: set = field(default_factory=set, compare=False, hash=False, repr=False)
 
     @classmethod
     def from_yaml(cls, entry: Mapping, where: str) -> IOSpec:
@@ -53,8 +58,14 @@ class IOSpec:
         """Whether a tensor of ``shape`` fits (any batch of the range in dim 0 when the batch is dynamic)."""
         if self.batch is None:
             return tuple(shape) == tuple(self.shape)
-        return (len(shape) == len(self.shape) and tuple(shape[1:]) == tuple(self.shape[1:])
-                and self.batch[0] <= shape[0] <= self.batch[1])
+        shape = tuple(shape)
+        if shape in self._accepted:
+            return True
+        ok = (len(shape) == len(self.shape) and shape[1:] == tuple(self.shape[1:])
+              and self.batch[0] <= shape[0] <= self.batch[1])
+        if ok and len(self._accepted) < _ACCEPTED_SHAPES:
+            self._accepted.add(shape)
+        return ok
 
 
 def _as_tensor(value: Any, where: str) -> torch.Tensor:
@@ -98,8 +109,7 @@ def check_inputs(specs: Sequence[IOSpec], values: Mapping[str, Any], where: str)
         if spec.batch is None:
             ok = tensor.dtype == spec.dtype and shape == spec.shape
         else:
-            ok = (tensor.dtype == spec.dtype and len(shape) == len(spec.shape) and shape[1:] == spec.shape[1:]
-                  and spec.batch[0] <= shape[0] <= spec.batch[1])
+            ok = tensor.dtype == spec.dtype and (shape in spec._accepted or spec.accepts(shape))
             if ok and batch is None:
                 batch = shape[0]
             elif ok and shape[0] != batch:

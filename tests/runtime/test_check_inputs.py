@@ -43,3 +43,20 @@ def test_a_wrong_input_is_named_with_what_was_expected(specs, quat, message):
 def test_dynamic_inputs_must_share_one_batch():
     with pytest.raises(PipelineError, match=r"w: the inputs' batches differ \(joints: 9, quat: 8\)"):
         check_inputs(DYNAMIC, {"quat": torch.zeros(8, 4), "joints": torch.zeros(9, 12)}, "w")
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5000), st.integers(3, 5)), min_size=1, max_size=300))
+def test_remembered_shapes_give_the_same_verdict_as_the_rule(shapes):
+    """A dynamic spec remembers shapes it accepted: the verdict never changes, refused shapes are never
+    remembered, and the memory stays bounded however many batches a caller sweeps."""
+    spec = IOSpec("quat", torch.float32, (64, 4), batch=(1, 4096))
+    fresh = IOSpec("quat", torch.float32, (64, 4), batch=(1, 4096))
+    for n, width in shapes * 2:  # every shape twice: the second verdict may come from the memory
+        rule = 1 <= n <= 4096 and width == 4
+        assert spec.accepts((n, width)) is rule
+        assert spec.accepts(torch.Size([n, width])) is rule
+        assert fresh.accepts((n, width)) is rule
+        fresh._accepted.clear()
+    assert all(1 <= s[0] <= 4096 and s[1:] == (4,) for s in spec._accepted)
+    assert len(spec._accepted) <= 256
