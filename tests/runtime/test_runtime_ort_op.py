@@ -255,3 +255,45 @@ def test_dynamic_batch_on_the_cpu_ep_under_the_fake_driver(tmp_path):
     lines = proc.stdout.splitlines()
     assert lines[-1] == "DYNAMIC BATCH OK", proc.stdout
     assert lines[-2].startswith("REFUSED") and "input 0 'x' has 301 rows" in lines[-2] and "1..300" in lines[-2], lines
+
+
+_SESSION_CYCLES_RUN = textwrap.dedent(
+    """
+    import ctypes, gc
+    import numpy as np
+    from runtime_helpers import ort_session, warp_segment_model
+    from leapp.bundle.testing import example_bundle
+
+    mock = ctypes.CDLL("libcuda.so.1")
+
+    def live():  # device allocations, device bytes, pinned allocations, modules, streams
+        out = (ctypes.c_longlong * 9)()
+        mock.mock_resources(out)
+        return list(out)[:5]
+
+    data = example_bundle(4)
+    seen = []
+    for _ in range(6):
+        session = ort_session(warp_segment_model(data))
+        (y,) = session.run(None, {"x": np.ones(4, np.float32)})
+        assert np.array_equal(y, np.arange(1, 5, dtype=np.float32)), y
+        del session
+        gc.collect()
+        seen.append(live())
+    print("LIVE", seen)
+    """
+)
+
+
+def test_sessions_opened_and_closed_in_turn_hold_one_segments_resources(tmp_path):
+    """A server that opens and closes sessions of one model: the op library's runtime keeps one set of
+    device resources for the segment (scratch, module, streams), it does not add a set per session."""
+    mock = build_mock_driver(tmp_path)
+    if mock is None:
+        pytest.skip("no C compiler to build the fake libcuda.so.1")
+    here = Path(__file__).resolve().parent
+    proc = subprocess.run([sys.executable, "-c", _SESSION_CYCLES_RUN], cwd=here, env=mock_driver_env(mock),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"exit status {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    seen = json.loads(proc.stdout.splitlines()[-1].removeprefix("LIVE "))
+    assert seen[0][3] >= 1 and all(s == seen[0] for s in seen), seen
