@@ -9,6 +9,7 @@ libcuda.so.1 of tests/runtime/mock_cuda. Cases, per call (median of repeats):
   one-bundle    the same bundle tensor and signature every call (a 1-segment graph)
   three-bundles three segments called in turn (a graph with three segments)
   new-tensor    a fresh bundle tensor each call (the bytes are read and hashed again: a cache miss)
+  dynamic-batch a dynamic-batch bundle (batch 1..300) called at batch 37: its rules applied per call
 
     python benchmarks/op_cache.py                      # the working tree's kernel
     python benchmarks/op_cache.py --baseline main      # and the kernel at git revision `main`, for comparison
@@ -37,7 +38,7 @@ import json, statistics, sys, time
 import torch
 from leapp.runtime import ops
 from leapp.bundle import read_bundle, signature_json
-from leapp.bundle.testing import example_bundle
+from leapp.bundle.testing import dynamic_example_bundle, example_bundle
 
 assert ops.ensure_registered() is True
 op = torch.ops.leapp.warp_segment.default
@@ -46,6 +47,8 @@ bundles = [example_bundle(n, segment=f"bench/seg{i}") for i in range(3)]
 tensors = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in bundles]
 sigs = [signature_json(read_bundle(b)) for b in bundles]
 x = torch.ones(n)
+dyn = dynamic_example_bundle(8, lo=1, hi=300)
+dyn_tensor, dyn_sig, x_dyn = torch.frombuffer(bytearray(dyn), dtype=torch.uint8), signature_json(read_bundle(dyn)), torch.ones(37)
 
 def per_call(fn, k):
     for _ in range(min(k, 200)):
@@ -70,6 +73,7 @@ print(json.dumps({
     "one-bundle": per_call(lambda: op([x], tensors[0], sigs[0]), calls),
     "three-bundles": per_call(three, calls),
     "new-tensor": per_call(fresh, max(calls // 20, 10)),
+    "dynamic-batch": per_call(lambda: op([x_dyn], dyn_tensor, dyn_sig), calls),
 }))
 """
 

@@ -20,6 +20,7 @@
 // compares a handful of words. Errors: bad inputs or bundles -> ValueError
 // (TORCH_CHECK_VALUE), driver problems -> RuntimeError.
 #include <ATen/ATen.h>
+#include <c10/util/SmallVector.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
@@ -58,7 +59,7 @@ at::ScalarType scalar_type(const std::string& dtype) {
   TORCH_CHECK_VALUE(false, "leapp::warp_segment: unknown dtype '", dtype, "'");
 }
 
-std::string describe(const std::string& dtype, const std::vector<int64_t>& shape) {
+std::string describe(const std::string& dtype, c10::IntArrayRef shape) {
   std::string s = dtype + "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
@@ -246,7 +247,8 @@ std::vector<at::Tensor> warp_segment_cuda_impl(const std::vector<at::Tensor>& in
     const leapp::TensorSpec& spec = m.inputs[m.batch_input];
     TORCH_CHECK_VALUE(t.dim() == int64_t(spec.shape.size()) && t.dim() > 0, where(), ": input ", m.batch_input, " '",
                       spec.name, "' expects ", spec.shape.size(), " dims (dim 0 follows the batch), got ", t.sizes());
-    std::vector<uint64_t> bytes(inputs.size(), 0);
+    thread_local std::vector<uint64_t> bytes;  // only the batch input's size is read
+    bytes.assign(inputs.size(), 0);
     bytes[m.batch_input] = uint64_t(t.numel()) * t.element_size();
     try {
       batch = leapp::segment_batch(*b, bytes);
@@ -254,24 +256,29 @@ std::vector<at::Tensor> warp_segment_cuda_impl(const std::vector<at::Tensor>& in
       TORCH_CHECK_VALUE(false, e.what());
     }
   }
+  // A shape at this call's batch (dynamic bundles only; a fixed one's shapes are used in place, uncopied).
   auto shape_at = [&](const leapp::TensorSpec& spec) {
-    std::vector<int64_t> shape = spec.shape;
-    if (m.dynamic && spec.has_batch_rule) shape[0] = spec.batch_rule.at(batch);
+    c10::SmallVector<int64_t, 8> shape(spec.shape.begin(), spec.shape.end());
+    if (spec.has_batch_rule) shape[0] = spec.batch_rule.at(batch);
     return shape;
   };
   auto bytes_at = [&](const leapp::TensorSpec& spec) {
     return m.dynamic ? uint64_t(m.buffers[spec.buffer].bytes_rule.at(batch)) : spec.bytes;
   };
-  std::vector<at::Tensor> dense;
-  std::vector<leapp::DeviceSpan> in;
-  dense.reserve(inputs.size());
-  in.reserve(inputs.size());
+  // Per-call host state without heap allocations at a steady arity: the spans are reused per thread
+  // (run_segment never calls back into the op), contiguous inputs are kept alive until the replay is queued.
+  c10::SmallVector<at::Tensor, 8> dense;
+  thread_local std::vector<leapp::DeviceSpan> in, out;
+  in.clear();
+  out.clear();
   for (size_t j = 0; j < inputs.size(); ++j) {
     const leapp::TensorSpec& spec = m.inputs[j];
     const at::Tensor& t = inputs[j];
     TORCH_CHECK_VALUE(t.device() == device, where(), ": input ", j, " '", spec.name, "' is on ", t.device(),
                       ", input 0 on ", device, " (all inputs must be on one CUDA device)");
-    const std::vector<int64_t> want = m.dynamic ? shape_at(spec) : spec.shape;
+    c10::SmallVector<int64_t, 8> at_batch;
+    c10::IntArrayRef want = spec.shape;
+    if (m.dynamic) want = at_batch = shape_at(spec);
     TORCH_CHECK_VALUE(t.scalar_type() == scalar_type(spec.dtype) && t.sizes().equals(want), where(),
                       ": input ", j, " '", spec.name, "' expects ", describe(spec.dtype, want), ", got ",
                       t.scalar_type(), t.sizes(), m.dynamic ? " (at batch " + std::to_string(batch) + ")" : "");
@@ -279,12 +286,10 @@ std::vector<at::Tensor> warp_segment_cuda_impl(const std::vector<at::Tensor>& in
     in.push_back({leapp::CUdeviceptr(reinterpret_cast<uintptr_t>(dense.back().data_ptr())), bytes_at(spec)});
   }
   std::vector<at::Tensor> outputs;
-  std::vector<leapp::DeviceSpan> out;
   outputs.reserve(m.outputs.size());
-  out.reserve(m.outputs.size());
   for (const leapp::TensorSpec& spec : m.outputs) {
-    outputs.push_back(at::empty(m.dynamic ? shape_at(spec) : spec.shape,
-                                at::TensorOptions().dtype(scalar_type(spec.dtype)).device(device)));
+    const auto options = at::TensorOptions().dtype(scalar_type(spec.dtype)).device(device);
+    outputs.push_back(m.dynamic ? at::empty(shape_at(spec), options) : at::empty(spec.shape, options));
     out.push_back({leapp::CUdeviceptr(reinterpret_cast<uintptr_t>(outputs.back().data_ptr())), bytes_at(spec)});
   }
   try {

@@ -631,18 +631,18 @@ int64_t segment_batch(const Bundle& bundle, const std::vector<uint64_t>& input_b
                                 std::to_string(input_bytes.size()));
   const TensorSpec& t = m.inputs[m.batch_input];
   const uint64_t bytes = input_bytes[m.batch_input];
-  const std::string what = "input " + std::to_string(m.batch_input) + " '" + t.name + "'";
+  auto what = [&] { return "input " + std::to_string(m.batch_input) + " '" + t.name + "'"; };  // on failure only
   if (bytes % t.row_bytes != 0)
-    throw std::invalid_argument(where() + what + " has " + std::to_string(bytes) + " bytes, not a whole number of " +
+    throw std::invalid_argument(where() + what() + " has " + std::to_string(bytes) + " bytes, not a whole number of " +
                                 std::to_string(t.row_bytes) + "-byte rows (" + t.dtype + " rows of shape " +
                                 shape_text(std::vector<int64_t>(t.shape.begin() + 1, t.shape.end())) + ")");
   if (bytes / t.row_bytes > uint64_t(kBundleMaxBufferBytes))  // keeps rows - b (|b| <= 2^40) far from overflow
-    throw std::invalid_argument(where() + what + " has " + std::to_string(bytes) + " bytes, more than any batch");
+    throw std::invalid_argument(where() + what() + " has " + std::to_string(bytes) + " bytes, more than any batch");
   const int64_t rows = int64_t(bytes / t.row_bytes);
   const int64_t a = t.batch_rule.a, b = t.batch_rule.b;
   const int64_t batch = (rows - b) / a;
   if ((rows - b) % a != 0 || batch < m.batch_min || batch > m.batch_max)
-    throw std::invalid_argument(where() + what + " has " + std::to_string(rows) + " rows (dim 0 = " +
+    throw std::invalid_argument(where() + what() + " has " + std::to_string(rows) + " rows (dim 0 = " +
                                 std::to_string(a) + " * batch + " + std::to_string(b) + "), which is not a batch in " +
                                 std::to_string(m.batch_min) + ".." + std::to_string(m.batch_max));
   return batch;
