@@ -102,6 +102,17 @@ class PipelineNode(NodeDescription):
     sources: dict[str, tuple[str, str] | str] = field(default_factory=dict)  # input -> (node, output) | pipeline input
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """A pipeline call's wiring as slot indices: inputs first, then each node's outputs in node order."""
+
+    input_specs: list[IOSpec]
+    where: str
+    steps: tuple[tuple[PipelineNode, tuple[int, ...], tuple[int, ...]], ...]  # (node, its input slots, output slots)
+    padding: tuple[None, ...]  # the slots the nodes fill
+    final: tuple[int, ...]  # the slots of the pipeline's outputs, in ``Pipeline.outputs`` order
+
+
 @dataclass
 class Pipeline:
     """A loaded export: ``pipeline(**inputs)`` returns a dict of the final outputs (torch tensors).
@@ -119,10 +130,12 @@ class Pipeline:
     # cuda_graphs=True: the whole call as one CUDA graph (see whole_pipeline_graph), else None and why not
     graph: CudaGraphCall | None = None
     graph_reason: str = "not requested (leapp.load(..., cuda_graphs=True))"
+    _plan: _Plan | None = field(default=None, init=False, repr=False, compare=False)
 
     def run(self, **inputs: Any) -> dict[str, torch.Tensor]:
         """Runs every node in order; checks input names, dtypes and shapes first."""
-        values = check_inputs(list(self.inputs.values()), inputs, f"Pipeline '{self.name}'")
+        plan = self._plan or self._make_plan()
+        values = check_inputs(plan.input_specs, inputs, plan.where)
         outs = self.graph(*values) if self.graph is not None else self._run_all(values, direct=False)
         return dict(zip(self.outputs, outs))
 
@@ -131,16 +144,26 @@ class Pipeline:
     def _run_all(self, values: Sequence[torch.Tensor], direct: bool) -> list[torch.Tensor]:
         """The nodes in order on checked pipeline inputs; the final outputs in ``self.outputs`` order.
         ``direct``: without the nodes' own CUDA graphs (inside the whole-pipeline graph)."""
-        external = dict(zip(self.inputs, values))
-        produced: dict[tuple[str, str], torch.Tensor] = {}
+        plan = self._plan or self._make_plan()
+        slots = [*values, *plan.padding]
+        for node, arg_slots, out_slots in plan.steps:
+            outs = self._run(node, [slots[i] for i in arg_slots], direct)
+            for i, t in zip(out_slots, outs):
+                slots[i] = t
+        return [slots[i] for i in plan.final]
+
+    def _make_plan(self) -> _Plan:
+        """Where every value of a call lives (slot indices, computed once): the call then looks nothing up by name."""
+        slot: dict[tuple[str, str] | str, int] = {name: i for i, name in enumerate(self.inputs)}
+        steps = []
         for node in self.nodes.values():
-            args = [
-                produced[src] if isinstance(src, tuple) else external[src]
-                for src in (node.sources[s.name] for s in node.inputs)
-            ]
-            outs = self._run(node, args, direct)
-            produced.update({(node.name, spec.name): t for spec, t in zip(node.outputs, outs)})
-        return [produced[src] for src in self.outputs.values()]
+            arg_slots = tuple(slot[node.sources[spec.name]] for spec in node.inputs)
+            out_slots = tuple(range(len(slot), len(slot) + len(node.outputs)))
+            slot.update({(node.name, spec.name): i for spec, i in zip(node.outputs, out_slots)})
+            steps.append((node, arg_slots, out_slots))
+        self._plan = _Plan(list(self.inputs.values()), f"Pipeline '{self.name}'", tuple(steps),
+                           (None,) * (len(slot) - len(self.inputs)), tuple(slot[src] for src in self.outputs.values()))
+        return self._plan
 
     def run_node(self, name: str, **inputs: Any) -> dict[str, torch.Tensor]:
         """Runs one node alone on named inputs; returns its outputs by name."""
