@@ -12,6 +12,8 @@ and how many binaries NVRTC compiled or the binary cache served.
               compile one after another in the process itself
   warm        the cache folder a cold run filled: the binaries are read, nothing is compiled
   off         LEAPP_NO_CACHE=1: compiled, nothing read or written
+  MODE+prewarm  MODE with LEAPP_EXPORT_PREWARM=1 (the exporter's imports made in a thread during the trace,
+              leapp/_export/prewarm.py), e.g. --modes cold,cold+prewarm,warm,warm+prewarm
 
 On a GPU the node is traced on cuda:0 and ``compile()`` validates (the default); without one it is
 traced on the CPU and compiled with ``validate=False`` (a CPU capture replays on CUDA only), so
@@ -141,6 +143,8 @@ def _bundle_bytes(folder: str) -> list[int]:
 def run_child(mode: str, cache: Path, args) -> dict:
     env = dict(os.environ, LEAPP_CACHE_DIR=str(cache))
     env.pop("LEAPP_NO_CACHE", None)
+    mode, _, extra = mode.partition("+")
+    env["LEAPP_EXPORT_PREWARM"] = "1" if extra == "prewarm" else "0"
     if mode == "off":
         env["LEAPP_NO_CACHE"] = "1"
     cmd = [sys.executable, __file__, "--child", "--n", str(args.n), "--device", args.device]
@@ -183,8 +187,9 @@ def main() -> None:
         for r in range(args.runs):
             cold_cache = Path(root) / f"cold-{r}"
             for mode in modes:
-                cache = Path(root) / f"{mode}-{r}" if mode != "warm" else Path(root) / "warm"
-                if mode == "warm" and not cache.exists():
+                base = mode.partition("+")[0]
+                cache = Path(root) / f"{mode}-{r}" if base != "warm" else Path(root) / "warm"
+                if base == "warm" and not cache.exists():
                     run_child("cold", cache, args)  # fills it; not counted
                 results[mode].append(run_child(mode, cold_cache if mode == "cold" else cache, args))
 

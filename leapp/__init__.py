@@ -70,17 +70,22 @@ def stop() -> "Session":
 def _export_session(record: Any, **options: Any) -> Any:
     """What ``session.compile`` calls: the exporter, imported on first use. The link lives here, in the
     API layer, so that the recorder and the exporter depend only on ``leapp._contract``, not on each other."""
+    from leapp._export import prewarm  # noqa: PLC0415
+
+    prewarm.finish()  # the imports a session started in the background: none run concurrently with the export
     from leapp._export.compile import compile_session  # noqa: PLC0415 - the exporter is heavy and optional
 
     return compile_session(record, **options)
 
 
 def _prepare_export() -> None:
-    """Run when a session begins: starts the exporter's validation worker in the background
-    (``leapp._export.validate_process.prestart``), so its start-up overlaps with tracing."""
+    """Run when a session begins: starts the exporter's validation worker and its imports in the background
+    (``leapp._export.validate_process.prestart``, ``leapp._export.prewarm``), so both overlap with tracing."""
+    from leapp._export import prewarm  # noqa: PLC0415
     from leapp._export.validate_process import prestart  # noqa: PLC0415
 
     prestart()
+    prewarm.start()  # opt-in (LEAPP_EXPORT_PREWARM=1) until measured on a GPU machine
 
 
 _export_session.prepare = _prepare_export  # type: ignore[attr-defined]
