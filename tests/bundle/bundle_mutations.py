@@ -130,12 +130,13 @@ def mutate_text(rng: random.Random, text: bytes) -> bytes:
     return text
 
 
-def mutate_bundle(rng: random.Random, manifest: bytes, blobs: Sequence[bytes]) -> bytes:
+def mutate_bundle(rng: random.Random, manifest: bytes, blobs: Sequence[bytes], min_reader_version: int = 1) -> bytes:
     """A file from a mutated ``manifest`` text (well-formed around it), or, one time in eight,
-    the valid file with a few bytes flipped and the hashes resealed."""
+    the valid file with a few bytes flipped and the hashes resealed. ``min_reader_version``: the header's
+    (what the unmutated manifest needs: 2 for compressed binaries or dynamic-batch rules)."""
     if rng.random() < 0.875:
-        return write_unchecked(mutate_text(rng, manifest), blobs)
-    data = bytearray(write_unchecked(manifest, blobs))
+        return write_unchecked(mutate_text(rng, manifest), blobs, min_reader_version)
+    data = bytearray(write_unchecked(manifest, blobs, min_reader_version))
     for _ in range(rng.randint(1, 3)):
         data[rng.randrange(len(data) - 32)] ^= rng.randint(1, 255)
     data = reseal(data)

@@ -22,8 +22,9 @@ import pytest
 from bundle_mutations import mutate_bundle, mutate_text
 
 from leapp.bundle import BundleError, parse_signature, read_bundle, signature_json
-from leapp.bundle.testing import example_manifest_and_blobs, write_unchecked
-from leapp.bundle.writer import encode_manifest
+from leapp.bundle.testing import dynamic_example_manifest_and_blobs, example_manifest_and_blobs, write_unchecked
+from leapp.bundle.format import min_reader_version_of
+from leapp.bundle.writer import compress_binaries, encode_manifest
 
 native = pytest.importorskip("leapp._native", reason="leapp._native is not built")
 
@@ -32,7 +33,8 @@ SEED = int(os.environ.get("LEAPP_FUZZ_SEED", "1"))
 SIGNATURE_SHARE = 4  # one case in 4 mutates a signature string
 
 
-def _corpus() -> list[tuple[bytes, list[bytes]]]:
+def _corpus() -> list[tuple[bytes, list[bytes], int]]:
+    """(manifest text, blobs, the min_reader_version the manifest needs) of each valid starting point."""
     plain = example_manifest_and_blobs()
     cubins = example_manifest_and_blobs(1, block_dim=32, segment="obs/warp_segment_1",
                                         cubins={90: b"\x7fELF sm_90", 86: b"\x7fELF sm_86"})
@@ -40,11 +42,15 @@ def _corpus() -> list[tuple[bytes, list[bytes]]]:
     varied["buffers"][1]["init"] = {"input": 0}
     del varied["kernels"][0]["key"]
     varied["future_key"] = {"ignored": [1, 2.5, None, "x"]}
-    return [(encode_manifest(m), b) for m, b in (plain, cubins, (varied, blobs))]
+    # format 2: binaries as LZ4 blocks, and a dynamic-batch segment's rules (compressed like an export's)
+    compressed = compress_binaries(*example_manifest_and_blobs())
+    dynamic = compress_binaries(*dynamic_example_manifest_and_blobs(8, lo=1, hi=64))
+    return [(encode_manifest(m), b, min_reader_version_of(m))
+            for m, b in (plain, cubins, (varied, blobs), compressed, dynamic)]
 
 
 CORPUS = _corpus()
-BUNDLES = [write_unchecked(manifest, blobs) for manifest, blobs in CORPUS]
+BUNDLES = [write_unchecked(manifest, blobs, version) for manifest, blobs, version in CORPUS]
 
 
 def fuzz_case(seed: int, case: int) -> tuple[str, bytes | str, bytes]:
@@ -82,13 +88,16 @@ def bundle_problem(data: bytes) -> str | None:
 
 
 def signature_problem(text: str, data: bytes) -> str | None:
-    """The C++ check_signature accepts ``text`` exactly when parse_signature does and it describes the bundle."""
+    """The C++ check_signature accepts ``text`` exactly when parse_signature does and it describes the bundle
+    (for a dynamic batch: the same range and the same batch_rule on every tensor)."""
     ref = read_bundle(data)
     try:
         sig = parse_signature(text)
-        side = lambda ts: [(t["dtype"], list(t["shape"])) for t in ts]  # noqa: E731
+        side = lambda ts: [(t["dtype"], list(t["shape"]), t.get("batch_rule")) for t in ts]  # noqa: E731
+        batch = lambda b: b and {k: b[k] for k in ("min", "max", "traced")}  # noqa: E731
         expected = (sig["digest"] == ref.digest and side(sig["inputs"]) == side(ref.inputs)
-                    and side(sig["outputs"]) == side(ref.outputs))
+                    and side(sig["outputs"]) == side(ref.outputs)
+                    and batch(sig.get("batch")) == batch(ref.manifest.get("batch")))
         py = None if expected else "does not describe the bundle"
     except BundleError as e:
         py = str(e)

@@ -155,3 +155,81 @@ def test_readers_agree_on_any_rule(target, a, b):
     cpp = native_error(data)
     if cpp is not None:
         assert (py == "accepted") == (cpp == "accepted"), (py, cpp)
+
+
+# --- the op's signature string: its batch fields are checked like the rest, and must be the bundle's own ----------
+
+def _signature_cases():
+    import json
+
+    manifest, blobs = dynamic_example_manifest_and_blobs(8, lo=1, hi=64)
+    data = write_bundle(manifest, blobs)
+    good = json.loads(signature_json(read_bundle(data)))
+
+    def edit(fn):
+        sig = copy.deepcopy(good)
+        fn(sig)
+        return json.dumps(sig)
+
+    return data, json.dumps(good), edit
+
+
+def _native_check(data: bytes, text: str) -> str:
+    try:
+        _native.Bundle(data).check_signature(text)
+    except ValueError as e:
+        return str(e)
+    return "accepted"
+
+
+MALFORMED = [  # parse_signature refuses each; the C++ reader must too
+    ("rule-not-a-pair", lambda s: s["outputs"][0].update(batch_rule="float32")),
+    ("rule-string-coefficient", lambda s: s["inputs"][0].update(batch_rule=[1, "1"])),
+    ("rule-too-large", lambda s: s["inputs"][0].update(batch_rule=[2**53 + 1, 0])),
+    ("batch-missing-min", lambda s: s.update(batch={"mmin": 1, "traced": 8, "max": 64})),
+    ("batch-traced-past-max", lambda s: s.update(batch={"min": 1, "traced": 65, "max": 64})),
+    ("batch-past-2^31", lambda s: s.update(batch={"min": 1, "traced": 8, "max": 2**32})),
+    ("batch-without-input-rule", lambda s: [t.pop("batch_rule") for t in s["inputs"]]),
+]
+
+
+@pytest.mark.skipif(_native is None, reason="leapp._native is not built")
+@pytest.mark.parametrize("fn", [f for _, f in MALFORMED], ids=[n for n, _ in MALFORMED])
+def test_malformed_signature_batch_fields_are_refused_by_both(fn):
+    from leapp.bundle import parse_signature
+
+    data, _, edit = _signature_cases()
+    text = edit(fn)
+    with pytest.raises(BundleError, match="signature: "):
+        parse_signature(text)
+    assert _native_check(data, text).startswith("leapp signature"), _native_check(data, text)
+
+
+MISMATCHED = [  # well-formed, but not this bundle's: torch's fake kernel would size the outputs otherwise
+    ("other-range", lambda s: s["batch"].update(max=63), "declares dynamic batch 1..63 (traced 8), the bundle dynamic "
+                                                          "batch 1..64"),
+    ("no-batch", lambda s: s.pop("batch"), "declares a fixed batch, the bundle dynamic batch 1..64"),
+    ("other-output-rule", lambda s: s["outputs"][0].update(batch_rule=[2, -8]),
+     "outputs[0] 'y' has batch_rule [2, -8], the bundle's 'y' batch_rule [1, 0]"),
+    ("rule-dropped", lambda s: s["outputs"][0].pop("batch_rule"), "outputs[0] 'y' has no batch_rule"),
+]
+
+
+@pytest.mark.skipif(_native is None, reason="leapp._native is not built")
+@pytest.mark.parametrize(("fn", "message"), [(f, m) for _, f, m in MISMATCHED], ids=[n for n, _, _ in MISMATCHED])
+def test_signature_with_other_batch_fields_than_the_bundle_is_refused(fn, message):
+    data, good, edit = _signature_cases()
+    assert _native_check(data, good) == "accepted"
+    got = _native_check(data, edit(fn))
+    assert message in got and "leapp segment 'example/warp_segment_0'" in got, got
+
+
+@pytest.mark.skipif(_native is None, reason="leapp._native is not built")
+def test_fixed_bundle_refuses_a_signature_that_declares_a_batch():
+    import json
+
+    data = example_bundle(4)
+    sig = json.loads(signature_json(read_bundle(data)))
+    sig["batch"] = {"min": 1, "traced": 4, "max": 8}
+    sig["inputs"][0]["batch_rule"] = [1, 0]
+    assert "declares dynamic batch 1..8 (traced 4), the bundle a fixed batch" in _native_check(data, json.dumps(sig))

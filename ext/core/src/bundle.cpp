@@ -265,6 +265,19 @@ void check_signature(const Bundle& bundle, const Signature& sig) {
   if (!sig.digest.empty() && sig.digest != bundle.digest())
     throw std::invalid_argument(where + "the op's signature names bundle " + sig.digest + " but the bundle is " +
                                 bundle.digest() + " (signature and bundle belong to different segments)");
+  // Dynamic batch: torch's fake kernel sizes the outputs from the signature's rules and range, the runtime
+  // from the bundle's, so they must be the same ones (a graph compiled for other sizes would index past them).
+  const Manifest& m = bundle.manifest();
+  auto range = [](bool dynamic, int64_t lo, int64_t traced, int64_t hi) {
+    return dynamic ? "dynamic batch " + std::to_string(lo) + ".." + std::to_string(hi) + " (traced " +
+                         std::to_string(traced) + ")"
+                   : std::string("a fixed batch");
+  };
+  if (sig.has_batch != m.dynamic || (m.dynamic && (sig.batch_min != m.batch_min || sig.batch_max != m.batch_max ||
+                                                   sig.batch_traced != m.batch_traced)))
+    throw std::invalid_argument(where + "the op's signature declares " +
+                                range(sig.has_batch, sig.batch_min, sig.batch_traced, sig.batch_max) +
+                                ", the bundle " + range(m.dynamic, m.batch_min, m.batch_traced, m.batch_max));
   auto compare = [&](const char* side, const std::vector<TensorSpec>& want, const std::vector<TensorSpec>& have) {
     if (want.size() != have.size())
       throw std::invalid_argument(where + "the signature lists " + std::to_string(want.size()) + " " + side +
@@ -274,10 +287,21 @@ void check_signature(const Bundle& bundle, const Signature& sig) {
         throw std::invalid_argument(where + "signature " + side + "[" + std::to_string(j) + "] '" +
                                     detail::shown(want[j].name) + "' differs from the bundle's '" +
                                     detail::shown(have[j].name) + "' (dtype or shape)");
+      if (want[j].has_batch_rule != have[j].has_batch_rule ||
+          (want[j].has_batch_rule && want[j].batch_rule != have[j].batch_rule)) {
+        auto rule = [](const TensorSpec& t) {
+          return t.has_batch_rule ? "batch_rule [" + std::to_string(t.batch_rule.a) + ", " +
+                                        std::to_string(t.batch_rule.b) + "]"
+                                  : std::string("no batch_rule");
+        };
+        throw std::invalid_argument(where + "signature " + side + "[" + std::to_string(j) + "] '" +
+                                    detail::shown(want[j].name) + "' has " + rule(want[j]) + ", the bundle's '" +
+                                    detail::shown(have[j].name) + "' " + rule(have[j]));
+      }
     }
   };
-  compare("outputs", sig.outputs, bundle.manifest().outputs);
-  if (sig.has_inputs) compare("inputs", sig.inputs, bundle.manifest().inputs);
+  compare("outputs", sig.outputs, m.outputs);
+  if (sig.has_inputs) compare("inputs", sig.inputs, m.inputs);
 }
 
 }  // namespace leapp

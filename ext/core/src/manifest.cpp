@@ -758,8 +758,30 @@ Signature read_signature(std::string_view json) {
       TensorSpec t = read_tensor_basics(c, arr[j], path);
       if (!names.emplace(t.name, j).second)
         c.fail(Checker::join(path, "name"), "\"" + shown(t.name) + "\" is used twice");
+      if (const JsonValue* r = arr[j].find("batch_rule")) {
+        const std::string rp = Checker::join(path, "batch_rule");
+        if (r->type != Type::kArray || r->array.size() != 2)
+          c.fail(rp, "must be [a, b], two integers in [-2^40, 2^40], got " + std::string(r->type_name()));
+        t.batch_rule.a = c.integer(r->array[0], Checker::at(rp, 0), -kBundleMaxRuleCoefficient, kBundleMaxRuleCoefficient);
+        t.batch_rule.b = c.integer(r->array[1], Checker::at(rp, 1), -kBundleMaxRuleCoefficient, kBundleMaxRuleCoefficient);
+        if (t.shape.empty()) c.fail(rp, "is given for a 0-d tensor");
+        t.has_batch_rule = true;
+      }
       out.push_back(std::move(t));
     }
+  }
+  if (const JsonValue* batch = root.find("batch")) {
+    c.typed(*batch, "batch", Type::kObject, "an object");
+    sig.has_batch = true;
+    sig.batch_min = c.integer(*batch, "batch", "min", 1, kBundleMaxBatch);
+    sig.batch_max = c.integer(*batch, "batch", "max", 1, kBundleMaxBatch);
+    sig.batch_traced = c.integer(*batch, "batch", "traced", 1, kBundleMaxBatch);
+    if (!(sig.batch_min <= sig.batch_traced && sig.batch_traced <= sig.batch_max))
+      c.fail("batch", "must have min <= traced <= max, got min " + std::to_string(sig.batch_min) + ", traced " +
+                          std::to_string(sig.batch_traced) + ", max " + std::to_string(sig.batch_max));
+    if (std::none_of(sig.inputs.begin(), sig.inputs.end(),
+                     [](const TensorSpec& t) { return t.has_batch_rule && t.batch_rule.a != 0; }))
+      c.fail("batch", "is given but no input has a batch_rule [a, b] with a != 0");
   }
   return sig;
 }

@@ -209,15 +209,19 @@ struct Signature {
   std::string digest;
   std::string segment;
   bool has_inputs = false;
-  std::vector<TensorSpec> inputs;   ///< name, dtype, shape only
-  std::vector<TensorSpec> outputs;  ///< name, dtype, shape only
+  std::vector<TensorSpec> inputs;   ///< name, dtype, shape and batch_rule only
+  std::vector<TensorSpec> outputs;  ///< name, dtype, shape and batch_rule only
+  /// Dynamic batch: what the op's fake kernel sizes outputs from (check_signature: the bundle's own).
+  bool has_batch = false;
+  int64_t batch_min = 0, batch_max = 0, batch_traced = 0;
 };
 
 /// Parses a signature string; throws std::invalid_argument naming the field.
 Signature parse_signature(std::string_view json);
 
 /// Throws std::invalid_argument when `sig` does not describe `bundle` (digest,
-/// output count, names, dtypes, shapes; inputs likewise when present).
+/// output count, names, dtypes, shapes; inputs likewise when present; a dynamic
+/// batch's range and every batch_rule equal to the bundle's, none for a fixed bundle).
 void check_signature(const Bundle& bundle, const Signature& sig);
 
 // --- replay ----------------------------------------------------------------------
