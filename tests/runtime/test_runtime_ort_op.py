@@ -33,6 +33,17 @@ WHERE = "leapp.warp.WarpSegment node 'seg0' (segment 'example/warp_segment_0')"
 no_driver = pytest.mark.skipif(_native.driver_status()["available"], reason="a CUDA driver is present")
 
 
+def _under_the_fake_driver(tmp_path, code: str) -> str:
+    """``code``'s stdout, run by a fresh interpreter in this folder whose libcuda.so.1 is the fake driver."""
+    mock = build_mock_driver(tmp_path)
+    if mock is None:
+        pytest.skip("no C compiler to build the fake libcuda.so.1")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent,
+                          env=mock_driver_env(mock), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"exit status {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
 def run(session, x):
     return session.run(None, {"x": x})
 
@@ -169,15 +180,9 @@ _FAKE_DRIVER_RUN = textwrap.dedent(
 
 def test_declared_output_type_under_the_fake_driver(tmp_path):
     """The CPU EP end to end (fake libcuda.so.1, in a subprocess: before the check this wrote 4n bytes into n)."""
-    mock = build_mock_driver(tmp_path)
-    if mock is None:
-        pytest.skip("no C compiler to build the fake libcuda.so.1")
-    here = Path(__file__).resolve().parent
-    proc = subprocess.run([sys.executable, "-c", _FAKE_DRIVER_RUN], cwd=here, env=mock_driver_env(mock),
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"exit status {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
-    lines = proc.stdout.splitlines()
-    assert lines[0].startswith("REFUSED") and lines[-1] == "DYNAMIC OK", proc.stdout
+    stdout = _under_the_fake_driver(tmp_path, _FAKE_DRIVER_RUN)
+    lines = stdout.splitlines()
+    assert lines[0].startswith("REFUSED") and lines[-1] == "DYNAMIC OK", stdout
     assert ("'mock/declared'): output 0 'y' (ONNX value 'y') is declared uint8[100000] in the graph, the segment "
             "writes float32[100000]") in lines[0]
 
@@ -245,15 +250,9 @@ _DYNAMIC_BATCH_RUN = textwrap.dedent(
 
 def test_dynamic_batch_on_the_cpu_ep_under_the_fake_driver(tmp_path):
     """One dynamic-batch bundle replayed by the ORT op (CPU EP, host staging) at several batches."""
-    mock = build_mock_driver(tmp_path)
-    if mock is None:
-        pytest.skip("no C compiler to build the fake libcuda.so.1")
-    here = Path(__file__).resolve().parent
-    proc = subprocess.run([sys.executable, "-c", _DYNAMIC_BATCH_RUN], cwd=here, env=mock_driver_env(mock),
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"exit status {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
-    lines = proc.stdout.splitlines()
-    assert lines[-1] == "DYNAMIC BATCH OK", proc.stdout
+    stdout = _under_the_fake_driver(tmp_path, _DYNAMIC_BATCH_RUN)
+    lines = stdout.splitlines()
+    assert lines[-1] == "DYNAMIC BATCH OK", stdout
     assert lines[-2].startswith("REFUSED") and "input 0 'x' has 301 rows" in lines[-2] and "1..300" in lines[-2], lines
 
 
@@ -288,12 +287,6 @@ _SESSION_CYCLES_RUN = textwrap.dedent(
 def test_sessions_opened_and_closed_in_turn_hold_one_segments_resources(tmp_path):
     """A server that opens and closes sessions of one model: the op library's runtime keeps one set of
     device resources for the segment (scratch, module, streams), it does not add a set per session."""
-    mock = build_mock_driver(tmp_path)
-    if mock is None:
-        pytest.skip("no C compiler to build the fake libcuda.so.1")
-    here = Path(__file__).resolve().parent
-    proc = subprocess.run([sys.executable, "-c", _SESSION_CYCLES_RUN], cwd=here, env=mock_driver_env(mock),
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"exit status {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
-    seen = json.loads(proc.stdout.splitlines()[-1].removeprefix("LIVE "))
+    stdout = _under_the_fake_driver(tmp_path, _SESSION_CYCLES_RUN)
+    seen = json.loads(stdout.splitlines()[-1].removeprefix("LIVE "))
     assert seen[0][3] >= 1 and all(s == seen[0] for s in seen), seen

@@ -454,6 +454,16 @@ void read_signature_side(const Checker& c, const JsonValue& sig, const char* sid
 // sums of up to 2^18 such values (scratch + constant bytes) stay below 2^63. Each range rule is checked at
 // batch.min and batch.max: rules are affine, so it then holds for every batch in between.
 
+/// `batch`'s {min, traced, max}: integers with 1 <= min <= traced <= max <= 2^31 - 1 (manifest and signature alike).
+void read_batch_range(const Checker& c, const JsonValue& batch, int64_t& min, int64_t& traced, int64_t& max) {
+  min = c.integer(batch, "batch", "min", 1, kBundleMaxBatch);
+  max = c.integer(batch, "batch", "max", 1, kBundleMaxBatch);
+  traced = c.integer(batch, "batch", "traced", 1, kBundleMaxBatch);
+  if (!(min <= traced && traced <= max))
+    c.fail("batch", "must have min <= traced <= max, got min " + std::to_string(min) + ", traced " +
+                        std::to_string(traced) + ", max " + std::to_string(max));
+}
+
 class Dynamic {
  public:
   Dynamic(const Checker& c, Manifest& m) : c_(c), m_(m) {}
@@ -511,12 +521,7 @@ void read_dynamic(const Checker& c, const JsonValue& root, const std::vector<std
                           " (dynamic-batch rules need " + std::to_string(kBundleDynamicBatchMinReader) +
                           ": an older reader would replay the traced batch only)");
     m.dynamic = true;
-    m.batch_min = c.integer(*batch, "batch", "min", 1, kBundleMaxBatch);
-    m.batch_max = c.integer(*batch, "batch", "max", 1, kBundleMaxBatch);
-    m.batch_traced = c.integer(*batch, "batch", "traced", 1, kBundleMaxBatch);
-    if (!(m.batch_min <= m.batch_traced && m.batch_traced <= m.batch_max))
-      c.fail("batch", "must have min <= traced <= max, got min " + std::to_string(m.batch_min) + ", traced " +
-                          std::to_string(m.batch_traced) + ", max " + std::to_string(m.batch_max));
+    read_batch_range(c, *batch, m.batch_min, m.batch_traced, m.batch_max);
   }
   Dynamic dyn(c, m);
   const auto& buffers = c.array(root, "", "buffers");
@@ -773,12 +778,7 @@ Signature read_signature(std::string_view json) {
   if (const JsonValue* batch = root.find("batch")) {
     c.typed(*batch, "batch", Type::kObject, "an object");
     sig.has_batch = true;
-    sig.batch_min = c.integer(*batch, "batch", "min", 1, kBundleMaxBatch);
-    sig.batch_max = c.integer(*batch, "batch", "max", 1, kBundleMaxBatch);
-    sig.batch_traced = c.integer(*batch, "batch", "traced", 1, kBundleMaxBatch);
-    if (!(sig.batch_min <= sig.batch_traced && sig.batch_traced <= sig.batch_max))
-      c.fail("batch", "must have min <= traced <= max, got min " + std::to_string(sig.batch_min) + ", traced " +
-                          std::to_string(sig.batch_traced) + ", max " + std::to_string(sig.batch_max));
+    read_batch_range(c, *batch, sig.batch_min, sig.batch_traced, sig.batch_max);
     if (std::none_of(sig.inputs.begin(), sig.inputs.end(),
                      [](const TensorSpec& t) { return t.has_batch_rule && t.batch_rule.a != 0; }))
       c.fail("batch", "is given but no input has a batch_rule [a, b] with a != 0");
