@@ -166,6 +166,8 @@ def test_reused_address_is_a_new_tensor(op):
         if second.data_ptr() == address:
             break
     else:
+        if "libasan" in os.environ.get("LD_PRELOAD", ""):  # docs/building.md's sanitizer runs
+            pytest.skip("AddressSanitizer's quarantine never hands a freed address out again: the case cannot occur")
         pytest.fail("the CPU allocator never reused the address; the case is not exercised")
     second.copy_(bt(bytes(broken)))
     with pytest.raises(ValueError, match="leapp bundle: whole-file sha256 mismatch"):

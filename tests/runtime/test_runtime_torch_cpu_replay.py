@@ -40,5 +40,6 @@ def test_cpp_torch_kernel_against_the_fake_driver(test_library, tmp_path):
         cwd=HERE, env=env, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    assert " passed" in proc.stdout and "skipped" not in proc.stdout.splitlines()[-1], proc.stdout[-2000:]
+    sanitized = "libasan" in os.environ.get("LD_PRELOAD", "")  # one case cannot occur under ASan (it says why)
+    assert " passed" in proc.stdout and (sanitized or "skipped" not in proc.stdout.splitlines()[-1]), proc.stdout[-2000:]
     assert os.path.exists(test_library)
