@@ -17,6 +17,7 @@ tensors carry no bundle bytes.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -36,14 +37,23 @@ log = logging.getLogger(__name__)
 _state: dict[str, object] = {"registered": False, "native": False, "library": None}
 
 
+@functools.lru_cache(maxsize=256)
+def _parsed(signature: str) -> dict:
+    """The signature after every check of ``leapp.bundle.parse_signature`` (a graph passes the same string on
+    every call: cached). A hostile or broken string fails here naming its field, never deeper in a fake kernel."""
+    from leapp.bundle import BundleError, parse_signature  # noqa: PLC0415
+
+    try:
+        return parse_signature(signature)
+    except BundleError as e:
+        raise ValueError(f"{OP_NAME}: malformed signature {signature[:200]!r}: {e}") from e
+
+
 def output_specs(signature: str) -> list[tuple[str, torch.dtype, list[int]]]:
     """(name, dtype, shape) of each output named in a segment signature string."""
-    try:
-        sig = json.loads(signature)
-        outs = sig["outputs"]
-        return [(o["name"], getattr(torch, o["dtype"]), [int(d) for d in o["shape"]]) for o in outs]
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise ValueError(f"{OP_NAME}: malformed signature {signature[:200]!r}: {e}") from e
+    if not isinstance(signature, str):
+        raise ValueError(f"{OP_NAME}: the signature must be a string, got {type(signature).__name__}")
+    return [(o["name"], getattr(torch, o["dtype"]), list(o["shape"])) for o in _parsed(signature)["outputs"]]
 
 
 def _fake(inputs: list[torch.Tensor], bundle: torch.Tensor, signature: str) -> list[torch.Tensor]:
@@ -57,7 +67,7 @@ def output_shapes(inputs: list[torch.Tensor], signature: str) -> list[tuple[list
     """Each output's (shape, dtype) for these inputs: the signature's, with dim 0 from the batch when the
     segment has a dynamic batch (docs/bundle-format.md, "Dynamic batch"). Works on symbolic shapes."""
     specs = output_specs(signature)
-    sig = json.loads(signature)
+    sig = _parsed(signature)
     if "batch" not in sig:
         return [(shape, dtype) for _, dtype, shape in specs]
     batch = segment_batch(inputs, sig)

@@ -296,3 +296,21 @@ def test_cuda_bundle_writes_and_signatures_are_checked(kernel):
         call([x], bundle, sig)
     bundle[300] ^= 1
     torch.testing.assert_close(call([x], bundle, sig)[0], want)
+
+
+@pytest.mark.parametrize(("edit", "field"), [
+    (lambda s: s["outputs"][0].update(dtype="manual_seed"), r"outputs\[0\]\.dtype must be one of"),
+    (lambda s: s["outputs"][0].update(shape=[-4]), r"outputs\[0\]\.shape must be an array of non-negative"),
+    (lambda s: s.update(batch={"min": 1, "traced": 4}), r"batch must be \{min, traced, max\}"),
+    (lambda s: s["outputs"][0].update(batch_rule="x"), r"outputs\[0\]\.batch_rule must be \[a, b\]"),
+])
+def test_fake_kernel_refuses_a_malformed_signature_naming_the_field(edit, field):
+    """The fake kernel (tracing, torch.export.load, AOTInductor) sizes outputs from the signature alone: a
+    hostile string is refused with the field it breaks, not with a KeyError or a torch.empty of a function."""
+    import json
+
+    sig = json.loads(SIG)
+    edit(sig)
+    meta = torch.empty(len(BUNDLE), dtype=torch.uint8, device="meta")
+    with pytest.raises(ValueError, match=r"leapp::warp_segment: malformed signature .*" + field):
+        torch.ops.leapp.warp_segment([torch.empty(4, device="meta")], meta, json.dumps(sig))
