@@ -31,15 +31,15 @@ pytestmark = pytest.mark.skipif(
     "(bash scripts/fetch-ort-headers.sh, then pip install -e . again)")
 
 
-def _record(save_path: Path) -> Path:
+def _record(save_path: Path, dynamic_batch=None) -> Path:
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(48, 64), torch.nn.ELU(), torch.nn.Linear(64, 12))
 
-    @leapp.node("policy", export_with="onnx")
+    @leapp.node("policy", export_with="onnx", dynamic_batch=dynamic_batch)
     def policy(obs):
         return mlp(obs)
 
-    @leapp.node("post", export_with="onnx")
+    @leapp.node("post", export_with="onnx", dynamic_batch=dynamic_batch)
     def post(actions, default_pos):
         return torch.clamp(actions, -5.0, 5.0) * 0.25 + default_pos
 
@@ -54,6 +54,12 @@ def _record(save_path: Path) -> Path:
 @pytest.fixture(scope="module")
 def export(tmp_path_factory) -> Path:
     return _record(tmp_path_factory.mktemp("cpp"))
+
+
+@pytest.fixture(scope="module")
+def dynamic_export(tmp_path_factory) -> Path:
+    """The same two nodes with a dynamic batch 1..64: pipeline.yaml's tensors carry ``batch`` ranges."""
+    return _record(tmp_path_factory.mktemp("cpp_dynamic"), dynamic_batch=(1, 64))
 
 
 @pytest.fixture
@@ -210,14 +216,16 @@ def _paths(value, prefix=()):
             yield from _paths(v, (*prefix, i))
 
 
-def test_random_value_replacements_refused_alike(export, tmp_path):
-    """Seeded replacements of any value (or removals of any key): both readers accept, or both refuse with one text."""
+def _replacements_refused_alike(export: Path, tmp_path: Path, seed: int, cases: int, pool: list,
+                                paths_of=lambda paths: paths) -> int:
+    """Seeded replacements of a value (or removals of a key) at ``paths_of(every path)``: both readers accept,
+    or both refuse with one text. Returns how many cases both refused."""
     _, desc = read_pipeline(export)
-    paths = [p for p in _paths(desc) if p]
-    rng = random.Random(14)
+    paths = paths_of([p for p in _paths(desc) if p])
+    rng = random.Random(seed)
     folder = Path(shutil.copytree(export, tmp_path / "m"))
     refused = 0
-    for case in range(120):
+    for case in range(cases):
         bad = copy.deepcopy(desc)
         path = rng.choice(paths)
         parent = bad
@@ -226,7 +234,7 @@ def test_random_value_replacements_refused_alike(export, tmp_path):
         if isinstance(parent, dict) and rng.random() < 0.3:
             del parent[path[-1]]
         else:
-            parent[path[-1]] = copy.deepcopy(rng.choice(_POOL))
+            parent[path[-1]] = copy.deepcopy(rng.choice(pool))
         _write_both(folder, bad)
         try:
             read_pipeline(folder)
@@ -241,8 +249,46 @@ def test_random_value_replacements_refused_alike(export, tmp_path):
                 assert r.stderr.strip().removeprefix("leapp-run: ") == _python_text(load_error.value, folder)
         else:
             refused += 1
-            assert r.returncode == 1 and r.stderr.strip().removeprefix("leapp-run: ") == python, (case, path)
-    assert refused > 60  # the mutations do reach the checks
+            assert r.returncode == 1 and r.stderr.strip().removeprefix("leapp-run: ") == python, (case, path, r.stderr)
+    return refused
+
+
+def test_random_value_replacements_refused_alike(export, tmp_path):
+    """Seeded replacements of any value (or removals of any key): both readers accept, or both refuse with one text."""
+    assert _replacements_refused_alike(export, tmp_path, 14, 120, _POOL) > 60  # the mutations do reach the checks
+
+
+_BATCH_POOL = [*_POOL, 1, 64, 65, 2**31 - 1, 2**31, [1, 64], [0, 64], [64, 1], [1, 2**31], [1], [1, 2, 3], [1.0, 64],
+               [True, 64], ["1", 64], [1, 16]]
+
+
+@pytest.mark.parametrize(("batch", "message"), [
+    ([64, 64], "nodes[0].inputs[0].batch: min 64 must be below max 64"),
+    ([1, 8, 64], "nodes[0].inputs[0].batch: must be [min, max], got 3 values"),
+    ([32, 64], "nodes[0].inputs[0].batch: dim 0 of shape [16, 48] must lie in [32, 64]"),
+])
+def test_batch_ranges_refused_with_leapp_loads_text(dynamic_export, tmp_path, batch, message):
+    _, desc = read_pipeline(dynamic_export)
+    bad = copy.deepcopy(desc)
+    bad["nodes"][0]["inputs"][0]["batch"] = batch
+    folder = Path(shutil.copytree(dynamic_export, tmp_path / "b"))
+    _write_both(folder, bad)
+    with pytest.raises(PipelineError) as python:
+        leapp.load(folder)
+    assert message in str(python.value)
+    assert _cpp_refusal(folder) == _python_text(python.value, folder)
+
+
+def test_batch_field_replacements_refused_alike(dynamic_export, tmp_path):
+    """A dynamic-batch export's ``batch`` ranges (and their neighbours) replaced or removed: the C++ reader of
+    pipeline.json and the Python reader of pipeline.yaml accept alike, or refuse with one text."""
+    _, desc = read_pipeline(dynamic_export)
+    assert any("batch" in p for p in _paths(desc)), "the export has batch ranges"
+
+    def near_batch(paths):
+        return [p for p in paths if "batch" in p or p[-1] in ("shape", 0)] or paths
+
+    assert _replacements_refused_alike(dynamic_export, tmp_path, 15, 150, _BATCH_POOL, near_batch) > 60
 
 
 def test_stale_or_missing_twin_names_leapp_write_json(folder):

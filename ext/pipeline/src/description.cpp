@@ -285,6 +285,38 @@ std::string sha256_file(const std::string& path) {
   return leapp::detail::to_hex(digest.data(), digest.size());
 }
 
+/// A tensor's optional `batch: [min, max]` (dynamic batch) after the schema: exactly two values, min < max and
+/// the traced dim 0 inside. Python's pipeline_format.reader._check_batches: the same order and texts.
+void check_batches(const JsonValue& root, const std::string& file) {
+  std::vector<std::pair<std::string, const JsonValue*>> entries;
+  const auto& nodes = root.find("nodes")->array;
+  for (size_t n = 0; n < nodes.size(); ++n)
+    for (const char* side : {"inputs", "outputs"}) {
+      const auto& list = nodes[n].find(side)->array;
+      for (size_t i = 0; i < list.size(); ++i)
+        entries.emplace_back("nodes[" + std::to_string(n) + "]." + side + "[" + std::to_string(i) + "]", &list[i]);
+    }
+  for (const char* side : {"inputs", "outputs"}) {
+    const auto& list = root.find(side)->array;
+    for (size_t i = 0; i < list.size(); ++i) entries.emplace_back(std::string(side) + "[" + std::to_string(i) + "]", &list[i]);
+  }
+  for (const auto& [field, entry] : entries) {
+    const JsonValue* batch = entry->find("batch");
+    if (batch == nullptr) continue;
+    const std::string where = file + ": " + field + ".batch: ";
+    if (batch->array.size() != 2)
+      fail(where + "must be [min, max], got " + std::to_string(batch->array.size()) + " values");
+    const int64_t lo = batch->array[0].integer, hi = batch->array[1].integer;
+    if (!(lo < hi)) fail(where + "min " + std::to_string(lo) + " must be below max " + std::to_string(hi));
+    const auto& shape = entry->find("shape")->array;
+    if (shape.empty() || shape[0].integer < lo || shape[0].integer > hi) {
+      std::string text = "[";
+      for (size_t d = 0; d < shape.size(); ++d) text += (d ? ", " : "") + std::to_string(shape[d].integer);
+      fail(where + "dim 0 of shape " + text + "] must lie in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    }
+  }
+}
+
 Description read_description(const std::string& arg) {
   std::string folder = shown_path(arg);
   if (is_regular_file(folder)) {  // Python: a file's parent (pipeline.yaml given instead of its folder)
@@ -322,6 +354,7 @@ Description read_description(const std::string& arg) {
   validate(root, file);
   Description d = convert(root);
   check_references(d, file);
+  check_batches(root, file);
   d.folder = folder;
   d.yaml_file = yaml_file;
   d.file = file;
