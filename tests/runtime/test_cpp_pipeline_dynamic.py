@@ -66,7 +66,10 @@ def test_batch_outside_the_range_and_wrong_file_sizes_are_refused(export, tmp_pa
     assert r.returncode != 0 and "batch 513 is outside the exported range 1..512" in r.stderr, r.stderr
     r = _run(export, "--in", tmp_path / "in", "--out", tmp_path / "out", "--batch", 8)
     assert r.returncode != 0, r.stderr
-    assert "has 224 bytes, expected 256" in r.stderr and "at batch 8 of 1..512" in r.stderr, r.stderr
+    assert ("has 224 bytes, expected 256 (float32[8, 8] at batch 8 of 1..512 (--batch N), little-endian, C order)"
+            in r.stderr), r.stderr
+    r = _run(export, "--in", tmp_path / "in", "--out", tmp_path / "out", "--batch", 0)
+    assert r.returncode == 2 and "--batch: a batch is at least 1, got '0'" in r.stderr, r.stderr
     r = _run(export, "--in", tmp_path / "in", "--out", tmp_path / "out")  # no --batch: the traced 16
     assert r.returncode != 0 and "expected 512" in r.stderr, r.stderr
 

@@ -75,14 +75,15 @@ std::vector<char> read_input(const std::string& path, const leapp::TensorInfo& t
   std::ifstream f(path, std::ios::binary);
   std::vector<char> data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   if (data.size() != expected) {
-    std::string shape;
+    std::string what = t.dtype + "[";
     const std::vector<int64_t> dims = t.shape_at(batch);
-    for (size_t i = 0; i < dims.size(); ++i) shape += (i ? ", " : "") + std::to_string(dims[i]);
+    for (size_t i = 0; i < dims.size(); ++i) what += (i ? ", " : "") + std::to_string(dims[i]);
+    what += "]";
     if (t.batch_max > 0)
-      shape += "] at batch " + std::to_string(batch ? batch : t.shape[0]) + " of " + std::to_string(t.batch_min) +
-               ".." + std::to_string(t.batch_max) + " (--batch N) [";
+      what += " at batch " + std::to_string(batch ? batch : t.shape[0]) + " of " + std::to_string(t.batch_min) + ".." +
+              std::to_string(t.batch_max) + " (--batch N)";
     throw UsageError{"input '" + t.name + "': " + path + " has " + std::to_string(data.size()) + " bytes, expected " +
-                     std::to_string(expected) + " (" + t.dtype + "[" + shape + "], little-endian, C order)"};
+                     std::to_string(expected) + " (" + what + ", little-endian, C order)"};
   }
   return data;
 }
@@ -113,7 +114,10 @@ int run(int argc, char** argv) {
     else if (a == "--out") out_dir = value();
     else if (a == "--time") repeat = count(value());
     else if (a == "--threads") threads = count(value());
-    else if (a == "--batch") batch = count(value());
+    else if (a == "--batch") {
+      batch = count(value());
+      if (batch == 0) throw UsageError{a + ": a batch is at least 1, got '0'"};
+    }
     else if (a == "--device") device = value();
     else if (a == "--node") node = value();
     else if (a == "--check") check_only = true;
