@@ -44,9 +44,10 @@ uint64_t layout(StagingSet& set, const std::vector<HostSpan>& inputs, const std:
 }
 
 /// Device and pinned memory of at least `total` bytes (a set's stream is idle between calls: the old
-/// memory can go at once). Dynamic batch only; static sets are sized once in create_set.
-void reserve(const CudaDriver& d, StagingSet& set, uint64_t total, const std::string& where) {
+/// memory can go at once). A set is sized on its first call, and again when a dynamic batch needs more.
+void reserve(const CudaDriver& d, StagingSet& set, uint64_t total, const std::string& segment) {
   if (total <= set.capacity) return;
+  const std::string where = "leapp segment '" + segment + "': host staging";
   if (set.device_base && d.cuMemFree(set.device_base) == CUDA_SUCCESS) detail::count_free();
   if (set.host_base && d.cuMemFreeHost(set.host_base) == CUDA_SUCCESS) detail::count_free();
   set.device_base = 0;
@@ -74,34 +75,12 @@ Pool& pool() {
   return *p;
 }
 
-std::unique_ptr<StagingSet> create_set(const CudaDriver& d, const Bundle& bundle, int device) {
-  const Manifest& m = bundle.manifest();
+/// A set's context and stream; its memory comes with its first call (reserve).
+std::unique_ptr<StagingSet> create_set(const CudaDriver& d, int device) {
   auto set = std::make_unique<StagingSet>();
   set->ctx = detail::primary_context(d, device);
   detail::ContextGuard guard(d, set->ctx);
-  uint64_t total = 0;
-  for (const TensorSpec& t : m.inputs) {
-    set->in_offsets.push_back(total);
-    total = (total + t.bytes + 255) / 256 * 256;
-  }
-  for (const TensorSpec& t : m.outputs) {
-    set->out_offsets.push_back(total);
-    total = (total + t.bytes + 255) / 256 * 256;
-  }
-  const std::string where = "leapp segment '" + m.segment + "': host staging";
   LEAPP_CHECK_CU(d.cuStreamCreate(&set->stream, CU_STREAM_NON_BLOCKING));
-  if (total > 0) {
-    CUresult r = d.cuMemAlloc(&set->device_base, size_t(total));
-    if (r != CUDA_SUCCESS) throw CudaError(r, where + ": cuMemAlloc of " + std::to_string(total) + " bytes: " + cu_error_text(r));
-    detail::count_allocation();
-    void* host = nullptr;
-    r = d.cuMemAllocHost(&host, size_t(total));
-    if (r != CUDA_SUCCESS)
-      throw CudaError(r, where + ": cuMemAllocHost of " + std::to_string(total) + " bytes: " + cu_error_text(r));
-    detail::count_allocation();
-    set->host_base = static_cast<uint8_t*>(host);
-    set->capacity = total;
-  }
   return set;
 }
 
@@ -122,17 +101,17 @@ class Lease {
 
 void check_host(const Bundle& bundle, const char* side, const std::vector<TensorSpec>& specs,
                 const std::vector<HostSpan>& spans, int64_t batch) {
-  const std::string where = "leapp segment '" + bundle.segment() + "': ";
+  auto where = [&] { return "leapp segment '" + bundle.segment() + "': "; };  // texts built on failure only
   if (spans.size() != specs.size())
-    throw std::invalid_argument(where + "expected " + std::to_string(specs.size()) + " " + side + ", got " +
+    throw std::invalid_argument(where() + "expected " + std::to_string(specs.size()) + " " + side + ", got " +
                                 std::to_string(spans.size()));
   const Manifest& m = bundle.manifest();
   for (size_t j = 0; j < specs.size(); ++j) {
-    std::string what = std::string(side) + "[" + std::to_string(j) + "] '" + specs[j].name + "'";
+    auto what = [&] { return std::string(side) + "[" + std::to_string(j) + "] '" + specs[j].name + "'"; };
     const uint64_t want = m.dynamic ? uint64_t(m.buffers[specs[j].buffer].bytes_rule.at(batch)) : specs[j].bytes;
-    if (spans[j].ptr == nullptr) throw std::invalid_argument(where + what + " is a null host pointer");
+    if (spans[j].ptr == nullptr) throw std::invalid_argument(where() + what() + " is a null host pointer");
     if (spans[j].bytes != want)
-      throw std::invalid_argument(where + what + " has " + std::to_string(spans[j].bytes) + " bytes, expected " +
+      throw std::invalid_argument(where() + what() + " has " + std::to_string(spans[j].bytes) + " bytes, expected " +
                                   std::to_string(want) + " (" + specs[j].dtype +
                                   (m.dynamic ? " at batch " + std::to_string(batch) : std::string()) + ")");
   }
@@ -216,19 +195,19 @@ void run_segment_host(const Bundle& bundle, const std::vector<HostSpan>& inputs,
       idle.pop_back();
     }
   }
-  if (!taken) taken = create_set(d, bundle, device);
+  if (!taken) taken = create_set(d, device);
   Lease lease(key, std::move(taken));
   StagingSet& s = *lease;
 
   detail::ContextGuard guard(d, s.ctx);
-  const std::string where = "leapp segment '" + m.segment + "': host staging";
-  if (m.dynamic) reserve(d, s, layout(s, inputs, outputs), where);
+  auto where = [&] { return "leapp segment '" + m.segment + "': host staging"; };  // on failure only
+  reserve(d, s, layout(s, inputs, outputs), m.segment);
   std::vector<DeviceSpan> dev_in, dev_out;
   for (size_t j = 0; j < inputs.size(); ++j) {
     std::memcpy(s.host_base + s.in_offsets[j], inputs[j].ptr, size_t(inputs[j].bytes));
     CUresult r = d.cuMemcpyHtoDAsync(s.device_base + s.in_offsets[j], s.host_base + s.in_offsets[j],
                                      size_t(inputs[j].bytes), s.stream);
-    if (r != CUDA_SUCCESS) throw CudaError(r, where + ": copying input " + std::to_string(j) + " to the device: " + cu_error_text(r));
+    if (r != CUDA_SUCCESS) throw CudaError(r, where() + ": copying input " + std::to_string(j) + " to the device: " + cu_error_text(r));
     dev_in.push_back({s.device_base + s.in_offsets[j], inputs[j].bytes});
   }
   for (size_t j = 0; j < outputs.size(); ++j) dev_out.push_back({s.device_base + s.out_offsets[j], outputs[j].bytes});
@@ -236,10 +215,10 @@ void run_segment_host(const Bundle& bundle, const std::vector<HostSpan>& inputs,
   for (size_t j = 0; j < outputs.size(); ++j) {
     CUresult r = d.cuMemcpyDtoHAsync(s.host_base + s.out_offsets[j], s.device_base + s.out_offsets[j],
                                      size_t(outputs[j].bytes), s.stream);
-    if (r != CUDA_SUCCESS) throw CudaError(r, where + ": copying output " + std::to_string(j) + " back: " + cu_error_text(r));
+    if (r != CUDA_SUCCESS) throw CudaError(r, where() + ": copying output " + std::to_string(j) + " back: " + cu_error_text(r));
   }
   CUresult r = d.cuStreamSynchronize(s.stream);
-  if (r != CUDA_SUCCESS) throw CudaError(r, where + ": the replay failed on the device: " + cu_error_text(r));
+  if (r != CUDA_SUCCESS) throw CudaError(r, where() + ": the replay failed on the device: " + cu_error_text(r));
   for (size_t j = 0; j < outputs.size(); ++j)
     std::memcpy(outputs[j].ptr, s.host_base + s.out_offsets[j], size_t(outputs[j].bytes));
 }
