@@ -1,4 +1,4 @@
-"""Fixtures shared by the runtime tests that replay Warp segments through the fake driver."""
+"""Fixtures shared by the runtime tests that replay Warp segments (through the fake driver or on a GPU)."""
 
 from __future__ import annotations
 
@@ -35,3 +35,12 @@ def mock_driver_dir(tmp_path_factory) -> Path:
     if out is None:
         pytest.skip("no C compiler to build the fake libcuda.so.1")
     return out
+
+
+@pytest.fixture(scope="module")
+def dev():
+    """torch's current CUDA device (the GPU tests skip without one)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA device")
+    return torch.device("cuda", torch.cuda.current_device())

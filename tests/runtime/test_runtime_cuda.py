@@ -81,13 +81,6 @@ def run_native(bundle: bytes, inputs, outputs, stream=None, device=None):
 
 
 @pytest.fixture(scope="module")
-def dev():
-    if not torch.cuda.is_available():
-        pytest.skip("torch sees no CUDA device")
-    return torch.device("cuda", torch.cuda.current_device())
-
-
-@pytest.fixture(scope="module")
 def op():
     ops.ensure_registered()
     return torch.ops.leapp.warp_segment

@@ -28,13 +28,6 @@ N, ROWS, COLS = 5000, 33, 65
 
 
 @pytest.fixture(scope="module")
-def dev():
-    if not torch.cuda.is_available():
-        pytest.skip("torch sees no CUDA device")
-    return torch.device("cuda", torch.cuda.current_device())
-
-
-@pytest.fixture(scope="module")
 def raw(tmp_path_factory) -> bytes:
     pytest.importorskip("warp", reason="compiling Warp kernels needs warp-lang")
     return warp_bundle(compile_warp_module(tmp_path_factory.mktemp("graphs_aot")), N, ROWS, COLS)
