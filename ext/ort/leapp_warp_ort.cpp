@@ -242,12 +242,10 @@ class WarpSegmentKernel {
     }
     auto shape_at = [&](const leapp::TensorSpec& spec) {
       std::vector<int64_t> shape = spec.shape;
-      if (m.dynamic && spec.has_batch_rule) shape[0] = spec.batch_rule.at(batch);
+      if (!shape.empty()) shape[0] = m.dim0_at(spec, batch);
       return shape;
     };
-    auto bytes_at = [&](const leapp::TensorSpec& spec) {
-      return m.dynamic ? uint64_t(m.buffers[spec.buffer].bytes_rule.at(batch)) : spec.bytes;
-    };
+    auto bytes_at = [&](const leapp::TensorSpec& spec) { return m.bytes_at(spec, batch); };
     std::vector<leapp::DeviceSpan> dev_in, dev_out;
     std::vector<leapp::HostSpan> host_in, host_out;
     for (size_t j = 0; j < m.inputs.size(); ++j) {

@@ -259,12 +259,10 @@ std::vector<at::Tensor> warp_segment_cuda_impl(const std::vector<at::Tensor>& in
   // A shape at this call's batch (dynamic bundles only; a fixed one's shapes are used in place, uncopied).
   auto shape_at = [&](const leapp::TensorSpec& spec) {
     c10::SmallVector<int64_t, 8> shape(spec.shape.begin(), spec.shape.end());
-    if (spec.has_batch_rule) shape[0] = spec.batch_rule.at(batch);
+    if (!shape.empty()) shape[0] = m.dim0_at(spec, batch);
     return shape;
   };
-  auto bytes_at = [&](const leapp::TensorSpec& spec) {
-    return m.dynamic ? uint64_t(m.buffers[spec.buffer].bytes_rule.at(batch)) : spec.bytes;
-  };
+  auto bytes_at = [&](const leapp::TensorSpec& spec) { return m.bytes_at(spec, batch); };
   // Per-call host state without heap allocations at a steady arity: the spans are reused per thread
   // (run_segment never calls back into the op), contiguous inputs are kept alive until the replay is queued.
   c10::SmallVector<at::Tensor, 8> dense;

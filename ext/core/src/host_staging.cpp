@@ -108,7 +108,7 @@ void check_host(const Bundle& bundle, const char* side, const std::vector<Tensor
   const Manifest& m = bundle.manifest();
   for (size_t j = 0; j < specs.size(); ++j) {
     auto what = [&] { return std::string(side) + "[" + std::to_string(j) + "] '" + specs[j].name + "'"; };
-    const uint64_t want = m.dynamic ? uint64_t(m.buffers[specs[j].buffer].bytes_rule.at(batch)) : specs[j].bytes;
+    const uint64_t want = m.bytes_at(specs[j], batch);
     if (spans[j].ptr == nullptr) throw std::invalid_argument(where() + what() + " is a null host pointer");
     if (spans[j].bytes != want)
       throw std::invalid_argument(where() + what() + " has " + std::to_string(spans[j].bytes) + " bytes, expected " +

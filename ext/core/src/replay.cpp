@@ -604,15 +604,16 @@ void check_spans(const Bundle& bundle, const char* side, const std::vector<Tenso
   if (spans.size() != specs.size())
     throw std::invalid_argument(where() + "expected " + std::to_string(specs.size()) + " " + side + ", got " +
                                 std::to_string(spans.size()));
-  const bool dynamic = bundle.manifest().dynamic;
+  const Manifest& m = bundle.manifest();
+  const bool dynamic = m.dynamic;
   for (size_t j = 0; j < specs.size(); ++j) {
     const TensorSpec& s = specs[j];
-    const uint64_t want = dynamic ? uint64_t(bundle.manifest().buffers[s.buffer].bytes_rule.at(batch)) : s.bytes;
+    const uint64_t want = m.bytes_at(s, batch);
     if (spans[j].ptr != 0 && spans[j].bytes == want) continue;
     std::string what = std::string(side) + "[" + std::to_string(j) + "] '" + s.name + "'";
     if (spans[j].ptr == 0) throw std::invalid_argument(where() + what + " is a null device pointer");
     std::vector<int64_t> shape = s.shape;
-    if (dynamic && s.has_batch_rule) shape[0] = s.batch_rule.at(batch);
+    if (!shape.empty()) shape[0] = m.dim0_at(s, batch);
     throw std::invalid_argument(where() + what + " has " + std::to_string(spans[j].bytes) + " bytes, expected " +
                                 std::to_string(want) + " (" + s.dtype + " of shape " + shape_text(shape) +
                                 (dynamic ? " at batch " + std::to_string(batch) : std::string()) + ")");

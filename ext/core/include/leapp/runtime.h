@@ -143,6 +143,15 @@ struct Manifest {
 
   /// producer[key], or "" when absent.
   std::string producer_value(std::string_view key) const;
+
+  /// An input's or output's bytes at `batch` (its traced bytes when the batch is fixed).
+  uint64_t bytes_at(const TensorSpec& t, int64_t batch) const {
+    return dynamic ? uint64_t(buffers[t.buffer].bytes_rule.at(batch)) : t.bytes;
+  }
+  /// An input's or output's dim 0 at `batch` (the traced one without a batch rule); `t.shape` is not empty.
+  int64_t dim0_at(const TensorSpec& t, int64_t batch) const {
+    return dynamic && t.has_batch_rule ? t.batch_rule.at(batch) : t.shape[0];
+  }
 };
 
 // --- bundles ---------------------------------------------------------------------
