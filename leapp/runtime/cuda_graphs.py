@@ -166,16 +166,17 @@ class CudaGraphCall:
             except KeyError:  # another thread dropped it meanwhile; `hit` keeps the graph alive
                 pass
         if self._stream is not None:
-            return self._replay_on_stream(hit)
+            return self._replay_entry(hit)
         hit[0](hit[1])  # _replay(hit), inlined: one Python call less per replay
         return list(hit[2])
 
-    def _replay_on_stream(self, entry: tuple) -> list[torch.Tensor]:
-        """Replays ``entry`` on the fixed stream, ordered after the calling stream's work and before its next."""
+    def _replay_entry(self, entry: tuple) -> list[torch.Tensor]:
+        """Replays ``entry``: on the calling stream, or with a fixed stream on that one, ordered after the
+        calling stream's work and before its next."""
         stream = self._stream
-        current = torch.cuda.current_stream(stream.device)
-        if current.cuda_stream == stream.cuda_stream:
+        if stream is None or _raw_stream(stream.device.index) == stream.cuda_stream:
             return _replay(entry)
+        current = torch.cuda.current_stream(stream.device)
         with self._handoff:
             if self._ready is None:
                 self._ready, self._done = torch.cuda.Event(), torch.cuda.Event()
@@ -198,7 +199,7 @@ class CudaGraphCall:
 
     def _miss_locked(self, key: Key, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         if key in self._graphs:  # captured by another thread meanwhile
-            return self._replay_on_stream(self._graphs[key]) if self._stream is not None else _replay(self._graphs[key])
+            return self._replay_entry(self._graphs[key])
         if key not in self._seen:
             self._seen[key] = None
             while len(self._seen) > 4 * self.max_graphs:
@@ -219,7 +220,7 @@ class CudaGraphCall:
         while len(self._graphs) > self.max_graphs:
             self._graphs.popitem(last=False)
         # capture records only: this call's results come from the first replay
-        return self._replay_on_stream(entry) if self._stream is not None else _replay(entry)
+        return self._replay_entry(entry)
 
     def _capture(self, inputs: Sequence[torch.Tensor], stream: int) -> tuple[torch.cuda.CUDAGraph, list[torch.Tensor]]:
         device = inputs[0].device
