@@ -41,12 +41,12 @@ from leapp._apic.wrp import (
     parse_wrp,
 )
 from leapp.bundle.format import ptx_isa_of
+from leapp.bundle.manifest import grid_for as cuda_grid  # the grid Warp launches (one rule for writer and readers)
 from leapp.errors import ExportError
 
 __all__ = ["build_segment_bundle", "build_bundle_from_wrp", "torch_dtype_name", "cuda_grid", "DEFAULT_CUDA_BLOCK_DIM"]
 
 DEFAULT_CUDA_BLOCK_DIM = 256  # Warp's CUDA default (_resolve_launch_block_dim)
-_GRID_X_MAX = 2**31 - 1
 _SIGNED_OF_UNSIGNED = {"uint16": "int16", "uint32": "int32", "uint64": "int64"}
 
 
@@ -54,19 +54,6 @@ def torch_dtype_name(dtype) -> str:
     """Bundle dtype name of a torch dtype ("float32"); Warp's unsigned ints travel as signed ones."""
     name = str(dtype).removeprefix("torch.")
     return _SIGNED_OF_UNSIGNED.get(name, name)
-
-
-def cuda_grid(size: int, block_dim: int, grid_stride: bool, max_blocks: int = 0) -> tuple[int, int, int]:
-    """The grid ``wp_cuda_launch_kernel`` (warp.cu) uses for ``size`` threads of ``block_dim``."""
-    total_blocks = (size + block_dim - 1) // block_dim
-    if grid_stride:
-        cap = max_blocks if max_blocks > 0 else _GRID_X_MAX
-        return (max(1, min(total_blocks, cap)), 1, 1)
-    gx = max(1, min(total_blocks, (1 << 24) // block_dim))
-    remaining = (total_blocks + gx - 1) // gx
-    gy = max(1, min(remaining, 65535))
-    gz = max(1, min((remaining + gy - 1) // gy, 65535))
-    return (gx, gy, gz)
 
 
 def build_segment_bundle(segment, *, cuda_block_dim: int | None = None, archs: tuple[int, ...] | None = None) -> bytes:

@@ -478,14 +478,15 @@ _OP_RULES = {"memset": ("offset_rule", "bytes_rule"), "copy": ("src_offset_rule"
 _LAUNCH_KEYS = ("size_rule", "grid_stride", "max_blocks", "patches")
 
 
-def grid_for(size: int, block_dim: int, grid_stride: bool, max_blocks: int) -> tuple[int, int, int]:
-    """Warp's grid for ``size`` threads (docs/export-cuda.md section 3); the runtime computes the same."""
+def grid_for(size: int, block_dim: int, grid_stride: bool, max_blocks: int = 0) -> tuple[int, int, int]:
+    """The grid ``wp_cuda_launch_kernel`` (warp.cu) uses for ``size`` threads of ``block_dim`` (docs/export-cuda.md
+    section 3): the exporter writes it, both readers check it, the runtime recomputes it for a dynamic batch."""
     total = (size + block_dim - 1) // block_dim
     if grid_stride:
         cap = max_blocks if max_blocks > 0 else 2**31 - 1
         return (max(1, min(total, cap)), 1, 1)
     gx = max(1, min(total, (1 << 24) // block_dim))
-    remaining = (gx and (total + gx - 1) // gx)
+    remaining = (total + gx - 1) // gx
     gy = max(1, min(remaining, 65535))
     gz = max(1, min((remaining + gy - 1) // gy, 65535))
     return (gx, gy, gz)
