@@ -22,6 +22,7 @@ from leapp._contract.backends import backend_problem
 from leapp._contract.names import NAME_RULE, name_problem, shown
 from leapp._contract.records import NodeRecord, Probe, Sample, SegmentRecord, TensorSpec
 from leapp._warp_private import array_base
+from leapp.bundle.format import MAX_BATCH  # the largest batch a bundle's rules may name
 from leapp.errors import TraceError
 from leapp.pipeline_format import metadata_problem
 
@@ -429,7 +430,6 @@ def _observed_call(observer, name: str, fn: Callable, signature, source: str, ar
 
 
 DEFAULT_DYNAMIC_BATCH = (1, 65536)
-MAX_BATCH = 2**31 - 1
 
 
 def dynamic_batch_range(name: str, value: Any) -> tuple[int, int] | None:
