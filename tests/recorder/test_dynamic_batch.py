@@ -226,3 +226,35 @@ def test_a_size_not_affine_in_the_batch_is_refused_naming_the_op(tmp_path):
     with pytest.raises(ExportError, match=r"aten.zeros.default \(args\[0\]\[0\]\) is 16 at batch 4, 1 at batch 1, "
                                           r"4096 at batch 64: not affine"):
         build_exportable(s.record.nodes["sq"])
+
+
+def test_dynamic_exports_are_byte_identical(tmp_path, monkeypatch):
+    """A dynamic-batch pipeline (PT2 with a Warp segment and its rules, ONNX with a symbolic batch) exported twice
+    into different folders gives the same bytes in every file: probes, learned rules and Dims are deterministic."""
+    monkeypatch.setenv("LEAPP_CUDA_ARCHS", "90")  # one cubin target keeps it fast; determinism does not depend on it
+
+    @leapp.node("obs", export_with="pt2", dynamic_batch=(1, 64))
+    def obs(quat, joints):
+        grav = torch.empty(quat.shape[0], 3)
+        with annotate.warp_op():
+            wp.launch(K.projected_gravity, dim=quat.shape[0],
+                      inputs=[wp.from_torch(quat, dtype=wp.quat), wp.vec3(0.0, 0.0, -1.0)],
+                      outputs=[wp.from_torch(grav, dtype=wp.vec3)], device="cpu")
+        return torch.cat([grav, joints], dim=-1)
+
+    @leapp.node("post", export_with="onnx", dynamic_batch=(1, 64))
+    def post(x):
+        return torch.tanh(x) * 0.5
+
+    digests = []
+    for i in range(2):
+        folder = tmp_path / f"e{i}"
+        with leapp.trace("rep", save_path=str(folder)) as s:
+            for _ in range(2):
+                post(obs(_quat(16), torch.ones(16, 5)))
+        s.compile(validate=False)
+        files = sorted(p for p in (folder / "rep").iterdir() if p.is_file())
+        digests.append({p.name: p.read_bytes() for p in files})
+    assert set(digests[0]) >= {"obs.pt2", "post.onnx", "pipeline.yaml", "pipeline.json"}, sorted(digests[0])
+    different = [name for name in digests[0] if digests[0][name] != digests[1].get(name)]
+    assert not different, different
