@@ -235,10 +235,9 @@ class WarpSegmentKernel {
     // Dynamic batch: the batch comes from the input the manifest names; every dim 0 with a rule follows it.
     int64_t batch = 0;
     if (m.dynamic) {
-      std::vector<uint64_t> bytes(m.inputs.size(), 0);
       auto info = ctx.GetInput(m.batch_input).GetTensorTypeAndShapeInfo();
-      bytes[m.batch_input] = uint64_t(info.GetElementCount()) * leapp::dtype_itemsize(m.inputs[m.batch_input].dtype);
-      batch = leapp::segment_batch(*bundle, bytes);
+      batch = leapp::segment_batch(*bundle, uint64_t(info.GetElementCount()) *
+                                                leapp::dtype_itemsize(m.inputs[m.batch_input].dtype));
     }
     auto shape_at = [&](const leapp::TensorSpec& spec) {
       std::vector<int64_t> shape = spec.shape;

@@ -247,11 +247,8 @@ std::vector<at::Tensor> warp_segment_cuda_impl(const std::vector<at::Tensor>& in
     const leapp::TensorSpec& spec = m.inputs[m.batch_input];
     TORCH_CHECK_VALUE(t.dim() == int64_t(spec.shape.size()) && t.dim() > 0, where(), ": input ", m.batch_input, " '",
                       spec.name, "' expects ", spec.shape.size(), " dims (dim 0 follows the batch), got ", t.sizes());
-    thread_local std::vector<uint64_t> bytes;  // only the batch input's size is read
-    bytes.assign(inputs.size(), 0);
-    bytes[m.batch_input] = uint64_t(t.numel()) * t.element_size();
     try {
-      batch = leapp::segment_batch(*b, bytes);
+      batch = leapp::segment_batch(*b, uint64_t(t.numel()) * t.element_size());
     } catch (const std::invalid_argument& e) {
       TORCH_CHECK_VALUE(false, e.what());
     }

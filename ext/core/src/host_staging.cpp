@@ -176,9 +176,7 @@ void run_segment_host(const Bundle& bundle, const std::vector<HostSpan>& inputs,
   int64_t batch = 0;
   if (m.dynamic) {
     if (inputs.size() != m.inputs.size()) check_host(bundle, "inputs", m.inputs, inputs, 0);  // names the count
-    std::vector<uint64_t> bytes;
-    for (const HostSpan& t : inputs) bytes.push_back(t.bytes);
-    batch = segment_batch(bundle, bytes);
+    batch = segment_batch(bundle, inputs[m.batch_input].bytes);
   }
   check_host(bundle, "inputs", m.inputs, inputs, batch);
   check_host(bundle, "outputs", m.outputs, outputs, batch);

@@ -622,16 +622,12 @@ void check_spans(const Bundle& bundle, const char* side, const std::vector<Tenso
 
 }  // namespace
 
-int64_t segment_batch(const Bundle& bundle, const std::vector<uint64_t>& input_bytes) {
+int64_t segment_batch(const Bundle& bundle, uint64_t bytes) {
   const Manifest& m = bundle.manifest();
   if (!m.dynamic) return 0;
   auto where = [&] { return "leapp segment '" + m.segment + "' (dynamic batch " + std::to_string(m.batch_min) + ".." +
                             std::to_string(m.batch_max) + "): "; };
-  if (m.batch_input >= input_bytes.size())
-    throw std::invalid_argument(where() + "expected " + std::to_string(m.inputs.size()) + " inputs, got " +
-                                std::to_string(input_bytes.size()));
   const TensorSpec& t = m.inputs[m.batch_input];
-  const uint64_t bytes = input_bytes[m.batch_input];
   auto what = [&] { return "input " + std::to_string(m.batch_input) + " '" + t.name + "'"; };  // on failure only
   if (bytes % t.row_bytes != 0)
     throw std::invalid_argument(where() + what() + " has " + std::to_string(bytes) + " bytes, not a whole number of " +
@@ -850,10 +846,7 @@ void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs, co
   int64_t batch = 0;
   if (m.dynamic) {
     if (inputs.size() != m.inputs.size()) check_spans(bundle, "inputs", m.inputs, inputs, 0);  // names the count
-    thread_local std::vector<uint64_t> input_bytes;
-    input_bytes.resize(inputs.size());
-    for (size_t j = 0; j < inputs.size(); ++j) input_bytes[j] = inputs[j].bytes;
-    batch = segment_batch(bundle, input_bytes);
+    batch = segment_batch(bundle, inputs[m.batch_input].bytes);
   }
   check_spans(bundle, "inputs", m.inputs, inputs, batch);
   check_spans(bundle, "outputs", m.outputs, outputs, batch);

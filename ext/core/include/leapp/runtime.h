@@ -262,11 +262,11 @@ struct HostSpan {
 void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs,
                  const std::vector<DeviceSpan>& outputs, CUstream stream, int device);
 
-/// Dynamic batch (docs/bundle-format.md): the batch of a call whose inputs have these byte sizes, read from
-/// the input the manifest names (Manifest::batch_input); 0 for a bundle without a dynamic batch. Throws
+/// Dynamic batch (docs/bundle-format.md): the batch of a call whose input Manifest::batch_input (the one the
+/// batch is read from) has `batch_input_bytes` bytes; 0 for a bundle without a dynamic batch. Throws
 /// std::invalid_argument naming the segment and the input when it is not a whole batch in [min, max].
 /// run_segment checks every input and output size at that batch.
-int64_t segment_batch(const Bundle& bundle, const std::vector<uint64_t>& input_bytes);
+int64_t segment_batch(const Bundle& bundle, uint64_t batch_input_bytes);
 
 /// Runs the segment on host memory: copies inputs into pinned staging buffers,
 /// replays on a stream of leapp's own on `device` (-1: env LEAPP_CUDA_DEVICE,
