@@ -352,12 +352,16 @@ def _describe(base, capacity: int) -> str:
 
 
 def _read_region(ptr: int, nbytes: int, device) -> bytes:
-    """Bytes of a region, for constant snapshots and write detection (host copy on CUDA)."""
+    """Bytes of a region, for constant snapshots and write detection (on CUDA, in torch's stream order)."""
     if nbytes == 0:
         return b""
     if device.is_cpu:
         import ctypes  # noqa: PLC0415
 
         return ctypes.string_at(ptr, nbytes)
+    # Read on torch's current stream, where the user's torch work made these values and where the
+    # segment replays (_launch): on Warp's own stream the copy could overtake a producer still
+    # queued on a side stream, and a write would be seen where there was none.
     view = wp.array(ptr=ptr, dtype=wp.uint8, shape=(nbytes,), device=device)
-    return view.numpy().tobytes()
+    with wp.ScopedStream(wp.stream_from_torch(torch.cuda.current_stream(torch.device(str(device))))):
+        return view.numpy().tobytes()
