@@ -201,34 +201,22 @@ def test_chained_segments_pass_block_created_arrays(device):
 
 
 @pytest.mark.cuda
-def test_a_segment_traced_on_a_side_stream_sees_its_late_torch_inputs_as_inputs():
-    """The write check snapshots inputs in torch's stream order, not on Warp's own stream.
+def test_region_snapshots_wait_for_torch_work_queued_on_a_side_stream():
+    """The bytes the write check compares are read after the torch work queued before them.
 
-    The torch value feeding the segment is still queued behind a long sleep on a side
-    stream when the segment closes; a snapshot taken on Warp's stream would read the
-    bytes before torch wrote them and take the segment for a writer of its input.
+    On the H200 a read on Warp's own stream returned the zeros from before a side stream's
+    ``fill_`` still queued behind a sleep; ``_read_region`` reads in torch's stream order.
     """
+    from leapp._recorder.capture import _read_region
+
     side = torch.cuda.Stream()
-
-    def step(x):
-        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time queued ahead of the producer
-        with leapp.node("n"):
-            x = annotate.input_tensors("n", {"x": x})
-            x2 = x * 10
-            with annotate.warp_op():
-                out = wp.empty(x.shape[0], dtype=float, device="cuda:0")
-                wp.launch(K.add_arrays, dim=x.shape[0], inputs=[wp.from_torch(x2), wp.from_torch(x2)],
-                          outputs=[out], device="cuda:0")
-            annotate.output_tensors("n", {"y": out})
-        return wp.to_torch(out)
-
-    x = torch.arange(4.0, device="cuda:0")
+    x = torch.zeros(16, device="cuda:0")
     torch.cuda.synchronize()
     with torch.cuda.stream(side):
-        record, results = trace(step, x)
-        torch.testing.assert_close(results[1], x * 20)
-    (seg,) = record.nodes["n"].segments
-    assert [len(seg.inputs), len(seg.outputs)] == [1, 1], (seg.inputs, seg.outputs)
+        torch.cuda._sleep(200_000_000)
+        x.fill_(7.0)
+        got = _read_region(x.data_ptr(), x.nbytes, wp.get_device("cuda:0"))
+    assert got == torch.full((16,), 7.0).numpy().tobytes()
 
 
 LUT = None
