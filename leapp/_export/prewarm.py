@@ -8,13 +8,14 @@ the imports could run meanwhile. ``session.compile()`` waits for this thread bef
 exporter never imports concurrently with it, and an import that failed here is simply made again there,
 with its error, where the user sees it.
 
-Opt-in for now: ``LEAPP_EXPORT_PREWARM=1``. Measured on the 2-CPU machine (no GPU), where the trace is
-CPU-bound and holds the GIL, it gains nothing (the imports finish after the trace: compile 0.44 s against
-0.46 s); the gain it is for needs a trace that waits on NVRTC and the GPU, which has not been measured
-yet (``benchmarks/first_export.py`` on the GPU machine with and without it). Imports made from two
-threads at once are safe in Python unless two modules import each other across the threads, in which
-case one thread may see a partly initialised module; that risk is why it is not the default until a GPU
-measurement shows the gain.
+Opt-in: ``LEAPP_EXPORT_PREWARM=1``. On the 2-CPU machine (no GPU), where the trace is CPU-bound and
+holds the GIL, it gains nothing (the imports finish after the trace: compile 0.44 s against 0.46 s). On
+the H200 (``benchmarks/first_export.py --runs 3``, 2026-12-01) a cold compile took 2.93 s (2.80-3.24) with
+it and 3.94 s (3.12-4.05) without, but a warm one 3.43 s (3.13-4.13) with it and 3.33 s (3.11-3.46)
+without, and five later runs without it gave 3.45 s (2.89-4.19) cold: the spread between runs is as
+large as the gain. Imports made from two threads at once are safe in Python unless two modules import
+each other across the threads, in which case one thread may see a partly initialised module; with no
+clear gain, that risk keeps it off by default.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def _import_all() -> None:
     try:
         from leapp.pipeline_format import reader  # noqa: PLC0415
 
-        reader._validator()  # the compiled pipeline.yaml schema (cached)
+        reader.prepare()  # the compiled pipeline.yaml schema (cached)
     except Exception as e:  # noqa: BLE001
         log.debug("prewarm: the pipeline.yaml schema did not compile here (%s)", e)
     log.debug("prewarm: the exporter's imports took %.2f s in the background", time.perf_counter() - begin)

@@ -43,7 +43,7 @@ from .format import (
 from .metadata import metadata_problem
 from .paths import contained_path
 
-__all__ = ["read_pipeline", "parse_description", "validate_description", "field_path"]
+__all__ = ["read_pipeline", "parse_description", "validate_description", "field_path", "prepare"]
 
 _short = reprlib.Repr()
 _short.maxstring = 60
@@ -199,6 +199,12 @@ def _load_yaml(text: str, file) -> Any:
 
 
 # --- the schema ----------------------------------------------------------------------------------------
+
+
+def prepare() -> None:
+    """Builds the schema validator now (jsonschema's import and the schema's own check, 0.05-0.2 s), so
+    that the first read does not pay it: for processes that wait for work, such as the validation worker."""
+    _validator()
 
 
 @functools.cache

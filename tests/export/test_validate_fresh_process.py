@@ -269,3 +269,20 @@ def test_no_prestart_when_turned_off_or_without_a_gpu(tmp_path, monkeypatch, set
     spawned = validate_process._SPAWNED
     _, started = _trace_double(tmp_path, "no_prestart")
     assert started is None and validate_process._SPAWNED == spawned
+
+
+def test_a_waiting_worker_has_paid_what_every_job_pays_first():
+    """warm_up, run by a worker before its first job arrives, leaves torch.export's deserializer
+    imported and pipeline.yaml's validator built (a fresh interpreter: this one built them long ago)."""
+    code = textwrap.dedent("""
+        import sys
+        from leapp._export.validate_worker import warm_up
+        from leapp.pipeline_format import reader
+        assert reader._validator.cache_info().currsize == 0
+        warm_up()
+        assert reader._validator.cache_info().currsize == 1
+        assert "torch._export.serde.serialize" in sys.modules
+        print("warm")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "warm", done.stderr[-2000:]
