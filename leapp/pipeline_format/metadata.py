@@ -6,8 +6,8 @@ them. It must read back unchanged from YAML and JSON alike (pipeline.json, the C
 string keys; values that are strings, integers, finite floats, booleans, or lists and
 mappings of those; no null. Its size is bounded so that metadata stays a label, not a
 payload. The recorder checks it where the user declares it, the writer before writing,
-the Python reader on load; the C++ reader checks the types (the schema) within the file's
-own limits.
+the Python reader on load; the C++ reader (ext/pipeline/src/description.cpp) checks the
+types, the depth and the size alike, with the same texts.
 """
 
 from __future__ import annotations

@@ -279,6 +279,44 @@ def test_batch_ranges_refused_with_leapp_loads_text(dynamic_export, tmp_path, ba
     assert _cpp_refusal(folder) == _python_text(python.value, folder)
 
 
+def _nested(levels: int):
+    value = 1
+    for k in range(levels):
+        value = [value] if k % 2 else {"k": value}
+    return value
+
+
+@pytest.mark.parametrize(("where", "metadata", "message"), [
+    (("nodes", 0, "inputs", 0), {"a": _nested(7)}, None),  # 8 levels with the mapping itself: allowed
+    (("nodes", 0, "inputs", 0), {"a": _nested(8)},
+     "nodes[0].inputs[0].metadata.a[0].k[0].k[0].k[0]: nested deeper than 8 levels"),
+    (("outputs", 0), {"b": [1, {"c": _nested(9)}]}, "outputs[0].metadata.b[1].c.k[0].k[0].k: nested deeper than 8 levels"),
+    (("nodes", 1, "outputs", 0), {"names": ["joint_\u00e9"] * 1500},  # UTF-8: 2 bytes per é
+     "nodes[1].outputs[0].metadata: 16511 bytes as JSON, more than 16384 (metadata labels a tensor)"),
+    (("inputs", 0), {"names": "x" * 16372}, None),  # 16384 bytes exactly: allowed
+    (("inputs", 0), {"names": "x" * 16373}, "inputs[0].metadata: 16385 bytes as JSON, more than 16384"),
+])
+def test_metadata_limits_refused_with_leapp_loads_text(export, tmp_path, where, metadata, message):
+    """Tensors' metadata deeper than 8 levels or larger than 16 KiB as JSON: leapp-run refuses pipeline.json
+    with the text leapp.load gives for pipeline.yaml, and both accept what is within the limits."""
+    _, desc = read_pipeline(export)
+    bad = copy.deepcopy(desc)
+    entry = bad
+    for key in where:
+        entry = entry[key]
+    entry["metadata"] = metadata
+    folder = Path(shutil.copytree(export, tmp_path / "m"))
+    _write_both(folder, bad)
+    if message is None:
+        leapp.load(folder)
+        assert _leapp_run(folder, "--check").returncode == 0
+        return
+    with pytest.raises(PipelineError) as python:
+        leapp.load(folder)
+    assert message in str(python.value)
+    assert _cpp_refusal(folder) == _python_text(python.value, folder)
+
+
 def test_batch_field_replacements_refused_alike(dynamic_export, tmp_path):
     """A dynamic-batch export's ``batch`` ranges (and their neighbours) replaced or removed: the C++ reader of
     pipeline.json and the Python reader of pipeline.yaml accept alike, or refuse with one text."""

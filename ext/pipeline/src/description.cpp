@@ -285,9 +285,9 @@ std::string sha256_file(const std::string& path) {
   return leapp::detail::to_hex(digest.data(), digest.size());
 }
 
-/// A tensor's optional `batch: [min, max]` (dynamic batch) after the schema: exactly two values, min < max and
-/// the traced dim 0 inside. Python's pipeline_format.reader._check_batches: the same order and texts.
-void check_batches(const JsonValue& root, const std::string& file) {
+/// Every tensor entry with its field path, in the order Python's reader checks them: each node's inputs
+/// and outputs, then the pipeline's inputs and outputs.
+std::vector<std::pair<std::string, const JsonValue*>> tensor_entries(const JsonValue& root) {
   std::vector<std::pair<std::string, const JsonValue*>> entries;
   const auto& nodes = root.find("nodes")->array;
   for (size_t n = 0; n < nodes.size(); ++n)
@@ -300,7 +300,53 @@ void check_batches(const JsonValue& root, const std::string& file) {
     const auto& list = root.find(side)->array;
     for (size_t i = 0; i < list.size(); ++i) entries.emplace_back(std::string(side) + "[" + std::to_string(i) + "]", &list[i]);
   }
-  for (const auto& [field, entry] : entries) {
+  return entries;
+}
+
+// leapp/pipeline_format/metadata.py
+constexpr int kMaxMetadataDepth = 8;  // nesting of lists and mappings, the metadata mapping being 1
+constexpr size_t kMaxMetadataBytes = size_t(16) << 10;  // one tensor's metadata as compact JSON
+
+/// metadata._problem for what the schema and the JSON parser leave: the nesting depth (the parser
+/// refuses NaN and infinities, the schema nulls and other types). The path of the first list or
+/// mapping too deep, depth first in document order, as Python names it; empty when none.
+std::string too_deep(const JsonValue& v, const std::string& path, int depth) {
+  if (v.type != T::kArray && v.type != T::kObject) return {};
+  if (depth > kMaxMetadataDepth) return path;
+  if (v.type == T::kArray) {
+    for (size_t i = 0; i < v.array.size(); ++i) {
+      std::string deep = too_deep(v.array[i], path + "[" + std::to_string(i) + "]", depth + 1);
+      if (!deep.empty()) return deep;
+    }
+  } else {
+    for (const auto& [key, item] : v.object) {
+      std::string deep = too_deep(item, path + "." + key, depth + 1);
+      if (!deep.empty()) return deep;
+    }
+  }
+  return {};
+}
+
+/// Tensors' metadata within its limits: depth, then size as compact JSON (the text TensorInfo::metadata
+/// hands out). Python's pipeline_format.reader._check_metadata: the same order and texts.
+void check_metadata(const JsonValue& root, const std::string& file) {
+  for (const auto& [field, entry] : tensor_entries(root)) {
+    const JsonValue* metadata = entry->find("metadata");
+    if (metadata == nullptr) continue;
+    const std::string where = field + ".metadata";
+    std::string deep = too_deep(*metadata, where, 1);
+    if (!deep.empty()) fail(file + ": " + deep + ": nested deeper than " + std::to_string(kMaxMetadataDepth) + " levels");
+    const size_t size = json_text(*metadata).size();
+    if (size > kMaxMetadataBytes)
+      fail(file + ": " + where + ": " + std::to_string(size) + " bytes as JSON, more than " +
+           std::to_string(kMaxMetadataBytes) + " (metadata labels a tensor)");
+  }
+}
+
+/// A tensor's optional `batch: [min, max]` (dynamic batch) after the schema: exactly two values, min < max and
+/// the traced dim 0 inside. Python's pipeline_format.reader._check_batches: the same order and texts.
+void check_batches(const JsonValue& root, const std::string& file) {
+  for (const auto& [field, entry] : tensor_entries(root)) {
     const JsonValue* batch = entry->find("batch");
     if (batch == nullptr) continue;
     const std::string where = file + ": " + field + ".batch: ";
@@ -354,6 +400,7 @@ Description read_description(const std::string& arg) {
   validate(root, file);
   Description d = convert(root);
   check_references(d, file);
+  check_metadata(root, file);
   check_batches(root, file);
   d.folder = folder;
   d.yaml_file = yaml_file;
