@@ -20,7 +20,7 @@ from leapp.cli.inspect_archive import inspect_pt2, inspect_torchscript
 from leapp.cli.inspect_bundle import inspect_bundle_file
 from leapp.cli.inspect_onnx import inspect_onnx
 from leapp.cli.report import Report
-from leapp.pipeline_format import PIPELINE_FILE, PipelineError, contained_path, read_pipeline, sha256_file
+from leapp.pipeline_format import PIPELINE_FILE, PipelineError, contained_path, is_regular_file, read_pipeline, sha256_file
 
 __all__ = ["inspect_path"]
 
@@ -96,7 +96,7 @@ def _inspect_pipeline_node(folder: Path, index: int, node: dict, report: Report,
         except PipelineError as e:
             report.problem(str(e), indent + 1)
             continue
-        if not file.is_file():
+        if not is_regular_file(file):
             report.problem(f"node {name}: {rel} is missing", indent + 1)
             continue
         if sha256_file(file) != expected:

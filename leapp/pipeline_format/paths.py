@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 
 from .format import PipelineError
 
-__all__ = ["contained_path"]
+__all__ = ["contained_path", "is_regular_file"]
 
 
 def contained_path(folder: str | Path, rel: str, where: str) -> Path:
@@ -40,3 +40,13 @@ def contained_path(folder: str | Path, rel: str, where: str) -> Path:
     if base not in path.parents:
         raise PipelineError(f"{where}: path {rel!r} leaves the pipeline folder {folder} (it resolves to {path})")
     return path
+
+
+def is_regular_file(path: Path) -> bool:
+    """Whether ``path`` is a regular file; False, not an exception, when it cannot be looked at (a name
+    too long for the file system, a loop, no permission), as the C++ reader's ``stat`` check answers.
+    ``Path.is_file`` raises for some of these (ENAMETOOLONG), and a hostile pipeline.yaml names the path."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False

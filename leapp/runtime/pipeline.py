@@ -31,6 +31,7 @@ from leapp.pipeline_format import (
     PipelineError,
     contained_path,
     dtype_name,
+    is_regular_file,
     read_pipeline,
     sha256_file,
 )
@@ -192,7 +193,7 @@ def read_description(path: str | Path) -> tuple[Path, dict]:
 def verify_file(folder: Path, rel: str, expected: str, where: str, field: str = "artifact") -> Path:
     """``folder/rel`` after checking it stays in the folder (before any open), exists and has sha256 ``expected``."""
     path = contained_path(folder, rel, f"{field} ({where})")
-    if not path.is_file():
+    if not is_regular_file(path):
         raise PipelineError(f"{where}: artifact {path} is missing")
     actual = sha256_file(path)
     if actual != expected:

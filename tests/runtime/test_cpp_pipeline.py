@@ -279,6 +279,23 @@ def test_batch_ranges_refused_with_leapp_loads_text(dynamic_export, tmp_path, ba
     assert _cpp_refusal(folder) == _python_text(python.value, folder)
 
 
+@pytest.mark.parametrize("artifact", ["x" * 300, "d/" + "y" * 5000])
+def test_an_artifact_name_too_long_for_the_file_system_is_missing_in_both_readers(folder, artifact, capsys):
+    """A name longer than the file system takes (ENAMETOOLONG): leapp.load, leapp-run and leapp inspect report
+    the artifact missing, where Path.is_file raised OSError and the C++ reader called it a symlink loop."""
+    _, desc = read_pipeline(folder)
+    desc["nodes"][1]["artifact"] = artifact
+    _write_both(folder, desc)
+    with pytest.raises(PipelineError) as python:
+        leapp.load(folder)
+    assert str(python.value).endswith(f"artifact {folder / artifact} is missing")
+    assert _cpp_refusal(folder) == _python_text(python.value, folder)
+    from leapp.cli.inspect import inspect_path
+
+    assert inspect_path(folder) != 0
+    assert f"{artifact} is missing" in capsys.readouterr().out
+
+
 def _nested(levels: int):
     value = 1
     for k in range(levels):
@@ -315,6 +332,27 @@ def test_metadata_limits_refused_with_leapp_loads_text(export, tmp_path, where, 
         leapp.load(folder)
     assert message in str(python.value)
     assert _cpp_refusal(folder) == _python_text(python.value, folder)
+
+
+_METADATA_POOL = [*_POOL, 0.1, 1e-05, 1e16, -0.0, 2**53 + 1, 1.5e300, "\u00e9\U0001f600", "x" * 16360, "x" * 16400,
+                  ["\u00e9" * 4000, 1e-07], _nested(6), _nested(7), _nested(8), {"k": _nested(7)}, [[[[[[[[1]]]]]]]]]
+
+
+def test_metadata_replacements_refused_alike(export, tmp_path):
+    """Values inside tensors' metadata replaced (deep nests, sizes at the 16 KiB limit, floats whose JSON text
+    Python and C++ must write alike): both readers accept, or both refuse with one text."""
+    _, desc = read_pipeline(export)
+    labelled = copy.deepcopy(desc)
+    for entry in [*labelled["inputs"], *labelled["outputs"], *labelled["nodes"][0]["inputs"]]:
+        entry["metadata"] = {"kind": "joints", "units": ["rad", 1.5], "names": {"a": [1, 2]}}
+    folder = Path(shutil.copytree(export, tmp_path / "labelled"))
+    _write_both(folder, labelled)
+    leapp.load(folder)
+
+    def in_metadata(paths):
+        return [p for p in paths if "metadata" in p[:-1] or p[-1] == "metadata"]
+
+    assert _replacements_refused_alike(folder, tmp_path, 16, 120, _METADATA_POOL, in_metadata) > 30
 
 
 def test_batch_field_replacements_refused_alike(dynamic_export, tmp_path):

@@ -258,6 +258,12 @@ std::string contained_path(const std::string& folder, const std::string& rel, co
   std::error_code ec;
   fs::path base = fs::weakly_canonical(fs::absolute(folder, ec), ec);
   fs::path path = ec ? fs::path() : fs::weakly_canonical(fs::absolute(fs::path(folder) / rel, ec), ec);
+  if (ec && ec != std::errc::too_many_symbolic_link_levels) {
+    // Python's resolve() takes a component it cannot look at (a name too long, no permission) as it is
+    // and refuses only loops: so does this, and the file's own check then finds nothing there.
+    ec.clear();
+    path = fs::absolute(fs::path(folder) / rel, ec).lexically_normal();
+  }
   struct stat st;
   if (!ec && ::stat(path.c_str(), &st) != 0 && errno == ELOOP) ec = std::make_error_code(std::errc::too_many_symbolic_link_levels);
   if (ec)  // Python: "Symlink loop from '...'"
