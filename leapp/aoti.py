@@ -144,8 +144,9 @@ def package(export_dir: str | Path, node: str, out: str | Path | None = None, *,
     import torch._inductor.config as inductor_config
     from torch._inductor import aoti_compile_and_package
 
-    from leapp.runtime import ops
     from leapp.runtime.pipeline import verify_file
+    from leapp.runtime.pt2_archive import UnsafeArchive
+    from leapp.runtime.runners import load_pt2
 
     folder, desc = read_pipeline(export_dir)
     yaml_sha256 = sha256_file(folder / PIPELINE_FILE)
@@ -158,9 +159,10 @@ def package(export_dir: str | Path, node: str, out: str | Path | None = None, *,
     # torch writes the package's device and platform into aot_inductor.metadata in place (2.13:
     # _inductor/codecache.py), so the global dict would keep them: the compile gets its own copy
     configs["aot_inductor.metadata"] = dict(configs.get("aot_inductor.metadata", inductor_config.aot_inductor.metadata))
-    ops.ensure_registered()
     try:
-        program = torch.export.load(str(artifact))
+        program = load_pt2(artifact)
+    except UnsafeArchive as e:  # refused before torch opened it
+        raise PipelineError(f"{where}: {e}") from e
     except Exception as e:  # torch, zipfile and pickle errors have no common base
         raise PipelineError(f"{where}: cannot load {artifact} with torch.export.load: {type(e).__name__}: {e}") from e
     if program.example_inputs is None:  # leapp's .pt2 stores none (its size must not grow with N); AOTI wants some

@@ -36,6 +36,7 @@ from leapp.pipeline_format import (
     sha256_file,
 )
 from leapp.runtime.io import IOSpec, check_inputs
+from leapp.runtime.pt2_archive import UnsafeArchive
 from leapp.runtime.onnx_runner import (  # noqa: F401 - re-exported (tests import _ONNX_TYPES from here)
     _ONNX_TYPES,
     OnnxRunner,
@@ -282,6 +283,8 @@ def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = N
             )
         except RuntimeLibraryNotFound:
             raise
+        except UnsafeArchive as e:  # names the file, the member and why: no "corrupt?" guess around it
+            raise PipelineError(f"{where}: {e}") from e
         except Exception as e:  # torch, zipfile, protobuf and ORT errors have no common base
             raise PipelineError(
                 f"{where}: cannot open {artifact} ({entry['backend']}; is the file corrupt or truncated?): "

@@ -1,0 +1,188 @@
+"""A node's .pt2 archive from elsewhere: leapp refuses what torch.export.load would run code from.
+
+The crafted archives here carry a pickle whose loading creates a marker folder: the tests show that
+torch.export.load itself runs it, and that leapp.load, the runner and ``leapp aoti`` refuse the file
+first, naming the member, without the marker appearing.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+import leapp
+from leapp.pipeline_format import PipelineError, sha256_file, write_twin
+from leapp.runtime.pt2_archive import check_pt2_archive
+
+
+class _Marker:
+    """Unpickling it calls os.mkdir(path): any full unpickler that reads it leaves the folder behind."""
+
+    def __init__(self, path: Path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return os.mkdir, (self.path,)
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory) -> Path:
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+
+    @leapp.node("policy", export_with="pt2")
+    def policy(obs):
+        return mlp(obs)
+
+    save = tmp_path_factory.mktemp("pt2_archive")
+    with leapp.trace("arch", save_path=save) as session, torch.no_grad():
+        for _ in range(2):
+            policy(torch.randn(4, 6))
+    session.compile(validate=False)
+    return save / "arch"
+
+
+def _rewrite(src: Path, dst: Path, change) -> None:
+    """``dst``: ``src``'s archive with ``change(name, bytes) -> bytes | None`` applied (None drops a member);
+    ``change`` may return extra members under the key ``"+"`` when called with name ``"+"``."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
+        root = zin.namelist()[0].split("/", 1)[0] + "/"
+        for info in zin.infolist():
+            data = change(info.filename[len(root):], zin.read(info))
+            if data is not None:
+                zout.writestr(info.filename, data)
+        for name, data in (change("+", None) or {}).items():
+            zout.writestr(root + name, data)
+
+
+def _reseal(folder: Path) -> None:
+    """pipeline.yaml's sha256 of the artifact updated, as whoever crafted the folder would."""
+    desc = yaml.safe_load((folder / "pipeline.yaml").read_text())
+    desc["nodes"][0]["sha256"] = sha256_file(folder / desc["nodes"][0]["artifact"])
+    (folder / "pipeline.yaml").write_text(yaml.safe_dump(desc, sort_keys=False))
+    write_twin(folder)
+
+
+def _with_pickled_weight(export: Path, tmp_path: Path, payload_for) -> Path:
+    """The export with its first weight marked ``use_pickle`` and replaced by ``payload_for(its name)``."""
+    folder = tmp_path / "crafted"
+    folder.mkdir()
+    for f in export.iterdir():
+        (folder / f.name).write_bytes(f.read_bytes())
+    (folder / "policy.pt2").unlink()
+    chosen = {}
+
+    def change(name, data):
+        if name == "+":
+            return None
+        if name.endswith("_weights_config.json"):
+            config = json.loads(data)
+            fqn = next(iter(config["config"]))
+            config["config"][fqn]["use_pickle"] = True
+            chosen["file"], chosen["payload"] = config["config"][fqn]["path_name"], payload_for(fqn)
+            return json.dumps(config).encode()
+        return data
+
+    _rewrite(export / "policy.pt2", folder / "tmp.pt2", change)
+    _rewrite(folder / "tmp.pt2", folder / "policy.pt2",
+             lambda name, data: None if name == "+" else chosen["payload"] if name == f"data/weights/{chosen['file']}" else data)
+    (folder / "tmp.pt2").unlink()
+    _reseal(folder)
+    return folder
+
+
+def test_leapps_own_export_passes(export):
+    check_pt2_archive(export / "policy.pt2")
+    leapp.load(export)
+
+
+def test_a_code_running_pickle_is_refused_before_torch_unpickles_it(export, tmp_path):
+    marker = tmp_path / "ran"
+    folder = _with_pickled_weight(export, tmp_path, lambda _: pickle.dumps(_Marker(marker)))
+    with pytest.raises(PipelineError) as refused:
+        leapp.load(folder)
+    text = str(refused.value)
+    assert text.startswith("pipeline 'arch' node 'policy': policy.pt2: data/weights/") and "weights-only" in text
+    assert "can run any code" in text and not marker.exists()
+    # the threat is real: torch's own load runs the pickle
+    from leapp.runtime import ops
+
+    ops.ensure_registered()
+    with pytest.raises(Exception):  # noqa: B017, PT011 - what torch makes of the mkdir's None does not matter
+        torch.export.load(str(folder / "policy.pt2"))
+    assert marker.is_dir()
+
+
+def test_a_plain_tensor_pickle_still_loads(export, tmp_path):
+    """A pickled payload torch's weights-only unpickler reads is let through (what torch then does with it)."""
+    original = leapp.load(export)
+    weights = original.nodes["policy"].runner.program.program.state_dict
+
+    def saved(fqn):
+        buffer = io.BytesIO()
+        torch.save(weights[fqn].detach().clone(), buffer)
+        return buffer.getvalue()
+
+    folder = _with_pickled_weight(export, tmp_path, saved)
+    x = torch.randn(4, 6)
+    got, want = leapp.load(folder)(obs=x), original(obs=x)
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in got)
+
+
+@pytest.mark.parametrize(("member", "expected"), [
+    ("data/aotinductor/model/model.so", "an AOTInductor model, which torch.export.load loads as native code"),
+    ("data/constants/opaque_obj_0", None),  # checked through the config below
+    ("evil/anything", "not a member of a PT2 program archive"),
+])
+def test_members_outside_a_plain_program_are_refused(export, tmp_path, member, expected):
+    target = tmp_path / "policy.pt2"
+    if expected is None:
+        def change(name, data):
+            if name == "+":
+                return {member: pickle.dumps(_Marker(tmp_path / "ran"))}
+            if name.endswith("_constants_config.json"):
+                return json.dumps({"config": {"obj": {"path_name": "opaque_obj_0", "use_pickle": False}}}).encode()
+            return data
+        expected = "an opaque object ('obj'), which torch unpickles with a pickler that can run code"
+    else:
+        def change(name, data):
+            return {member: b"\x7fELF"} if name == "+" else data
+    _rewrite(export / "policy.pt2", target, change)
+    with pytest.raises(PipelineError, match=r"policy\.pt2: " + member.replace(".", r"\.")) as refused:
+        check_pt2_archive(target)
+    assert expected in str(refused.value)
+    assert not (tmp_path / "ran").exists()
+
+
+def test_compressed_members_and_non_archives_are_refused(export, tmp_path):
+    packed = tmp_path / "policy.pt2"
+    with zipfile.ZipFile(export / "policy.pt2") as zin, zipfile.ZipFile(packed, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, zin.read(info))
+    with pytest.raises(PipelineError, match="compressed; torch.export.save stores members uncompressed"):
+        check_pt2_archive(packed)
+    junk = tmp_path / "junk.pt2"
+    junk.write_bytes(b"not a zip")
+    with pytest.raises(PipelineError, match=r"junk\.pt2 is not a PT2 archive \(a zip file\)"):
+        check_pt2_archive(junk)
+
+
+def test_a_code_running_sample_input_is_refused(export, tmp_path):
+    """torch falls back to the full unpickler for sample inputs the weights-only one refuses."""
+    target = tmp_path / "policy.pt2"
+    marker = tmp_path / "ran"
+    _rewrite(export / "policy.pt2", target,
+             lambda name, data: None if name == "+" else
+             pickle.dumps(_Marker(marker)) if name.startswith("data/sample_inputs/") else data)
+    with pytest.raises(PipelineError, match=r"data/sample_inputs/model\.pt: a pickle torch's weights-only"):
+        check_pt2_archive(target)
+    assert not marker.exists()
+
