@@ -145,7 +145,7 @@ def package(export_dir: str | Path, node: str, out: str | Path | None = None, *,
     from torch._inductor import aoti_compile_and_package
 
     from leapp.runtime.pipeline import verify_file
-    from leapp.runtime.pt2_archive import UnsafeArchive
+    from leapp.runtime.artifact_safety import UnsafeArtifact
     from leapp.runtime.runners import load_pt2
 
     folder, desc = read_pipeline(export_dir)
@@ -161,7 +161,7 @@ def package(export_dir: str | Path, node: str, out: str | Path | None = None, *,
     configs["aot_inductor.metadata"] = dict(configs.get("aot_inductor.metadata", inductor_config.aot_inductor.metadata))
     try:
         program = load_pt2(artifact)
-    except UnsafeArchive as e:  # refused before torch opened it
+    except UnsafeArtifact as e:  # refused before torch opened it
         raise PipelineError(f"{where}: {e}") from e
     except Exception as e:  # torch, zipfile and pickle errors have no common base
         raise PipelineError(f"{where}: cannot load {artifact} with torch.export.load: {type(e).__name__}: {e}") from e

@@ -43,6 +43,7 @@ from pathlib import Path
 import torch
 
 import leapp
+from leapp.runtime.artifact_safety import check_onnx_external_data
 from leapp.runtime.pipeline import IOSpec, check_inputs, make_runner, read_description, verify_file
 
 __all__ = ["MARK", "STOPPED", "WRONG_LEAPP", "main", "on_cpu"]
@@ -75,11 +76,11 @@ class _Progress:
         print(f"{MARK} {line}", file=sys.stderr, flush=True)
 
 
-def _entry(node: dict, folder: Path, description: dict | None) -> tuple[dict, Path]:
-    """The node's pipeline.yaml entry and its artifact, digests checked as ``leapp.load`` checks them."""
+def _entry(node: dict, folder: Path, description: dict | None) -> tuple[dict, Path, list[Path]]:
+    """The node's pipeline.yaml entry, its artifact and its extra files, digests checked as ``leapp.load`` checks them."""
     if node["entry"] is not None:
         entry = node["entry"]
-        return entry, folder / entry["artifact"]
+        return entry, folder / entry["artifact"], [folder / f["path"] for f in entry.get("files") or []]
     name = node["name"]
     entries = [e for e in description.get("nodes") or [] if str(e.get("name")) == name]
     if not entries:
@@ -87,15 +88,16 @@ def _entry(node: dict, folder: Path, description: dict | None) -> tuple[dict, Pa
     entry = entries[0]
     where = f"pipeline '{description.get('name', folder.name)}' node '{name}'"
     artifact = verify_file(folder, entry["artifact"], entry["sha256"], where)
-    for extra in entry.get("files") or []:
-        verify_file(folder, extra["path"], extra["sha256"], where)
-    return entry, artifact
+    files = [verify_file(folder, extra["path"], extra["sha256"], where) for extra in entry.get("files") or []]
+    return entry, artifact, files
 
 
 def _run_node(k: int, node: dict, folder: Path, description: dict | None, progress: _Progress) -> dict:
     progress(f"load {k}")
-    entry, artifact = _entry(node, folder, description)
+    entry, artifact, files = _entry(node, folder, description)
     where = f"node '{node['name']}'"
+    if entry["backend"] == "onnx":  # as leapp.load checks it
+        check_onnx_external_data(artifact, files)
     inputs = [IOSpec.from_yaml(e, where) for e in entry.get("inputs") or []]
     outputs = [IOSpec.from_yaml(e, where) for e in entry.get("outputs") or []]
     device = str(entry.get("device", "cpu"))

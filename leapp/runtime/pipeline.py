@@ -36,7 +36,7 @@ from leapp.pipeline_format import (
     sha256_file,
 )
 from leapp.runtime.io import IOSpec, check_inputs
-from leapp.runtime.pt2_archive import UnsafeArchive
+from leapp.runtime.artifact_safety import UnsafeArtifact, check_onnx_external_data
 from leapp.runtime.onnx_runner import (  # noqa: F401 - re-exported (tests import _ONNX_TYPES from here)
     _ONNX_TYPES,
     OnnxRunner,
@@ -271,19 +271,21 @@ def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = N
         node_name = entry["name"]
         where = f"pipeline '{name}' node '{node_name}'"
         artifact = verify_file(folder, entry["artifact"], entry["sha256"], where, f"{yaml_file}: nodes[{index}].artifact")
-        for i, extra in enumerate(entry["files"]):
-            verify_file(folder, extra["path"], extra["sha256"], where, f"{yaml_file}: nodes[{index}].files[{i}].path")
+        files = [verify_file(folder, extra["path"], extra["sha256"], where, f"{yaml_file}: nodes[{index}].files[{i}].path")
+                 for i, extra in enumerate(entry["files"])]
         inputs = [IOSpec.from_yaml(e, where) for e in entry["inputs"]]
         outputs = [IOSpec.from_yaml(e, where) for e in entry["outputs"]]
         segments = list(entry["segments"])
         try:
+            if entry["backend"] == "onnx":
+                check_onnx_external_data(artifact, files)
             runner = make_runner(
                 entry["backend"], artifact, inputs, outputs, entry["device"], has_segments=bool(segments),
                 cuda_graphs=cuda_graphs, onnx_ep=onnx_ep, onnx_stream=graph_stream,
             )
         except RuntimeLibraryNotFound:
             raise
-        except UnsafeArchive as e:  # names the file, the member and why: no "corrupt?" guess around it
+        except UnsafeArtifact as e:  # names the file, the member and why: no "corrupt?" guess around it
             raise PipelineError(f"{where}: {e}") from e
         except Exception as e:  # torch, zipfile, protobuf and ORT errors have no common base
             raise PipelineError(

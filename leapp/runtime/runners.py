@@ -21,9 +21,9 @@ __all__ = ["ONNX_EPS", "NodeRunner", "Pt2Runner", "TorchScriptRunner", "load_pt2
 
 def load_pt2(path: str | Path) -> torch.export.ExportedProgram:
     """``torch.export.load`` after registering ``leapp::warp_segment`` (needed to resolve the op) and
-    refusing an archive that loading would run code from (``pt2_archive.check_pt2_archive``: PipelineError)."""
+    refusing an archive that loading would run code from (``artifact_safety.check_pt2_archive``: PipelineError)."""
     from leapp.runtime import ops
-    from leapp.runtime.pt2_archive import check_pt2_archive
+    from leapp.runtime.artifact_safety import check_pt2_archive
 
     check_pt2_archive(path)
     ops.ensure_registered()

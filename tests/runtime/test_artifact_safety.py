@@ -20,7 +20,7 @@ import yaml
 
 import leapp
 from leapp.pipeline_format import PipelineError, sha256_file, write_twin
-from leapp.runtime.pt2_archive import check_pt2_archive
+from leapp.runtime.artifact_safety import check_pt2_archive
 
 
 class _Marker:
@@ -186,3 +186,67 @@ def test_a_code_running_sample_input_is_refused(export, tmp_path):
         check_pt2_archive(target)
     assert not marker.exists()
 
+
+
+# --- ONNX: external data ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def onnx_export(tmp_path_factory) -> Path:
+    """An ONNX node whose weights leapp exported as external data (pipeline.yaml lists the file)."""
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 3))  # 16 KiB: external
+
+    @leapp.node("policy", export_with="onnx", external_data=True)
+    def policy(obs):
+        return mlp(obs)
+
+    save = tmp_path_factory.mktemp("onnx_external")
+    with leapp.trace("ext", save_path=save) as session, torch.no_grad():
+        for _ in range(2):
+            policy(torch.randn(4, 64))
+    session.compile(validate=False)
+    return save / "ext"
+
+
+def _retarget(onnx_export: Path, tmp_path: Path, location: str, secret: bytes = b"") -> Path:
+    """A copy whose model points its first external tensor at ``location`` (resealed, as a crafter would)."""
+    import onnx
+
+    folder = tmp_path / "crafted"
+    folder.mkdir()
+    for f in onnx_export.iterdir():
+        (folder / f.name).write_bytes(f.read_bytes())
+    model = onnx.load(str(folder / "policy.onnx"), load_external_data=False)
+    tensor = next(t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL)
+    for entry in tensor.external_data:
+        if entry.key == "location":
+            entry.value = location
+        elif entry.key == "offset":
+            entry.value = "0"
+    (folder / "policy.onnx").write_bytes(model.SerializeToString())
+    _reseal(folder)
+    return folder
+
+
+def test_leapps_external_data_passes_and_loads(onnx_export):
+    desc = yaml.safe_load((onnx_export / "pipeline.yaml").read_text())
+    assert desc["nodes"][0]["files"], "the export keeps its weights in a file pipeline.yaml lists"
+    out = leapp.load(onnx_export)(obs=torch.ones(4, 64))
+    assert len(out) == 1
+
+
+@pytest.mark.parametrize("location", ["../secret.bin", "/etc/hostname", "sub/../../secret.bin", "link.bin",
+                                      "unlisted.bin"])
+def test_external_data_outside_the_nodes_files_is_refused(onnx_export, tmp_path, location):
+    """A location out of the folder, absolute, through a symlink, or to a file pipeline.yaml does not list
+    (so its sha256 was never checked): refused before ONNX Runtime opens the model."""
+    (tmp_path / "secret.bin").write_bytes(b"S" * 65536)
+    folder = _retarget(onnx_export, tmp_path, location)
+    (folder / "link.bin").symlink_to(tmp_path / "secret.bin")
+    (folder / "unlisted.bin").write_bytes(b"U" * 65536)
+    with pytest.raises(PipelineError) as refused:
+        leapp.load(folder)
+    text = str(refused.value)
+    assert text.startswith("pipeline 'ext' node 'policy': policy.onnx: graph.initializer ")
+    assert f"external data location {location!r}" in text
