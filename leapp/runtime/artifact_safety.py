@@ -39,7 +39,7 @@ import torch
 
 from leapp.pipeline_format import PipelineError
 
-__all__ = ["MAX_MEMBERS", "UnsafeArtifact", "check_onnx_external_data", "check_pt2_archive"]
+__all__ = ["MAX_MEMBERS", "UnsafeArtifact", "check_onnx_external_data", "check_pt2_archive", "external_locations"]
 
 class UnsafeArtifact(PipelineError):
     """An artifact its loader would run code from, or read files outside the export through: refused."""
@@ -131,7 +131,8 @@ def _config_entries(data: bytes, name: str, refuse) -> list[tuple[str, dict]]:
 
 def check_onnx_external_data(model: str | Path, files: Iterable[Path]) -> None:
     """Refuses (UnsafeArtifact) an ONNX model with an external tensor whose file is not one of ``files``
-    (the node's verified ``files``, resolved). A model onnx cannot parse gets a plain PipelineError."""
+    (the node's verified ``files``, resolved). A model onnx cannot parse gets a plain PipelineError.
+    The C++ runner applies the same walk and texts to the model's bytes (ext/pipeline/src/onnx_external.cpp)."""
     import onnx  # noqa: PLC0415 - only ONNX nodes need it
     from google.protobuf.message import DecodeError  # noqa: PLC0415
 
@@ -141,48 +142,64 @@ def check_onnx_external_data(model: str | Path, files: Iterable[Path]) -> None:
     except (DecodeError, OSError, ValueError, RuntimeError) as e:
         raise PipelineError(f"{model.name} is not an ONNX model onnx can parse: {type(e).__name__}: {e}") from e
     allowed = {Path(f).resolve() for f in files}
-    places = [_external_locations(proto.graph, "graph")]
-    places += [_external_locations(f, f"function {f.name!r}") for f in proto.functions]
-    for place, location in (item for found in places for item in found):
+    for place, location in external_locations(proto):
         pure = PurePosixPath(location) if location else None
         if pure is None or "\0" in location or pure.is_absolute() or ".." in pure.parts:
             raise UnsafeArtifact(f"{model.name}: {place}: external data location {location!r} is not a plain "
                                  "relative path inside the export folder")
         try:
             target = (model.parent / location).resolve()
-        except (OSError, RuntimeError, ValueError) as e:
-            raise UnsafeArtifact(f"{model.name}: {place}: external data location {location!r} cannot be "
-                                 f"resolved: {e}") from e
+        except (OSError, RuntimeError, ValueError):
+            target = None  # a loop: not one of the files, which resolved
         if target not in allowed:
             raise UnsafeArtifact(f"{model.name}: {place}: external data location {location!r} is not one of the "
                                  "node's files in pipeline.yaml (files: the external data leapp exported, each "
                                  "with its sha256); ONNX Runtime before 1.24 would read it wherever it points")
 
 
-def _external_locations(graph, where: str) -> Iterator[tuple[str, str]]:
-    """(where in the model, location) of every external tensor of ``graph`` (or a function), its nodes'
-    attributes and subgraphs."""
+def external_locations(model) -> Iterator[tuple[str, str]]:
+    """(where in the model, location) for every ``location`` entry of every tensor, and ``""`` for a tensor
+    marked EXTERNAL without one: the graph, then functions, then training graphs, in document order."""
+    yield from _graph_locations(model.graph, "graph")
+    for function in model.functions:
+        yield from _graph_locations(function, f"function {function.name!r}")
+    for i, info in enumerate(model.training_info):
+        yield from _graph_locations(info.initialization, f"training_info[{i}].initialization")
+        yield from _graph_locations(info.algorithm, f"training_info[{i}].algorithm")
 
-    def of(tensor, place):
-        if tensor.data_location == 1:  # TensorProto.EXTERNAL
-            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
-            yield place, location
 
-    for tensor in getattr(graph, "initializer", ()):  # a FunctionProto has nodes only
-        yield from of(tensor, f"{where}.initializer {tensor.name!r}")
+def _tensor_locations(tensor, place: str) -> Iterator[tuple[str, str]]:
+    locations = [e.value for e in tensor.external_data if e.key == "location"]
+    if tensor.data_location == 1 and not locations:  # TensorProto.EXTERNAL
+        locations = [""]
+    for location in locations:
+        yield place, location
+
+
+def _sparse_locations(sparse, place: str) -> Iterator[tuple[str, str]]:
+    yield from _tensor_locations(sparse.values, place)
+    yield from _tensor_locations(sparse.indices, f"{place} indices")
+
+
+def _graph_locations(graph, where: str) -> Iterator[tuple[str, str]]:
+    """A graph's (or a function's: nodes only) initializers, sparse initializers, then its nodes' attributes:
+    tensors, sparse tensors, then subgraphs."""
+    for tensor in getattr(graph, "initializer", ()):
+        yield from _tensor_locations(tensor, f"{where}.initializer {tensor.name!r}")
     for sparse in getattr(graph, "sparse_initializer", ()):
-        yield from of(sparse.values, f"{where}.sparse_initializer {sparse.values.name!r}")
-        yield from of(sparse.indices, f"{where}.sparse_initializer {sparse.values.name!r} indices")
+        yield from _sparse_locations(sparse, f"{where}.sparse_initializer {sparse.values.name!r}")
     for node in graph.node:
         for attr in node.attribute:
             place = f"{where}.node {node.name or node.op_type!r} attribute {attr.name!r}"
             if attr.HasField("t"):
-                yield from of(attr.t, place)
+                yield from _tensor_locations(attr.t, place)
             for tensor in attr.tensors:
-                yield from of(tensor, place)
+                yield from _tensor_locations(tensor, place)
             if attr.HasField("sparse_tensor"):
-                yield from of(attr.sparse_tensor.values, place)
+                yield from _sparse_locations(attr.sparse_tensor, place)
+            for sparse in attr.sparse_tensors:
+                yield from _sparse_locations(sparse, place)
             if attr.HasField("g"):
-                yield from _external_locations(attr.g, place)
+                yield from _graph_locations(attr.g, place)
             for sub in attr.graphs:
-                yield from _external_locations(sub, place)
+                yield from _graph_locations(sub, place)

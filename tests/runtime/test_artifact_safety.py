@@ -11,6 +11,10 @@ import io
 import json
 import os
 import pickle
+import random
+import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -250,3 +254,86 @@ def test_external_data_outside_the_nodes_files_is_refused(onnx_export, tmp_path,
     text = str(refused.value)
     assert text.startswith("pipeline 'ext' node 'policy': policy.onnx: graph.initializer ")
     assert f"external data location {location!r}" in text
+
+
+LEAPP_RUN = Path(sys.executable).with_name("leapp-run")
+needs_leapp_run = pytest.mark.skipif(not LEAPP_RUN.is_file(), reason="leapp-run was not built: ONNX Runtime's "
+                                     "headers are missing (bash scripts/fetch-ort-headers.sh, then pip install -e .)")
+
+
+def _cpp_text(folder: Path) -> str | None:
+    """leapp-run's refusal of ``folder`` (opening every node), or None when it opens."""
+    r = subprocess.run([str(LEAPP_RUN), str(folder), "--describe"], capture_output=True, text=True, timeout=120)
+    return None if r.returncode == 0 else r.stderr.strip().removeprefix("leapp-run: ")
+
+
+@needs_leapp_run
+def test_leapp_run_opens_leapps_external_data(onnx_export):
+    assert _cpp_text(onnx_export) is None
+
+
+_LOCATIONS = ["policy.onnx.data", "../secret.bin", "/etc/hostname", "", "a/../policy.onnx.data", "link.bin",
+              "unlisted.bin", "sub/x.bin", "caf\u00e9 'q'.bin"]
+
+
+def _external(tensor, locations, marked: bool = True):
+    import onnx
+
+    if marked:
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+    for location in locations:
+        entry = tensor.external_data.add()
+        entry.key, entry.value = "location", location
+
+
+@needs_leapp_run
+@pytest.mark.parametrize("seed", range(12))
+def test_both_readers_refuse_the_same_first_external_location(onnx_export, tmp_path, seed):
+    """Random external tensors in every place a model can hold one (initializers, sparse initializers, node
+    attributes, subgraphs, functions, training graphs): leapp.load and leapp-run refuse with one text."""
+    import onnx
+    from onnx import helper
+
+    rng = random.Random(seed)
+    folder = tmp_path / "crafted"
+    shutil.copytree(onnx_export, folder)
+    (tmp_path / "secret.bin").write_bytes(b"S" * 65536)
+    (folder / "link.bin").symlink_to(tmp_path / "secret.bin")
+    (folder / "unlisted.bin").write_bytes(b"U" * 65536)
+    data_file = next(p.name for p in folder.iterdir() if p.suffix == ".data")
+    pool = [data_file if x == "policy.onnx.data" else x for x in _LOCATIONS]
+    model = onnx.load(str(folder / "policy.onnx"), load_external_data=False)
+
+    def tensor(name):
+        t = onnx.TensorProto(name=name, data_type=onnx.TensorProto.FLOAT, dims=[1])
+        _external(t, rng.sample(pool, rng.randint(0, 2)), marked=rng.random() < 0.8)
+        return t
+
+    for k in range(rng.randint(0, 2)):
+        model.graph.initializer.append(tensor(f"extra{k}"))
+    if rng.random() < 0.5:
+        model.graph.sparse_initializer.append(helper.make_sparse_tensor(tensor("sv"), tensor("si"), [4]))
+    if rng.random() < 0.6:
+        model.graph.node.append(helper.make_node("Constant", [], ["c0"], value=tensor("cv"), name="const"))
+    if rng.random() < 0.5:
+        sub = helper.make_graph([helper.make_node("Constant", [], ["s"], value=tensor("sub_t"))], "sub", [], [],
+                                initializer=[tensor("sub_init")])
+        model.graph.node.append(helper.make_node("If", ["cond"], ["o"], then_branch=sub, else_branch=sub))
+    if rng.random() < 0.4:
+        model.functions.append(helper.make_function("dom", "f", [], ["y"], [
+            helper.make_node("Constant", [], ["y"], value=tensor("fv"))], [helper.make_opsetid("", 17)]))
+    if rng.random() < 0.4:
+        info = model.training_info.add()
+        info.initialization.initializer.append(tensor("ti"))
+    (folder / "policy.onnx").write_bytes(model.SerializeToString())
+    _reseal(folder)
+    try:
+        leapp.load(folder)
+        python = None
+    except PipelineError as e:
+        python = str(e)
+    cpp = _cpp_text(folder)
+    if python is not None and "external data location" in python:
+        assert cpp == python
+    else:  # nothing the check refuses: whatever ONNX Runtime makes of the model, the check said nothing
+        assert cpp is None or "external data location" not in cpp, cpp

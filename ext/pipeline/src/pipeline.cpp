@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -16,6 +17,7 @@
 #include "description.h"
 #include "leapp/cuda_driver.h"
 #include "leapp/pipeline.h"
+#include "onnx_external.h"
 #include "ort_runtime.h"
 #include "pyrepr.h"
 
@@ -216,6 +218,44 @@ void Pipeline::Impl::run_aoti(Node& node, const std::vector<void*>& in, const st
   }
 }
 
+namespace {
+
+/// leapp/runtime/artifact_safety.py::check_onnx_external_data, same walk and texts: every external-data
+/// location of the model must be one of the node's verified `files` (ORT keeps it in the model's folder
+/// only from 1.24 on). Returns "" when the model is fine, else the refusal (after `where: `); a model
+/// whose bytes are not well-formed protobuf along the walk throws std::invalid_argument.
+std::string external_data_problem(const std::string& model, const std::vector<std::string>& files) {
+  std::ifstream f(model, std::ios::binary);
+  if (!f) throw std::invalid_argument("cannot be read: " + std::string(std::strerror(errno)));
+  const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const auto locations = onnx_external_locations(bytes);
+  if (locations.empty()) return "";
+  namespace fs = std::filesystem;
+  std::set<fs::path> allowed;
+  for (const std::string& file : files) {
+    std::error_code ec;
+    fs::path p = fs::weakly_canonical(file, ec);
+    if (!ec) allowed.insert(p);
+  }
+  const fs::path model_path(model);
+  const std::string name = model_path.filename().string();
+  for (const auto& [place, location] : locations) {
+    const std::string head = name + ": " + place + ": external data location " + repr_str(location);
+    bool dotdot = false;
+    for (const auto& part : fs::path(location)) dotdot = dotdot || part == "..";
+    if (location.empty() || location.find('\0') != std::string::npos || location[0] == '/' || dotdot)
+      return head + " is not a plain relative path inside the export folder";
+    std::error_code ec;
+    fs::path target = fs::weakly_canonical(model_path.parent_path() / location, ec);
+    if (ec || !allowed.count(target))
+      return head + " is not one of the node's files in pipeline.yaml (files: the external data leapp exported, "
+                    "each with its sha256); ONNX Runtime before 1.24 would read it wherever it points";
+  }
+  return "";
+}
+
+}  // namespace
+
 void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
   const std::string where = "pipeline '" + description.name + "' node '" + d.name + "'";
   const std::string field = description.file + ": nodes[" + std::to_string(index) + "]";
@@ -227,8 +267,9 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
   node.info.backend = d.backend;
   node.info.device = d.device;
   node.info.artifact = verify(d.artifact, d.sha256, field + ".artifact");
+  std::vector<std::string> files;
   for (size_t i = 0; i < d.files.size(); ++i)
-    verify(d.files[i].first, d.files[i].second, field + ".files[" + std::to_string(i) + "].path");
+    files.push_back(verify(d.files[i].first, d.files[i].second, field + ".files[" + std::to_string(i) + "].path"));
   for (const Spec& s : d.inputs) node.info.inputs.push_back(tensor_info(s));
   for (const Spec& s : d.outputs) node.info.outputs.push_back(tensor_info(s));
   if (d.backend == "pt2" && d.has_aoti) {
@@ -256,6 +297,13 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
                         "$LEAPP_WARP_ONNX_CUSTOM_OP_LIBRARY)");
   const std::string cannot_open =
       where + ": cannot open " + node.info.artifact + " (onnx; is the file corrupt or truncated?): PipelineError: ";
+  std::string problem;
+  try {
+    problem = external_data_problem(node.info.artifact, files);
+  } catch (const std::invalid_argument& e) {
+    throw PipelineError(cannot_open + std::filesystem::path(node.info.artifact).filename().string() + " is " + e.what());
+  }
+  if (!problem.empty()) throw PipelineError(where + ": " + problem);
   try {
     Ort::SessionOptions so;
     if (options.intra_op_threads > 0) so.SetIntraOpNumThreads(options.intra_op_threads);
