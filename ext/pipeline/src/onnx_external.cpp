@@ -76,12 +76,26 @@ std::string text_of(const std::vector<Field>& fs, uint32_t number) {
 
 using Out = std::vector<std::pair<std::string, std::string>>;
 
-/// protobuf merges the occurrences of a singular message field: one message of their concatenated bytes.
-std::string merged(const std::vector<Field>& fs, uint32_t number) {
-  std::string s;
+/// A singular message field's bytes: protobuf merges its occurrences into one message of their concatenated
+/// bytes. The one occurrence there almost always is stays a view (a model's graph holds all its weights).
+struct Merged {
+  std::string storage;    ///< the concatenation, when the field occurs more than once
+  std::string_view single;  ///< the one occurrence (a view into the message)
+  bool multi = false;
+  operator std::string_view() const { return multi ? std::string_view(storage) : single; }  // NOLINT
+};
+
+Merged merged(const std::vector<Field>& fs, uint32_t number) {
+  Merged m;
+  size_t count = 0;
   for (const Field& f : fs)
-    if (f.number == number && f.wire == 2) s.append(f.bytes);
-  return s;
+    if (f.number == number && f.wire == 2 && count++ == 0) m.single = f.bytes;
+  if (count > 1) {
+    m.multi = true;
+    for (const Field& f : fs)
+      if (f.number == number && f.wire == 2) m.storage.append(f.bytes);
+  }
+  return m;
 }
 
 bool has(const std::vector<Field>& fs, uint32_t number) {
