@@ -37,21 +37,25 @@ class _Marker:
         return os.mkdir, (self.path,)
 
 
-@pytest.fixture(scope="module")
-def export(tmp_path_factory) -> Path:
+def _export_policy(save: Path, name: str, width: int, **node_params) -> Path:
+    """``save/name``: one ``policy`` MLP node (``width`` inputs and hidden units) exported without validation."""
     torch.manual_seed(0)
-    mlp = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    mlp = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Tanh(), torch.nn.Linear(width, 3))
 
-    @leapp.node("policy", export_with="pt2")
+    @leapp.node("policy", **node_params)
     def policy(obs):
         return mlp(obs)
 
-    save = tmp_path_factory.mktemp("pt2_archive")
-    with leapp.trace("arch", save_path=save) as session, torch.no_grad():
+    with leapp.trace(name, save_path=save) as session, torch.no_grad():
         for _ in range(2):
-            policy(torch.randn(4, 6))
+            policy(torch.randn(4, width))
     session.compile(validate=False)
-    return save / "arch"
+    return save / name
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory) -> Path:
+    return _export_policy(tmp_path_factory.mktemp("pt2_archive"), "arch", 6, export_with="pt2")
 
 
 def _rewrite(src: Path, dst: Path, change) -> None:
@@ -198,19 +202,8 @@ def test_a_code_running_sample_input_is_refused(export, tmp_path):
 @pytest.fixture(scope="module")
 def onnx_export(tmp_path_factory) -> Path:
     """An ONNX node whose weights leapp exported as external data (pipeline.yaml lists the file)."""
-    torch.manual_seed(0)
-    mlp = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 3))  # 16 KiB: external
-
-    @leapp.node("policy", export_with="onnx", external_data=True)
-    def policy(obs):
-        return mlp(obs)
-
-    save = tmp_path_factory.mktemp("onnx_external")
-    with leapp.trace("ext", save_path=save) as session, torch.no_grad():
-        for _ in range(2):
-            policy(torch.randn(4, 64))
-    session.compile(validate=False)
-    return save / "ext"
+    return _export_policy(tmp_path_factory.mktemp("onnx_external"), "ext", 64,  # 16 KiB of weights: external
+                          export_with="onnx", external_data=True)
 
 
 def _retarget(onnx_export: Path, tmp_path: Path, location: str, secret: bytes = b"") -> Path:
