@@ -133,10 +133,13 @@ def check_onnx_external_data(model: str | Path, files: Iterable[Path]) -> None:
     """Refuses (UnsafeArtifact) an ONNX model with an external tensor whose file is not one of ``files``
     (the node's verified ``files``, resolved). A model onnx cannot parse gets a plain PipelineError.
     The C++ runner applies the same walk and texts to the model's bytes (ext/pipeline/src/onnx_external.cpp)."""
-    import onnx  # noqa: PLC0415 - only ONNX nodes need it
-    from google.protobuf.message import DecodeError  # noqa: PLC0415
-
     model = Path(model)
+    try:
+        import onnx  # noqa: PLC0415 - only ONNX nodes need it
+        from google.protobuf.message import DecodeError  # noqa: PLC0415
+    except ImportError as e:
+        raise PipelineError(f"{model.name}: checking its external data needs the onnx package, a dependency of "
+                            f"leapp that is not installed here ({e}): pip install 'onnx>=1.16'") from e
     try:
         proto = onnx.load(str(model), load_external_data=False)
     except (DecodeError, OSError, ValueError, RuntimeError) as e:
