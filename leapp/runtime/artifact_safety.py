@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import io
 import json
+import posixpath
 import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
@@ -40,6 +41,7 @@ import torch
 from leapp.pipeline_format import PipelineError
 
 __all__ = ["MAX_MEMBERS", "UnsafeArtifact", "check_onnx_external_data", "check_pt2_archive", "external_locations"]
+
 
 class UnsafeArtifact(PipelineError):
     """An artifact its loader would run code from, or read files outside the export through: refused."""
@@ -100,12 +102,13 @@ def check_pt2_archive(path: str | Path) -> None:
                 file = payload.get("path_name")
                 if not isinstance(file, str):
                     raise refuse(name, f"entry {fqn!r} has no path_name")
+                read_as = posixpath.join(folder, file)  # the member torch reads for it
                 if file.startswith(_OBJECT_PREFIXES):
                     kind = "a custom" if file.startswith("custom") else "an opaque"
-                    raise refuse(folder + file, f"{kind} object ({fqn!r}), which torch unpickles with a pickler "
-                                                f"that can run code; {_TRUST}")
-                if payload.get("use_pickle") is True:
-                    pickles.append(folder + file)
+                    raise refuse(read_as, f"{kind} object ({fqn!r}), which torch unpickles with a pickler "
+                                          f"that can run code; {_TRUST}")
+                if payload.get("use_pickle"):  # any true value: torch tests it with `if`
+                    pickles.append(read_as)
         for name in pickles:
             member = by_name.get(name)
             if member is None:

@@ -79,7 +79,7 @@ def _reseal(folder: Path) -> None:
     write_twin(folder)
 
 
-def _with_pickled_weight(export: Path, tmp_path: Path, payload_for) -> Path:
+def _with_pickled_weight(export: Path, tmp_path: Path, payload_for, flag=True) -> Path:
     """The export with its first weight marked ``use_pickle`` and replaced by ``payload_for(its name)``."""
     folder = tmp_path / "crafted"
     folder.mkdir()
@@ -94,7 +94,7 @@ def _with_pickled_weight(export: Path, tmp_path: Path, payload_for) -> Path:
         if name.endswith("_weights_config.json"):
             config = json.loads(data)
             fqn = next(iter(config["config"]))
-            config["config"][fqn]["use_pickle"] = True
+            config["config"][fqn]["use_pickle"] = flag
             chosen["file"], chosen["payload"] = config["config"][fqn]["path_name"], payload_for(fqn)
             return json.dumps(config).encode()
         return data
@@ -112,9 +112,10 @@ def test_leapps_own_export_passes(export):
     leapp.load(export)
 
 
-def test_a_code_running_pickle_is_refused_before_torch_unpickles_it(export, tmp_path):
+@pytest.mark.parametrize("flag", [True, 1, "yes"])  # torch tests the flag with `if`: any true value pickles
+def test_a_code_running_pickle_is_refused_before_torch_unpickles_it(export, tmp_path, flag):
     marker = tmp_path / "ran"
-    folder = _with_pickled_weight(export, tmp_path, lambda _: pickle.dumps(_Marker(marker)))
+    folder = _with_pickled_weight(export, tmp_path, lambda _: pickle.dumps(_Marker(marker)), flag)
     with pytest.raises(PipelineError) as refused:
         leapp.load(folder)
     text = str(refused.value)
