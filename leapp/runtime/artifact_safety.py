@@ -81,6 +81,8 @@ def check_pt2_archive(path: str | Path) -> None:
         by_name = {}
         for m in members:
             name = m.filename[len(root):]
+            if name in by_name:  # which copy a reader takes differs (Python's zipfile the last): one is checked
+                raise refuse(name, "stored twice in the archive; torch.export.save writes each member once")
             if m.compress_type != zipfile.ZIP_STORED:
                 raise refuse(name, "compressed; torch.export.save stores members uncompressed (a compressed member "
                                    "could expand without bound when torch reads it)")

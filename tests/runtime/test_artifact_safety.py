@@ -184,6 +184,19 @@ def test_compressed_members_and_non_archives_are_refused(export, tmp_path):
         check_pt2_archive(junk)
 
 
+def test_a_member_stored_twice_is_refused(export, tmp_path):
+    """Two copies of one name: a check that read one copy could pass while a loader reads the other."""
+    target = tmp_path / "policy.pt2"
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # zipfile warns about the duplicate name it writes
+        _rewrite(export / "policy.pt2", target,
+                 lambda name, data: {"data/weights/weight_0": b"x"} if name == "+" else data)
+    with pytest.raises(PipelineError, match=r"data/weights/weight_0: stored twice in the archive"):
+        check_pt2_archive(target)
+
+
 def test_a_code_running_sample_input_is_refused(export, tmp_path):
     """torch falls back to the full unpickler for sample inputs the weights-only one refuses."""
     target = tmp_path / "policy.pt2"
