@@ -89,7 +89,7 @@ def _inspect_pipeline_node(folder: Path, index: int, node: dict, report: Report,
     entries = [(node["artifact"], node["sha256"], f"nodes[{index}].artifact")] + [
         (entry["path"], entry["sha256"], f"nodes[{index}].files[{i}].path") for i, entry in enumerate(node["files"])
     ]
-    artifact = None
+    artifact, files = None, []
     for number, (rel, expected, field) in enumerate(entries):
         try:  # before anything touches the file: an outside path is refused, never reported missing or different
             file = contained_path(folder, rel, f"node {name}: {PIPELINE_FILE} {field}")
@@ -103,7 +103,10 @@ def _inspect_pipeline_node(folder: Path, index: int, node: dict, report: Report,
             report.problem(f"node {name}: {rel} sha256 differs from pipeline.yaml's {expected}", indent + 1)
         if number == 0:
             artifact = file
+        else:
+            files.append(file)
     if artifact is not None:
+        _check_safety(name, node["backend"], artifact, files, report, indent + 1)
         before = report.problems
         digests = _inspect_file(artifact, report, indent + 1)
         for seg in node["segments"]:
@@ -111,6 +114,21 @@ def _inspect_pipeline_node(folder: Path, index: int, node: dict, report: Report,
                 report.problem(
                     f"node {name}: segment {seg['id']} (digest {seg['digest']}) is not in {artifact.name}", indent + 1
                 )
+
+
+def _check_safety(name: str, backend: str, artifact: Path, files: list[Path], report: Report, indent: int) -> None:
+    """What leapp.load would refuse before its loader opens the artifact (leapp.runtime.artifact_safety)."""
+    from leapp.runtime.artifact_safety import UnsafeArtifact, check_onnx_external_data, check_pt2_archive
+
+    try:
+        if backend == "pt2":
+            check_pt2_archive(artifact)
+        elif backend == "onnx":
+            check_onnx_external_data(artifact, files)
+    except UnsafeArtifact as e:
+        report.problem(f"node {name}: unsafe to load: {e}", indent)
+    except PipelineError:
+        pass  # not a readable archive or model: the artifact's own inspection below says what it is
 
 
 _INSPECTORS = {".lwb": inspect_bundle_file, ".onnx": inspect_onnx, ".pt2": inspect_pt2, ".pt": inspect_torchscript}

@@ -36,8 +36,6 @@ import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 
-import torch
-
 from leapp.pipeline_format import PipelineError
 
 __all__ = ["MAX_MEMBERS", "UnsafeArtifact", "check_onnx_external_data", "check_pt2_archive", "external_locations"]
@@ -111,6 +109,8 @@ def check_pt2_archive(path: str | Path) -> None:
                                           f"that can run code; {_TRUST}")
                 if payload.get("use_pickle"):  # any true value: torch tests it with `if`
                     pickles.append(read_as)
+        if pickles:
+            import torch  # noqa: PLC0415 - only an archive with pickles needs it (leapp inspect runs without)
         for name in pickles:
             member = by_name.get(name)
             if member is None:

@@ -383,3 +383,20 @@ def test_leapp_runs_model_walk_survives_corrupt_bytes(onnx_export, tmp_path):
         if tried == 40:
             break
     assert tried == 40
+
+
+def test_leapp_inspect_reports_what_load_would_refuse(export, onnx_export, tmp_path, capsys):
+    """``leapp inspect FOLDER`` vets a folder before anyone loads it: the same refusals, as problems."""
+    from leapp.cli.inspect import inspect_path
+
+    assert inspect_path(export) == 0 and inspect_path(onnx_export) == 0
+    capsys.readouterr()
+    (tmp_path / "p").mkdir()
+    pt2 = _with_pickled_weight(export, tmp_path / "p", lambda _: pickle.dumps(_Marker(tmp_path / "ran")))
+    assert inspect_path(pt2) > 0
+    assert "node policy: unsafe to load: policy.pt2: data/weights/" in capsys.readouterr().out
+    assert not (tmp_path / "ran").exists()
+    (tmp_path / "o").mkdir()
+    onnx_folder = _retarget(onnx_export, tmp_path / "o", "../secret.bin")
+    assert inspect_path(onnx_folder) > 0
+    assert "node policy: unsafe to load: policy.onnx: graph.initializer " in capsys.readouterr().out
