@@ -35,7 +35,9 @@ def _quat(n):
     return torch.nn.functional.normalize(torch.randn(n, 4, generator=torch.Generator().manual_seed(n)), dim=-1)
 
 
-def test_decorator_probes_min_and_max_and_learns_rules(tmp_path):
+def _gravity_obs():
+    """A fresh ``obs`` node (dynamic batch 1..64): projected gravity (one Warp launch) joined to the joints."""
+
     @leapp.node("obs", export_with="pt2", dynamic_batch=(1, 64))
     def obs(quat, joints):
         grav = torch.empty(quat.shape[0], 3)
@@ -45,6 +47,11 @@ def test_decorator_probes_min_and_max_and_learns_rules(tmp_path):
                       outputs=[wp.from_torch(grav, dtype=wp.vec3)], device="cpu")
         return torch.cat([grav, joints], dim=-1)
 
+    return obs
+
+
+def test_decorator_probes_min_and_max_and_learns_rules(tmp_path):
+    obs = _gravity_obs()
     q, j = _quat(16), torch.randn(16, 5)
     with leapp.trace("t", save_path=str(tmp_path)) as s:
         obs(q, j)
@@ -232,15 +239,7 @@ def test_dynamic_exports_are_byte_identical(tmp_path, monkeypatch):
     """A dynamic-batch pipeline (PT2 with a Warp segment and its rules, ONNX with a symbolic batch) exported twice
     into different folders gives the same bytes in every file: probes, learned rules and Dims are deterministic."""
     monkeypatch.setenv("LEAPP_CUDA_ARCHS", "90")  # one cubin target keeps it fast; determinism does not depend on it
-
-    @leapp.node("obs", export_with="pt2", dynamic_batch=(1, 64))
-    def obs(quat, joints):
-        grav = torch.empty(quat.shape[0], 3)
-        with annotate.warp_op():
-            wp.launch(K.projected_gravity, dim=quat.shape[0],
-                      inputs=[wp.from_torch(quat, dtype=wp.quat), wp.vec3(0.0, 0.0, -1.0)],
-                      outputs=[wp.from_torch(grav, dtype=wp.vec3)], device="cpu")
-        return torch.cat([grav, joints], dim=-1)
+    obs = _gravity_obs()
 
     @leapp.node("post", export_with="onnx", dynamic_batch=(1, 64))
     def post(x):
