@@ -43,7 +43,6 @@ from pathlib import Path
 import torch
 
 import leapp
-from leapp.runtime.artifact_safety import check_onnx_external_data
 from leapp.runtime.pipeline import IOSpec, check_inputs, make_runner, read_description, verify_file
 
 __all__ = ["MARK", "STOPPED", "WRONG_LEAPP", "main", "on_cpu"]
@@ -96,13 +95,11 @@ def _run_node(k: int, node: dict, folder: Path, description: dict | None, progre
     progress(f"load {k}")
     entry, artifact, files = _entry(node, folder, description)
     where = f"node '{node['name']}'"
-    if entry["backend"] == "onnx":  # as leapp.load checks it
-        check_onnx_external_data(artifact, files)
     inputs = [IOSpec.from_yaml(e, where) for e in entry.get("inputs") or []]
     outputs = [IOSpec.from_yaml(e, where) for e in entry.get("outputs") or []]
     device = str(entry.get("device", "cpu"))
     runner = make_runner(entry["backend"], artifact, inputs, outputs, device,
-                         has_segments=bool(entry.get("segments")))
+                         has_segments=bool(entry.get("segments")), files=files)
     results = []
     for i, sample in enumerate(node["samples"]):
         progress(f"sample {k} {i}")

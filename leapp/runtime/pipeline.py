@@ -36,7 +36,7 @@ from leapp.pipeline_format import (
     sha256_file,
 )
 from leapp.runtime.io import IOSpec, check_inputs
-from leapp.runtime.artifact_safety import UnsafeArtifact, check_onnx_external_data
+from leapp.runtime.artifact_safety import UnsafeArtifact
 from leapp.runtime.onnx_runner import (  # noqa: F401 - re-exported (tests import _ONNX_TYPES from here)
     _ONNX_TYPES,
     OnnxRunner,
@@ -277,11 +277,9 @@ def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = N
         outputs = [IOSpec.from_yaml(e, where) for e in entry["outputs"]]
         segments = list(entry["segments"])
         try:
-            if entry["backend"] == "onnx":
-                check_onnx_external_data(artifact, files)
             runner = make_runner(
                 entry["backend"], artifact, inputs, outputs, entry["device"], has_segments=bool(segments),
-                cuda_graphs=cuda_graphs, onnx_ep=onnx_ep, onnx_stream=graph_stream,
+                cuda_graphs=cuda_graphs, onnx_ep=onnx_ep, onnx_stream=graph_stream, files=files,
             )
         except RuntimeLibraryNotFound:
             raise

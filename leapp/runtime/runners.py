@@ -141,14 +141,20 @@ def make_runner(
     cuda_graphs: bool = False,
     onnx_ep: str | None = None,
     onnx_stream: torch.cuda.Stream | None = None,
+    files: Sequence[Path] = (),
 ) -> NodeRunner:
     """The runner of one artifact; ``has_segments`` makes a missing native op library an error;
     ``cuda_graphs`` replays CUDA PT2 nodes from captured graphs (see leapp.runtime.cuda_graphs);
     ``onnx_ep`` opens an ONNX node for another execution provider (``onnx_ep_device``);
-    ``onnx_stream`` is the stream a CUDA EP session runs on (default: torch's current stream)."""
+    ``onnx_stream`` is the stream a CUDA EP session runs on (default: torch's current stream);
+    ``files``: the node's extra files, digests checked, the only ones an ONNX model's external data may
+    name (``artifact_safety.check_onnx_external_data``, before ONNX Runtime opens it; a PT2 archive is
+    checked in ``load_pt2``)."""
     if backend == "onnx":
+        from leapp.runtime.artifact_safety import check_onnx_external_data
         from leapp.runtime.onnx_runner import OnnxRunner
 
+        check_onnx_external_data(path, files)
         return OnnxRunner(path, inputs, outputs, onnx_ep_device(device, onnx_ep), needs_library=has_segments,
                           stream=onnx_stream)
     if backend == "pt2":
