@@ -226,7 +226,7 @@ namespace {
 /// whose bytes are not well-formed protobuf along the walk throws std::invalid_argument.
 std::string external_data_problem(const std::string& model, const std::vector<std::string>& files) {
   std::ifstream f(model, std::ios::binary);
-  if (!f) throw std::invalid_argument("cannot be read: " + std::string(std::strerror(errno)));
+  if (!f) throw std::invalid_argument("not readable: " + std::string(std::strerror(errno)));  // "X.onnx is ..."
   const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   const auto locations = onnx_external_locations(bytes);
   if (locations.empty()) return "";
