@@ -7,7 +7,10 @@ host clock, each call synchronised before the next: what a control loop sees):
 
   eager              Go2.step on the inputs, under torch.no_grad (annotations are no-ops)
   leapp.load         leapp.load(export)(quat=..., joints=...): PT2 through torch, ONNX nodes on ORT's
-                     CUDA EP when onnxruntime-gpu is installed (else the CPU EP; the row says which)
+                     CUDA EP when onnxruntime-gpu is installed (else the CPU EP; the row says which),
+                     each replayed from a CUDA graph of its own with its inputs copied in (CopyGraph)
+  leapp.load-no-node-graphs
+                     the same with LEAPP_ONNX_GRAPHS=0: ORT runs each ONNX node kernel by kernel
   leapp.load-graphs  leapp.load(export, cuda_graphs=True), the same input tensors every step: the whole
                      step replayed as one CUDA graph when every node can be captured (ONNX nodes on
                      the CUDA EP), else node by node (the table says which)
@@ -111,17 +114,28 @@ def routes(module, robot, folder: Path, envs: int, device: str) -> tuple[dict, d
     with torch.no_grad():
         expected = robot.step(quat, joints)
     pipeline = leapp.load(folder)
+    previous = os.environ.get("LEAPP_ONNX_GRAPHS")
+    os.environ["LEAPP_ONNX_GRAPHS"] = "0"  # read when a runner is made
+    try:
+        no_node_graphs = leapp.load(folder)
+    finally:
+        if previous is None:
+            del os.environ["LEAPP_ONNX_GRAPHS"]
+        else:
+            os.environ["LEAPP_ONNX_GRAPHS"] = previous
     graphed = leapp.load(folder, cuda_graphs=True)
-    ep = {n.name: getattr(n.runner, "stream_mode", n.backend) for n in pipeline.nodes.values()}
+    ep = {n.name: getattr(n.runner, "stream_mode", n.backend)
+          + ("" if getattr(n.runner, "graph", None) is None else " + node graph") for n in pipeline.nodes.values()}
     calls = {
         "eager": lambda: robot.step(quat, joints),
         "leapp.load": lambda: pipeline(quat=quat, joints=joints),
+        "leapp.load-no-node-graphs": lambda: no_node_graphs(quat=quat, joints=joints),
         "leapp.load-graphs": lambda: graphed(quat=quat, joints=joints),
     }
     facts = {"nodes": ep, "max_abs_error": {},
              "whole_graph": "on" if graphed.graph is not None else f"off: {graphed.graph_reason}"}
     with torch.no_grad():
-        for name in ("leapp.load", "leapp.load-graphs"):
+        for name in ("leapp.load", "leapp.load-no-node-graphs", "leapp.load-graphs"):
             for _ in range(3):  # cuda_graphs: a direct call, a capture, a replay
                 got = calls[name]()["action"]
             facts["max_abs_error"][name] = (got - expected).abs().max().item()

@@ -29,6 +29,13 @@ and captures run on that stream in call order, whichever stream calls.
 Calls made while the current stream is itself being captured, and calls with
 inputs off CUDA, run directly. A call that cannot be captured turns graphs
 off for this callable, with a warning naming it and the reason.
+
+``CopyGraph`` is the other contract, the plain call's (no opt-in): a node run
+captured once on static buffers of its own, then replayed on the calling stream
+with the call's inputs copied in and its outputs cloned out. Any input tensors
+work and every call returns fresh outputs; what it saves is the per-kernel host
+work of a runtime that launches one kernel (or one cuBLAS call) at a time.
+``leapp.runtime.onnx_runner`` uses it for ONNX nodes on ONNX Runtime's CUDA EP.
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-__all__ = ["CudaGraphCall", "capture_blockers", "drop_all_graphs"]
+__all__ = ["CopyGraph", "CudaGraphCall", "capture_blockers", "drop_all_graphs"]
 
 log = logging.getLogger(__name__)
 
@@ -239,3 +246,126 @@ class CudaGraphCall:
             outputs = list(self.fn(*inputs))
         self.captures += 1
         return graph, outputs
+
+
+class CopyGraph:
+    """One node run captured as a CUDA graph on static buffers, replayed with the call's inputs copied in.
+
+    ``run(static_inputs, static_outputs)`` enqueues the node on torch's current stream, which is
+    ``stream`` while it is captured (a session opened on ``stream``); ``direct(inputs)`` runs it
+    without the graph (and orders itself against the calling stream). ``inputs``/``outputs`` are
+    the node's fixed (shape, dtype) pairs on ``stream``'s device. The caller serialises calls (the
+    runner's lock).
+
+    - The first call runs directly (one-time setup: modules, the runtime's arena). The second
+      copies its inputs into the static inputs, runs once on ``stream`` (its results; a warm-up
+      for the capture) and captures a second run there, without executing it and without a
+      host wait. Later calls copy in, replay on the calling stream and clone the static outputs:
+      one graph launch and one copy per tensor.
+    - The graph bakes in the runtime's own buffers (ONNX Runtime's arena hands them to its next
+      run again), so no two uses of the node may overlap on the device: a call on another stream
+      than the previous one first waits for that stream (an event), and direct runs hand off to
+      ``stream`` and back.
+    - Calls inside an outer capture, with inputs of another shape, dtype or device, or while the
+      current device is another one, run directly. A capture that fails turns the graph off with
+      a ``RuntimeWarning`` naming the node; calls then run directly.
+    """
+
+    def __init__(self, name: str, run: Callable, direct: Callable, stream: torch.cuda.Stream,
+                 inputs: Sequence[tuple[tuple[int, ...], torch.dtype]],
+                 outputs: Sequence[tuple[tuple[int, ...], torch.dtype]]):
+        self.name = name
+        self.run = run
+        self.direct = direct
+        self.stream = stream
+        self.device = stream.device
+        self.index = stream.device.index
+        self.inputs = [(torch.Size(shape), dtype) for shape, dtype in inputs]
+        self.outputs = [(torch.Size(shape), dtype) for shape, dtype in outputs]
+        self.enabled = True
+        self.captures = 0  # graphs captured so far (tests and benchmarks read it)
+        self._entry: tuple | None = None  # (replay function, graph, static inputs, static outputs)
+        self._calls = 0  # direct calls that could have been captured, since the last drop
+        self._last_stream: torch.cuda.Stream | None = None  # where the previous call enqueued
+        self._last_raw: int | None = None
+        self._event: torch.cuda.Event | None = None
+        self._check_device = torch.cuda.device_count() > 1
+        _live_calls.add(self)
+
+    def drop_graphs(self) -> None:
+        """Forgets the graph and its buffers (see drop_all_graphs); a later call captures again."""
+        self._entry = None
+        self._calls = 0
+
+    def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        if _capturing():  # an outer capture records the direct run (on the session's stream, handed off)
+            return self.direct(inputs)
+        raw = _raw_stream(self.index)
+        if raw != self._last_raw:
+            self._follow(raw)
+        entry = self._entry
+        if not self._fits(inputs):
+            return self.direct(inputs)
+        if entry is None:
+            if not self.enabled or self._calls < 1:
+                self._calls += 1
+                return self.direct(inputs)
+            return self._capture(inputs)
+        for static, value in zip(entry[2], inputs):
+            static.copy_(value.detach() if value.requires_grad else value)
+        entry[0](entry[1])
+        return [t.clone() for t in entry[3]]
+
+    def _fits(self, inputs: Sequence[torch.Tensor]) -> bool:
+        """Whether the call's inputs have the static buffers' shapes, dtypes and device."""
+        if len(inputs) != len(self.inputs) or (self._check_device and torch._C._cuda_getDevice() != self.index):
+            return False
+        index = self.index
+        for t, (shape, dtype) in zip(inputs, self.inputs):
+            if t.shape != shape or t.dtype != dtype or not t.is_cuda or t.get_device() != index:
+                return False
+        return True
+
+    def _follow(self, raw: int) -> None:
+        """Makes the current stream wait for what the previous call enqueued on another stream."""
+        current = torch.cuda.current_stream(self.device)
+        if self._last_stream is not None:
+            if self._event is None:
+                self._event = torch.cuda.Event()
+            self._event.record(self._last_stream)
+            current.wait_event(self._event)
+        self._last_stream, self._last_raw = current, raw
+
+    def _capture(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        current = torch.cuda.current_stream(self.device)
+        stream = self.stream
+        try:
+            with torch.inference_mode(False):  # buffers written in place by calls in and out of inference mode
+                static_in = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.inputs]
+                static_out = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.outputs]
+            for static, value in zip(static_in, inputs):
+                static.copy_(value.detach())
+            stream.wait_stream(current)
+            try:
+                with torch.cuda.stream(stream):
+                    self.run(static_in, static_out)  # this call's results, and the runtime's one-time work
+                    graph = torch.cuda.CUDAGraph()
+                    # thread_local: other threads' CUDA work neither breaks this capture nor is broken by it;
+                    # nothing executes while capturing, so there is no host wait here (torch.cuda.graph's
+                    # synchronize is for freeing memory before a capture, which this one does not allocate)
+                    graph.capture_begin(capture_error_mode="thread_local")
+                    try:
+                        self.run(static_in, static_out)
+                    finally:
+                        graph.capture_end()
+            finally:
+                current.wait_stream(stream)  # the static buffers were made on the current stream
+        except Exception as e:  # the direct call stays correct
+            self.enabled = False
+            warnings.warn(f"{self.name}: CUDA graph capture failed, calling directly from now on: "
+                          f"{type(e).__name__}: {e}", RuntimeWarning, stacklevel=4)
+            return self.direct(inputs)
+        self._entry = (_replay_of(graph), graph, static_in, static_out)
+        self.captures += 1
+        log.debug("%s: captured a CUDA graph (%d input(s), %d output(s))", self.name, len(static_in), len(static_out))
+        return [t.clone() for t in static_out]

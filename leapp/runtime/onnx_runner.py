@@ -14,6 +14,14 @@ A CUDA node on the CUDA EP runs **on torch's stream, without waiting on the host
   an event recorded on the current stream is waited on by the session stream, and
   one recorded on the session stream after the run is waited on by the current stream.
 
+A fixed-shape node of the plain call (``leapp.load(folder)``) on the CUDA EP replays from a
+CUDA graph (``cuda_graphs.CopyGraph``): its session runs on a private stream, where the second
+call captures one run on static buffers; later calls copy their inputs in, replay on torch's
+current stream and return clones of the static outputs. ONNX Runtime's per-run host work (its
+executor, one launch or cuBLAS call per kernel: ~100 µs for the example's 5-op MLP on the H200
+host) becomes one graph launch. ``LEAPP_ONNX_GRAPHS=0`` turns it off; ``no_graphs_reason``
+says why a node has none.
+
 What ORT itself synchronises, read in its sources (file and function names), is listed
 in docs/runtime.md, "ONNX nodes on the CUDA EP". If ORT does not report the stream back
 in ``get_provider_options`` (a build whose CUDA EP ignores ``user_compute_stream``), the
@@ -27,6 +35,7 @@ and out, ``libleapp_warp_ort.so`` stages segment I/O through pinned memory.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
@@ -40,6 +49,7 @@ __all__ = [
     "CUDA_STREAM_LEGACY",
     "DISABLE_SYNC_RUN_OPTION",
     "GRAPH_ID_RUN_OPTION",
+    "ONNX_GRAPHS_ENV",
     "OnnxRunner",
     "cuda_ep_options",
     "needs_handoff",
@@ -56,6 +66,7 @@ DISABLE_SYNC_RUN_OPTION = "disable_synchronize_execution_providers"  # onnxrunti
 # (a C++ exception through pybind11: ~50 µs per call, measured) when the key is unset; "0" is the value
 # ORT uses when it is unset (kCudaGraphAnnotationDefault), so setting it changes nothing else.
 GRAPH_ID_RUN_OPTION = "gpu_graph_id"
+ONNX_GRAPHS_ENV = "LEAPP_ONNX_GRAPHS"  # "0": plain calls of CUDA EP nodes run ONNX Runtime every time, no graph
 
 
 def torch_uses_tf32_matmul() -> bool:
@@ -180,7 +191,8 @@ class OnnxRunner(NodeRunner):
 
     ``stream_mode``: ``"torch-stream"`` (CUDA EP on torch's stream, no host wait), ``"host-sync"``
     (CUDA EP that did not take the stream: waits on the host as before) or ``"cpu-ep"``;
-    ``stream_reason`` says why. One IO binding per runner; each call rebinds only the names whose
+    ``stream_reason`` says why; ``graph`` is the node's ``CopyGraph`` (``no_graphs_reason`` when
+    none). One IO binding per runner; each call rebinds only the names whose
     tensor (pointer, shape, dtype) changed since the last (ORT's Python binding costs ~10 µs a name); a lock makes
     calls from several threads take turns (it is held while enqueueing, never across a wait
     for the GPU in ``torch-stream`` mode).
@@ -189,7 +201,8 @@ class OnnxRunner(NodeRunner):
     backend = "onnx"
 
     def __init__(self, path, inputs, outputs, device, needs_library: bool, stream: torch.cuda.Stream | None = None):
-        """``stream``: the torch stream the CUDA EP session runs on (default: torch's current stream at load)."""
+        """``stream``: the torch stream the CUDA EP session runs on (a whole-pipeline graph's); by default
+        torch's current stream at load, or a private one for a node replayed from its own graph."""
         super().__init__(path, inputs, outputs, device)
         import onnxruntime as ort
 
@@ -208,10 +221,14 @@ class OnnxRunner(NodeRunner):
                       and torch.cuda.is_available())
         # the device ORT runs on (cuda_ep_options: device_id = index or 0), also for a node recorded on "cuda"
         self.cuda_device = torch.device("cuda", self.device.index or 0) if self.device.type == "cuda" else None
+        self.graph = None  # the node's CopyGraph when its plain calls replay from one
+        self.no_graphs_reason = self._graphs_refused(wants_cuda, stream)
         if wants_cuda:
             if self.cuda_device.index >= torch.cuda.device_count():
                 raise PipelineError(f"{self.path}: the node was exported on {self.device}, torch sees "
                                     f"{torch.cuda.device_count()} CUDA device(s) here")
+            if self.no_graphs_reason is None:
+                stream = torch.cuda.Stream(self.cuda_device)  # a capture needs a stream other than the legacy one
             self.session_stream = stream if stream is not None else torch.cuda.current_stream(self.cuda_device)
             self.ort_stream = ort_stream_handle(self.session_stream.cuda_stream)
         self.session = self._open(wants_cuda)
@@ -259,7 +276,25 @@ class OnnxRunner(NodeRunner):
         self._ready = self._done = None  # hand-off events, made on first use
         # ORT's OnRunStart calls cudaSetDevice(device_id): put the caller's device back where there are several
         self._device_guard = on_cuda and torch.cuda.device_count() > 1
+        if self.no_graphs_reason is None and self.stream_mode != "torch-stream":
+            self.no_graphs_reason = f"ONNX Runtime runs it in {self.stream_mode} mode"
+        if self.no_graphs_reason is None:
+            from leapp.runtime.cuda_graphs import CopyGraph  # noqa: PLC0415
 
+            self.graph = CopyGraph(f"ONNX node {self.path.name}", self._run_bound, self._direct, self.session_stream,
+                                   [(s.shape, s.dtype) for s in self.inputs], [(s.shape, s.dtype) for s in self.outputs])
+
+    def _graphs_refused(self, wants_cuda: bool, stream) -> str | None:
+        """Why this node's plain calls do not replay from a graph of its own (None: they do)."""
+        if not wants_cuda:
+            return "not on ONNX Runtime's CUDA EP"
+        if stream is not None:
+            return "runs on a given stream (the whole-pipeline graph's, leapp.load(..., cuda_graphs=True))"
+        if os.environ.get(ONNX_GRAPHS_ENV, "1") == "0":
+            return f"{ONNX_GRAPHS_ENV}=0"
+        if any(spec.batch is not None for spec in (*self.inputs, *self.outputs)):
+            return "a dynamic batch (ONNX Runtime's intermediate buffers move with the batch)"
+        return None
     def _open(self, cuda: bool):
         ort = self._ort
         options = ort.SessionOptions()
@@ -274,9 +309,24 @@ class OnnxRunner(NodeRunner):
 
     def __call__(self, inputs):
         with self._lock:
-            if self.stream_mode == "torch-stream":
-                return self._check_outputs(self._call_on_stream(inputs))
-            return self._check_outputs(self._call_synchronously(inputs))
+            if self.graph is not None:
+                return self.graph(inputs)
+            return self._direct(inputs)
+
+    def direct(self, inputs):
+        """A run of ONNX Runtime, never this node's graph (what a whole-pipeline graph captures)."""
+        with self._lock:
+            return self._direct(inputs)
+
+    def _direct(self, inputs):
+        if self.stream_mode == "torch-stream":
+            return self._check_outputs(self._call_on_stream(inputs))
+        return self._check_outputs(self._call_synchronously(inputs))
+
+    def _run_bound(self, tensors: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> None:
+        """One run on given buffers, enqueued on the session's stream (the graph's capture and warm-up)."""
+        self._bind(tensors, outs)
+        self.session.run_with_iobinding(self._binding, self._run_options)
 
     def _bind(self, tensors: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> None:
         """Points the runner's binding at this call's tensors; a name whose pointer, shape and dtype are

@@ -7,7 +7,10 @@ GPU, and a call never waits on the host: a ~50 ms ``torch.cuda._sleep`` is enque
 is written, the call must return while the GPU still sleeps, and the result (read after
 ``torch.cuda.synchronize()``) must be computed from the value written after the sleep, so the run
 was ordered after it. The same holds when the call is made on another stream than the session's
-(the event hand-off), both ways round, and from two threads at once.
+(the event hand-off), both ways round, and from two threads at once, with the node replayed from its
+own CUDA graph (the default: ``CopyGraph``) and without it (``LEAPP_ONNX_GRAPHS=0``). The graph's
+contract is the plain call's: any input tensors, fresh outputs, 0 device allocations per call, correct
+inside an outer capture and after ``release_segments``.
 
 Needs onnxruntime-gpu (CUDAExecutionProvider) and onnxscript (torch's ONNX exporter); skipped with
 the reason otherwise.
@@ -25,8 +28,8 @@ import torch
 import compile_records as cr
 import leapp
 from leapp._export.compile import compile_session
-from leapp.runtime import libraries
-from leapp.runtime.onnx_runner import cuda_ep_options, ort_stream_handle
+from leapp.runtime import libraries, release_segments
+from leapp.runtime.onnx_runner import ONNX_GRAPHS_ENV, cuda_ep_options, ort_stream_handle
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -68,12 +71,25 @@ def sleep_cycles(ms: float) -> int:
     return int(probe * ms / start.elapsed_time(end))
 
 
-def test_onnx_node_runs_on_the_cuda_ep_and_equals_eager(onnx_export):
+@pytest.fixture(params=["node-graph", "no-graph"])
+def graphs(request, monkeypatch):
+    """Both ways a plain call runs a CUDA EP node: replayed from its own graph (the default) or not."""
+    if request.param == "no-graph":
+        monkeypatch.setenv(ONNX_GRAPHS_ENV, "0")
+    return request.param
+
+
+def test_onnx_node_runs_on_the_cuda_ep_and_equals_eager(onnx_export, graphs):
     pipeline = leapp.load(onnx_export)
     runner = pipeline.nodes["obs"].runner
     assert runner.stream_mode == "torch-stream", runner.stream_reason
     assert runner.session.get_providers()[0] == "CUDAExecutionProvider"
-    assert runner.ort_stream == ort_stream_handle(torch.cuda.current_stream().cuda_stream)
+    if graphs == "node-graph":  # the session runs on a private stream, where the graph is captured
+        assert runner.graph is not None and runner.no_graphs_reason is None, runner.no_graphs_reason
+        assert runner.ort_stream == runner.session_stream.cuda_stream != torch.cuda.current_stream().cuda_stream
+    else:
+        assert runner.graph is None and runner.no_graphs_reason == f"{ONNX_GRAPHS_ENV}=0"
+        assert runner.ort_stream == ort_stream_handle(torch.cuda.current_stream().cuda_stream)
     reported = runner.session.get_provider_options()["CUDAExecutionProvider"]
     assert reported["user_compute_stream"] == str(runner.ort_stream), reported
     assert reported["use_tf32"] == cuda_ep_options(torch.device("cuda:0"))["use_tf32"], reported
@@ -100,7 +116,7 @@ def test_every_node_of_the_export_can_be_placed_on_the_cuda_ep(onnx_export):
 
 
 @pytest.mark.parametrize("case", ["default-stream", "call-on-side-stream", "load-on-side-stream"])
-def test_a_call_does_not_wait_on_the_host_and_follows_stream_order(onnx_export, case):
+def test_a_call_does_not_wait_on_the_host_and_follows_stream_order(onnx_export, case, graphs):
     side = torch.cuda.Stream()
     with torch.cuda.stream(side) if case == "load-on-side-stream" else contextlib.nullcontext():
         pipeline = leapp.load(onnx_export)
@@ -109,8 +125,10 @@ def test_a_call_does_not_wait_on_the_host_and_follows_stream_order(onnx_export, 
     call_stream = side if case == "call-on-side-stream" else torch.cuda.default_stream()
     x = torch.zeros(N, device="cuda")
     with torch.cuda.stream(call_stream):
-        pipeline(x=x)  # warm-up: the first call reads the bundle back and loads the modules
+        for _ in range(3):  # warm-up: the first call reads the bundle back and loads the modules; the second captures
+            pipeline(x=x)
     torch.cuda.synchronize()
+    assert (runner.graph is not None and runner.graph.captures == 1) == (graphs == "node-graph")
     new = torch.randn(N, device="cuda")
     cycles = sleep_cycles(SLEEP_MS)
     torch.cuda.synchronize()
@@ -129,7 +147,7 @@ def test_a_call_does_not_wait_on_the_host_and_follows_stream_order(onnx_export, 
     torch.testing.assert_close(out["h"], want[1], rtol=1e-5, atol=1e-5)
 
 
-def test_threads_on_their_own_streams_share_one_pipeline(onnx_export):
+def test_threads_on_their_own_streams_share_one_pipeline(onnx_export, graphs):
     pipeline = leapp.load(onnx_export)
     results: dict[int, list] = {}
     errors: list[str] = []
@@ -160,3 +178,94 @@ def test_threads_on_their_own_streams_share_one_pipeline(onnx_export):
             want = expected(x)
             torch.testing.assert_close(out["out"], want[0], rtol=1e-5, atol=1e-5,
                                        msg=lambda m, seed=seed, i=i: f"thread {seed} call {i}: {m}")
+
+
+def test_node_graph_takes_any_inputs_and_returns_fresh_outputs(onnx_export):
+    """The plain call's contract with the graph: new input tensors every call, outputs that later calls
+    leave alone, one capture, and no device allocation per call after it but the outputs' own."""
+    pipeline = leapp.load(onnx_export)
+    graph = pipeline.nodes["obs"].runner.graph
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    kept = []
+    for i in range(6):
+        x = torch.randn(N, device="cuda", generator=gen) * 10.0 ** (i - 3)  # a new tensor each call
+        kept.append((x, pipeline(x=x)))
+    assert graph.captures == 1
+    static = {t.data_ptr() for t in graph._entry[3]}
+    torch.cuda.synchronize()
+    for i, (x, out) in enumerate(kept):  # each call's outputs still hold its own results
+        assert out["out"].data_ptr() not in static and out["h"].data_ptr() not in static
+        want = expected(x)
+        torch.testing.assert_close(out["out"], want[0], rtol=1e-5, atol=1e-5, msg=lambda m, i=i: f"call {i}: {m}")
+        torch.testing.assert_close(out["h"], want[1], rtol=1e-5, atol=1e-5, msg=lambda m, i=i: f"call {i}: {m}")
+    x = torch.randn(N, device="cuda", generator=gen)
+    pipeline(x=x)
+    torch.cuda.synchronize()
+    mallocs, free = torch.cuda.memory_stats()["num_device_alloc"], torch.cuda.mem_get_info()[0]
+    for _ in range(50):
+        pipeline(x=x)
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_stats()["num_device_alloc"] == mallocs
+    assert torch.cuda.mem_get_info()[0] == free
+    assert graph.captures == 1
+
+
+def test_node_graph_call_inside_an_outer_capture_runs_directly(onnx_export):
+    """Inside the caller's torch.cuda.graph the node runs directly (recorded into that graph), which then
+    replays on new values; the node's own graph is still replayed by plain calls afterwards."""
+    pipeline = leapp.load(onnx_export)
+    graph = pipeline.nodes["obs"].runner.graph
+    static_x = torch.randn(N, device="cuda")
+    for _ in range(3):
+        pipeline(x=static_x)
+    assert graph.captures == 1
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    outer = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(outer, stream=side):
+        captured = pipeline(x=static_x)
+    for scale in (1.0, 1e-2):
+        static_x.copy_(torch.randn(N, device="cuda") * scale)
+        outer.replay()
+        torch.cuda.synchronize()
+        want = expected(static_x)
+        torch.testing.assert_close(captured["out"], want[0], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(captured["h"], want[1], rtol=1e-5, atol=1e-5)
+    x = torch.randn(N, device="cuda")
+    out = pipeline(x=x)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out["out"], expected(x)[0], rtol=1e-5, atol=1e-5)
+    assert graph.captures == 1
+
+
+def test_node_graph_is_dropped_by_release_segments_and_captured_again(onnx_export):
+    pipeline = leapp.load(onnx_export)
+    graph = pipeline.nodes["obs"].runner.graph
+    x = torch.randn(N, device="cuda")
+    for _ in range(3):
+        pipeline(x=x)
+    assert graph.captures == 1
+    torch.cuda.synchronize()
+    assert release_segments() >= 1
+    assert graph._entry is None
+    for i in range(3):  # direct, capture, replay: each prepares what release freed and stays right
+        x = torch.randn(N, device="cuda") * (i + 1)
+        out = pipeline(x=x)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out["out"], expected(x)[0], rtol=1e-5, atol=1e-5)
+    assert graph.captures == 2
+
+
+def test_node_graph_refuses_other_shapes_and_runs_them_directly(onnx_export):
+    """run_node checks shapes, the runner itself is also called by validation: a wrong shape reaches ONNX
+    Runtime's own check instead of being broadcast into the static buffer."""
+    pipeline = leapp.load(onnx_export)
+    runner = pipeline.nodes["obs"].runner
+    x = torch.randn(N, device="cuda")
+    for _ in range(3):
+        runner([x])
+    with pytest.raises(Exception, match="(?i)dimension|shape|size"):
+        runner([torch.randn(1, device="cuda")])
+    out = runner([x.double().float() * 2])
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out[0], expected(x * 2)[0], rtol=1e-5, atol=1e-5)

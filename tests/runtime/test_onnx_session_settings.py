@@ -163,6 +163,21 @@ def runner_on_cpu(tmp_path):
     return OnnxRunner(path, specs_in, specs_out, "cpu", needs_library=False)
 
 
+def test_which_nodes_replay_from_a_graph_of_their_own(monkeypatch):
+    """A plain call's node graph (CopyGraph) needs the CUDA EP, a stream of its own and fixed shapes."""
+    runner = OnnxRunner.__new__(OnnxRunner)  # the rule alone: no session
+    runner.inputs, runner.outputs = [IOSpec("a", torch.float32, (N,))], [IOSpec("s", torch.float32, (N,))]
+    monkeypatch.delenv(onnx_runner.ONNX_GRAPHS_ENV, raising=False)
+    assert runner._graphs_refused(True, None) is None
+    assert runner._graphs_refused(False, None) == "not on ONNX Runtime's CUDA EP"
+    assert "whole-pipeline graph" in runner._graphs_refused(True, object())
+    monkeypatch.setenv(onnx_runner.ONNX_GRAPHS_ENV, "0")
+    assert runner._graphs_refused(True, None) == "LEAPP_ONNX_GRAPHS=0"
+    monkeypatch.setenv(onnx_runner.ONNX_GRAPHS_ENV, "1")
+    runner.outputs = [IOSpec("s", torch.float32, (N,), batch=(1, 4 * N))]
+    assert "dynamic batch" in runner._graphs_refused(True, None)
+
+
 def test_one_binding_is_rebound_on_every_call(runner_on_cpu):
     runner = runner_on_cpu
     assert runner.stream_mode == "cpu-ep" and runner.stream_reason == "node on cpu"
@@ -262,6 +277,7 @@ def test_cuda_node_without_a_cuda_ep_runs_on_the_cpu_ep(tmp_path):
     runner = OnnxRunner(path, specs, [IOSpec(n, torch.float32, (N,)) for n in ("s", "p")], "cuda:0", False)
     assert runner.stream_mode == "cpu-ep" and runner.io_device == torch.device("cpu")
     assert runner.session_stream is None and "providers available" in runner.stream_reason
+    assert runner.graph is None and runner.no_graphs_reason == "not on ONNX Runtime's CUDA EP"
     a, b = torch.arange(N, dtype=torch.float32), torch.ones(N)
     s, p = runner([a, b])
     assert s.device.type == "cpu" and np.array_equal(s.numpy(), (a + 1).numpy()) and torch.equal(p, a)
