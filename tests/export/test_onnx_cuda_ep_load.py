@@ -210,15 +210,21 @@ def test_node_graph_takes_any_inputs_and_returns_fresh_outputs(onnx_export):
     assert graph.captures == 1
 
 
+def loaded_with_its_node_graph(onnx_export, x: torch.Tensor):
+    """A fresh load whose node graph is captured: call 1 runs directly, call 2 captures, call 3 replays."""
+    pipeline = leapp.load(onnx_export)
+    graph = pipeline.nodes["obs"].runner.graph
+    for _ in range(3):
+        pipeline(x=x)
+    assert graph.captures == 1
+    return pipeline, graph
+
+
 def test_node_graph_call_inside_an_outer_capture_runs_directly(onnx_export):
     """Inside the caller's torch.cuda.graph the node runs directly (recorded into that graph), which then
     replays on new values; the node's own graph is still replayed by plain calls afterwards."""
-    pipeline = leapp.load(onnx_export)
-    graph = pipeline.nodes["obs"].runner.graph
     static_x = torch.randn(N, device="cuda")
-    for _ in range(3):
-        pipeline(x=static_x)
-    assert graph.captures == 1
+    pipeline, graph = loaded_with_its_node_graph(onnx_export, static_x)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     outer = torch.cuda.CUDAGraph()
@@ -239,12 +245,7 @@ def test_node_graph_call_inside_an_outer_capture_runs_directly(onnx_export):
 
 
 def test_node_graph_is_dropped_by_release_segments_and_captured_again(onnx_export):
-    pipeline = leapp.load(onnx_export)
-    graph = pipeline.nodes["obs"].runner.graph
-    x = torch.randn(N, device="cuda")
-    for _ in range(3):
-        pipeline(x=x)
-    assert graph.captures == 1
+    pipeline, graph = loaded_with_its_node_graph(onnx_export, torch.randn(N, device="cuda"))
     torch.cuda.synchronize()
     assert release_segments() >= 1
     assert graph._entry is None
