@@ -19,6 +19,9 @@ host clock, each call synchronised before the next: what a control loop sees):
                      replayed: every kernel of the step, nothing else
   leapp-graph-bare   the whole-pipeline graph of leapp.load-graphs replayed alone on the calling
                      stream (no input checks, no Python per node, no hand-off): the exported step's floor
+  node:NAME[-no-node-graph]
+                     with --nodes: each node alone, ``run_node`` on the step's own intermediate values,
+                     from the plain load and from the LEAPP_ONNX_GRAPHS=0 one (where the step's time goes)
 
 Each route is timed ``--repeats`` times (interleaved); the table gives the median of the per-run
 medians, the p90 of the pooled calls, and the spread (min-max) of the per-run medians.
@@ -109,7 +112,19 @@ def floor_route(module, robot, quat: torch.Tensor, joints: torch.Tensor):
     return graph.replay, out
 
 
-def routes(module, robot, folder: Path, envs: int, device: str) -> tuple[dict, dict]:
+def node_calls(pipeline, no_node_graphs, inputs: dict) -> dict:
+    """``run_node`` of every node on the values a plain step feeds it, in both loads."""
+    values = dict(inputs)  # pipeline input name or (node, output) -> tensor
+    calls = {}
+    for name, node in pipeline.nodes.items():
+        args = {spec.name: values[node.sources[spec.name]] for spec in node.inputs}
+        values.update({(name, k): v for k, v in pipeline.run_node(name, **args).items()})
+        calls[f"node:{name}"] = lambda n=name, a=args: pipeline.run_node(n, **a)
+        calls[f"node:{name}-no-node-graph"] = lambda n=name, a=args: no_node_graphs.run_node(n, **a)
+    return calls
+
+
+def routes(module, robot, folder: Path, envs: int, device: str, nodes: bool = False) -> tuple[dict, dict]:
     quat, joints = module.random_state(envs, device, 7)
     with torch.no_grad():
         expected = robot.step(quat, joints)
@@ -142,6 +157,8 @@ def routes(module, robot, folder: Path, envs: int, device: str) -> tuple[dict, d
     if graphed.graph is not None and graphed.graph._graphs:  # the graph leapp.load-graphs replays, launched bare
         entry = next(reversed(graphed.graph._graphs.values()))
         calls["leapp-graph-bare"] = lambda: entry[0](entry[1])
+    if nodes:
+        calls.update(node_calls(pipeline, no_node_graphs, {"quat": quat, "joints": joints}))
     try:
         replay_floor, out = floor_route(module, robot, quat, joints)
         calls["floor"] = replay_floor
@@ -192,7 +209,7 @@ def run(args) -> dict:
         folder, export_s = export(module, robot, envs, device, out / str(envs))
         entry = {"export_s": export_s}
         if not args.dry_run:
-            calls, facts = routes(module, robot, folder, envs, device)
+            calls, facts = routes(module, robot, folder, envs, device, nodes=args.nodes)
             entry.update(facts)
             with wp.ScopedStream(wp.stream_from_torch(torch.cuda.current_stream())):  # eager Warp on torch's stream
                 entry["routes"] = replay.measure_interleaved(calls, args.calls, args.warmup, args.repeats)
@@ -208,6 +225,7 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=50, help="warm-up calls per route and run")
     p.add_argument("--repeats", type=int, default=3, help="runs per route, interleaved (the spread)")
     p.add_argument("--dry-run", action="store_true", help="CPU only: trace and export; time nothing")
+    p.add_argument("--nodes", action="store_true", help="also time each node alone (run_node), node graphs on and off")
     p.add_argument("--out", help="export folder (default: a new temporary folder)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = p.parse_args(argv)

@@ -36,11 +36,12 @@ def test_quick_gpu_run(tmp_path):
         pytest.skip("no CUDA device for torch")
     out_json = tmp_path / "r.json"
     proc = subprocess.run([sys.executable, str(SCRIPT), "--envs", "64", "--calls", "20", "--warmup", "5",
-                           "--repeats", "2", "--json", str(out_json), "--out", str(tmp_path / "exports")],
+                           "--repeats", "2", "--nodes", "--json", str(out_json), "--out", str(tmp_path / "exports")],
                           capture_output=True, text=True, timeout=600, cwd=str(SCRIPT.parent))
     assert proc.returncode == 0, proc.stderr[-4000:]
     entry = json.loads(out_json.read_text())["sizes"]["64"]
-    assert set(entry["routes"]) >= {"eager", "leapp.load", "leapp.load-graphs"}, entry
+    nodes = {f"node:{n}{suffix}" for n in ("obs", "policy", "action") for suffix in ("", "-no-node-graph")}
+    assert set(entry["routes"]) >= {"eager", "leapp.load", "leapp.load-no-node-graphs", "leapp.load-graphs", *nodes}, entry
     for name, error in entry["max_abs_error"].items():
         assert error < 1e-4, (name, error)
     print(proc.stdout)
