@@ -41,6 +41,19 @@ def test_load_logs_the_runner_of_each_node(tmp_path, caplog):
     ]
 
 
+def test_load_logs_whether_an_onnx_node_replays_from_a_node_graph(tmp_path, caplog):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript", reason="onnxscript is not installed (torch.onnx.export(dynamo=True) needs it)")
+    record = cr.session(tmp_path, cr.mlp_node("policy", "onnx"), name="pure")
+    compile_session(record, validate=False)
+    with caplog.at_level(logging.INFO, logger="leapp"):
+        leapp.load(tmp_path / "pure")
+    assert _messages(caplog, "leapp.runtime.pipeline") == [
+        "pipeline 'pure' node 'policy': onnx runner for policy.onnx on cpu; ONNX Runtime cpu-ep, "
+        "no node graph (not on ONNX Runtime's CUDA EP), no Warp segments"
+    ]
+
+
 def test_compile_cache_decisions_are_logged(caplog):
     wp = pytest.importorskip("warp")
     from leapp._export import cuda_code
