@@ -22,6 +22,7 @@ target, and any region whose bytes changed when the captured graph ran.
 from __future__ import annotations
 
 import gc
+import logging
 import operator
 import os
 import shutil
@@ -43,6 +44,7 @@ from .handles import LiveObjects, check_constant_handles, check_launch_handles
 __all__ = ["AllocationWitness", "ClosedSegment", "CaptureAnalysis", "arg_ptr"]
 
 _aten = torch.ops.aten
+log = logging.getLogger(__name__)
 
 
 class AllocationWitness:
@@ -166,6 +168,7 @@ class CaptureAnalysis:
         wrp_bytes, modules = self._save(regions)
         ops = wrp.read_ops(wrp_bytes)
         written = {op.dst_region for op in ops if op.dst_region is not None and op.dst_region > 0}
+        written_by_ops = set(written)
         declared_out = {arg_ptr(a) for launch in block.launches for a in launch.args[launch.n_inputs:]}
         arrays = self._launch_arrays()
 
@@ -179,9 +182,20 @@ class CaptureAnalysis:
             self._launch()
             for region_id, snapshot in before.items():
                 ptr, capacity, _ = regions[region_id]
-                if kinds[region_id] != "external" and _read_region(ptr, capacity, self.device) != snapshot:
+                if kinds[region_id] == "external":
+                    continue
+                after = _read_region(ptr, capacity, self.device)
+                if after != snapshot:
                     written.add(region_id)
+                    if ptr not in declared_out and region_id not in written_by_ops and log.isEnabledFor(logging.DEBUG):
+                        log.debug("%s: region %d (%s, %#x, %d bytes) changed while the segment replayed, though no "
+                                  "launch passes it as an output: %s", block.segment_id, region_id, kinds[region_id],
+                                  ptr, capacity, _first_difference(snapshot, after))
         written |= {rid for rid, (ptr, _, _) in regions.items() if ptr in declared_out}
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s: regions %s; written %s (by ops %s)", block.segment_id,
+                      {rid: (kinds[rid], hex(ptr), capacity) for rid, (ptr, capacity, _) in sorted(regions.items())},
+                      sorted(written), sorted(written_by_ops))
 
         segment = SegmentRecord(
             id=block.segment_id,
@@ -349,6 +363,14 @@ def _describe(base, capacity: int) -> str:
     if wpp.views_torch_storage(base):
         return f"torch storage ({capacity} bytes)"
     return f"wp.array {warp_dtype_name(base.dtype)} {tuple(base.shape)} ({capacity} bytes)"
+
+
+def _first_difference(before: bytes, after: bytes) -> str:
+    """Where two snapshots of a region first differ, for the write check's DEBUG line (a kernel writing through
+    an input argument is legal Warp; a change nothing wrote points at a read that raced its producer)."""
+    at = next((i for i, (a, b) in enumerate(zip(before, after)) if a != b), min(len(before), len(after)))
+    return (f"first at byte {at} of {len(before)}: {before[at:at + 8].hex() or '-'} before, "
+            f"{after[at:at + 8].hex() or '-'} after; {sum(a != b for a, b in zip(before, after))} byte(s) differ")
 
 
 def _read_region(ptr: int, nbytes: int, device) -> bytes:

@@ -7,6 +7,7 @@ under the ``cuda`` marker.
 from __future__ import annotations
 
 import gc
+import logging
 
 import numpy as np
 import pytest
@@ -174,7 +175,7 @@ def test_scratch_classification_survives_gc_pressure_in_the_block(raises):
     assert list(seg.scratch.values()) == [16] and seg.constants == {}
 
 
-def test_chained_segments_pass_block_created_arrays(device):
+def test_chained_segments_pass_block_created_arrays(device, caplog):
     def step(x):
         with leapp.node("n"):
             x = annotate.input_tensors("n", {"x": x})
@@ -190,7 +191,10 @@ def test_chained_segments_pass_block_created_arrays(device):
         return wp.to_torch(out)
 
     x = torch.arange(3.0, device=device)
-    record, results = trace(step, x)
+    # DEBUG: on the H200 this test has failed twice in whole-suite runs (never alone) with an extra output in
+    # segment 1; the write check's DEBUG line then shows in the failure report which region changed and how
+    with caplog.at_level(logging.DEBUG, logger="leapp._recorder.capture"):
+        record, results = trace(step, x)
     torch.testing.assert_close(results[1], x * 12)
     seg0, seg1 = record.nodes["n"].segments
     assert [s.id for s in (seg0, seg1)] == ["n/warp_segment_0", "n/warp_segment_1"]
@@ -244,7 +248,7 @@ def test_untraced_arrays_are_constants_and_reported(device):
     assert_graphs_replay_samples(record)
 
 
-def test_inplace_write_to_a_traced_input_is_an_output(device):
+def test_inplace_write_to_a_traced_input_is_an_output(device, caplog):
     def step(x):
         with leapp.node("n"):
             x = annotate.input_tensors("n", {"x": x})
@@ -254,9 +258,15 @@ def test_inplace_write_to_a_traced_input_is_an_output(device):
                 wp.launch(K.add_one, dim=v.shape[0], inputs=[wp.from_torch(v)], device=device)  # writes an "input"
             annotate.output_tensors("n", {"y": x + 0, "v": v * 2})
 
-    record, _ = trace(step, torch.arange(4.0, device=device))
+    with caplog.at_level(logging.DEBUG, logger="leapp._recorder.capture"):
+        record, _ = trace(step, torch.arange(4.0, device=device))
     (seg,) = record.nodes["n"].segments
     assert len(seg.inputs) == 1 and [o.region_id for o in seg.outputs] == [seg.inputs[0].region_id]
+    # the write check names a change through an input argument (legal Warp, and what a racing read would look like)
+    (line,) = {r.getMessage() for r in caplog.records if "no launch passes it as an output" in r.getMessage()}
+    assert line.startswith(f"n/warp_segment_0: region {seg.inputs[0].region_id} (traced, 0x") and \
+        "16 bytes) changed while the segment replayed" in line and "first at byte 6 of 16" in line and \
+        "4 byte(s) differ" in line, line
     assert seg.inputs[0].spec.shape == (4,)
     torch.testing.assert_close(record.nodes["n"].samples[0].outputs[0], torch.tensor([0.0, 2, 3, 4], device=device))
     assert_graphs_replay_samples(record)
