@@ -19,13 +19,13 @@ def _module():
 
 
 def test_table_names_each_route_against_the_floor():
-    route = {"median_us": 40.0, "p90_us": 50.0, "spread_us": [38.0, 44.0], "runs": 3}
+    route = {"median_us": 40.0, "p90_us": 50.0, "spread_us": [38.0, 44.0], "runs": 3, "wall_median_us": 48.0}
     results = {"environment": {"torch": "x"}, "sizes": {"256": {
         "export_s": 1.0, "nodes": {"obs": "pt2"}, "max_abs_error": {"leapp.load": 0.0},
-        "routes": {"leapp.load": route, "floor": {**route, "median_us": 20.0}}}}}
+        "routes": {"leapp.load": route, "floor": {**route, "median_us": 20.0, "wall_median_us": 32.0}}}}}
     text = _module().table(results)
-    assert "| 256 | leapp.load | 40.0 | 50.0 | 38.0-44.0 | 2.00 | 0 |" in text, text
-    assert "| 256 | floor | 20.0 | 50.0 | 38.0-44.0 | 1.00 | - |" in text, text
+    assert "| 256 | leapp.load | 40.0 | 50.0 | 38.0-44.0 | 2.00 | 48.0 | 1.50 | 0 |" in text, text
+    assert "| 256 | floor | 20.0 | 50.0 | 38.0-44.0 | 1.00 | 32.0 | 1.00 | - |" in text, text
 
 
 @pytest.mark.cuda
