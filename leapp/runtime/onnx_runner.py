@@ -295,6 +295,7 @@ class OnnxRunner(NodeRunner):
         if any(spec.batch is not None for spec in (*self.inputs, *self.outputs)):
             return "a dynamic batch (ONNX Runtime's intermediate buffers move with the batch)"
         return None
+
     def _open(self, cuda: bool):
         ort = self._ort
         options = ort.SessionOptions()

@@ -208,11 +208,9 @@ def verify_file(folder: Path, rel: str, expected: str, where: str, field: str = 
 def _binaries(backend: str, runner: NodeRunner, has_segments: bool) -> str:
     """What runs a node's Warp segments (and how an ONNX node meets torch's stream), for the load log."""
     parts = []
-    if backend == "onnx" and hasattr(runner, "stream_mode"):
-        graph = getattr(runner, "graph", None)
-        parts.append(f"ONNX Runtime {runner.stream_mode}, "
-                     + ("replayed from a node graph" if graph is not None else
-                        f"no node graph ({getattr(runner, 'no_graphs_reason', None)})"))
+    if isinstance(runner, OnnxRunner):
+        parts.append(f"ONNX Runtime {runner.stream_mode}, " + ("replayed from a node graph" if runner.graph is not None
+                                                               else f"no node graph ({runner.no_graphs_reason})"))
     if not has_segments:
         parts.append("no Warp segments")
     elif backend == "pt2":
