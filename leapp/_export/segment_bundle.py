@@ -41,10 +41,10 @@ from leapp._apic.wrp import (
     parse_wrp,
 )
 from leapp.bundle.format import ptx_isa_of
-from leapp.bundle.manifest import grid_for as cuda_grid  # the grid Warp launches (one rule for writer and readers)
+from leapp.bundle.manifest import grid_for  # the grid Warp launches (one rule for writer and readers)
 from leapp.errors import ExportError
 
-__all__ = ["build_segment_bundle", "build_bundle_from_wrp", "torch_dtype_name", "cuda_grid", "DEFAULT_CUDA_BLOCK_DIM"]
+__all__ = ["build_segment_bundle", "build_bundle_from_wrp", "torch_dtype_name", "DEFAULT_CUDA_BLOCK_DIM"]
 
 DEFAULT_CUDA_BLOCK_DIM = 256  # Warp's CUDA default (_resolve_launch_block_dim)
 _SIGNED_OF_UNSIGNED = {"uint16": "int16", "uint32": "int32", "uint64": "int64"}
@@ -414,7 +414,7 @@ class _Builder:
         k = self.kernel_entry(compiled, kernel, block_dim)
         params, relocs = self.pack_params(op, kernel, what)
         grid_stride = bool(op.grid_stride) if self.wrp.device == "cuda" else bool(kernel.grid_stride)
-        grid = cuda_grid(op.size, block_dim, grid_stride, op.max_blocks if self.wrp.device == "cuda" else 0)
+        grid = grid_for(op.size, block_dim, grid_stride, op.max_blocks if self.wrp.device == "cuda" else 0)
         launch = {
             "op": "launch", "kernel": k, "grid": list(grid), "block": [block_dim, 1, 1],
             "smem": self.kernels[k]["smem_bytes"], "params": params, "relocs": relocs,

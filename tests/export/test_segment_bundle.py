@@ -13,7 +13,8 @@ wp = pytest.importorskip("warp")
 torch = pytest.importorskip("torch")
 
 from leapp._apic.wrp import parse_wrp  # noqa: E402
-from leapp._export.segment_bundle import build_bundle_from_wrp, build_segment_bundle, cuda_grid  # noqa: E402
+from leapp._export.segment_bundle import build_bundle_from_wrp, build_segment_bundle  # noqa: E402
+from leapp.bundle.manifest import grid_for  # noqa: E402
 from leapp._contract.records import KernelRef, SegmentIO, SegmentRecord, TensorSpec  # noqa: E402
 from leapp.bundle import read_bundle  # noqa: E402
 from leapp.errors import ExportError  # noqa: E402
@@ -238,20 +239,20 @@ def test_2d_and_lean_launches(tmp_path):
     l2d, lean, folded = b.ops
     assert param(b, l2d, 0) == struct.pack("<IIQQ", 300, 7, 2100, 1)
     assert l2d["grid"] == [17, 1, 1] and l2d["block"] == [128, 1, 1]  # ceil(2100 / 128)
-    assert lean["grid"] == list(cuda_grid(1000, 128, grid_stride=False)) == [8, 1, 1]
+    assert lean["grid"] == list(grid_for(1000, 128, grid_stride=False)) == [8, 1, 1]
     assert param(b, folded, 0) == bounds1d(250, coord_mult=4)
     assert {k["key"]: k["block_dim"] for k in b.kernels} == {"k_grid2d": 128, "k_lean": 128}
 
 
 def test_cuda_grid_follows_warp():
-    assert cuda_grid(1000, 256, True) == (4, 1, 1)
-    assert cuda_grid(1000, 256, True, max_blocks=2) == (2, 1, 1)
-    assert cuda_grid(1, 256, True) == (1, 1, 1)
-    assert cuda_grid(2**40, 256, True) == (2**31 - 1, 1, 1)
+    assert grid_for(1000, 256, True) == (4, 1, 1)
+    assert grid_for(1000, 256, True, max_blocks=2) == (2, 1, 1)
+    assert grid_for(1, 256, True) == (1, 1, 1)
+    assert grid_for(2**40, 256, True) == (2**31 - 1, 1, 1)
     # lean: grid.x capped at 2**24 / block_dim, the rest spills into y then z
-    assert cuda_grid(2**24 * 3, 256, False) == (65536, 3, 1)
+    assert grid_for(2**24 * 3, 256, False) == (65536, 3, 1)
     total_blocks = 65536 * 65535 * 2
-    assert cuda_grid(total_blocks * 256, 256, False) == (65536, 65535, 2)
+    assert grid_for(total_blocks * 256, 256, False) == (65536, 65535, 2)
 
 
 def test_build_segment_bundle_from_a_segment_record(tmp_path):
