@@ -31,27 +31,21 @@ def test_export_logs_each_step_with_its_time(tmp_path, caplog):
     assert re.fullmatch(r"session 'go2': artifacts and pipeline.yaml written in \d+\.\d\d s", lines[3]), lines
 
 
-def test_load_logs_the_runner_of_each_node(tmp_path, caplog):
-    record = cr.session(tmp_path, cr.mlp_node("policy", "torchscript"), name="pure")
+@pytest.mark.parametrize("backend, line", [
+    ("torchscript", "pipeline 'pure' node 'policy': torchscript runner for policy.pt on cpu; no Warp segments"),
+    # an ONNX node's line also says whether it replays from a node graph, and why not
+    ("onnx", "pipeline 'pure' node 'policy': onnx runner for policy.onnx on cpu; ONNX Runtime cpu-ep, "
+             "no node graph (not on ONNX Runtime's CUDA EP), no Warp segments"),
+])
+def test_load_logs_the_runner_of_each_node(tmp_path, caplog, backend, line):
+    if backend == "onnx":
+        pytest.importorskip("onnxruntime")
+        pytest.importorskip("onnxscript", reason="onnxscript is not installed (torch.onnx.export(dynamo=True) needs it)")
+    record = cr.session(tmp_path, cr.mlp_node("policy", backend), name="pure")
     compile_session(record, validate=False)
     with caplog.at_level(logging.INFO, logger="leapp"):
         leapp.load(tmp_path / "pure")
-    assert _messages(caplog, "leapp.runtime.pipeline") == [
-        "pipeline 'pure' node 'policy': torchscript runner for policy.pt on cpu; no Warp segments"
-    ]
-
-
-def test_load_logs_whether_an_onnx_node_replays_from_a_node_graph(tmp_path, caplog):
-    pytest.importorskip("onnxruntime")
-    pytest.importorskip("onnxscript", reason="onnxscript is not installed (torch.onnx.export(dynamo=True) needs it)")
-    record = cr.session(tmp_path, cr.mlp_node("policy", "onnx"), name="pure")
-    compile_session(record, validate=False)
-    with caplog.at_level(logging.INFO, logger="leapp"):
-        leapp.load(tmp_path / "pure")
-    assert _messages(caplog, "leapp.runtime.pipeline") == [
-        "pipeline 'pure' node 'policy': onnx runner for policy.onnx on cpu; ONNX Runtime cpu-ep, "
-        "no node graph (not on ONNX Runtime's CUDA EP), no Warp segments"
-    ]
+    assert _messages(caplog, "leapp.runtime.pipeline") == [line]
 
 
 def test_compile_cache_decisions_are_logged(caplog):
