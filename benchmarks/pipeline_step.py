@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 import warp as wp
@@ -129,15 +130,8 @@ def routes(module, robot, folder: Path, envs: int, device: str, nodes: bool = Fa
     with torch.no_grad():
         expected = robot.step(quat, joints)
     pipeline = leapp.load(folder)
-    previous = os.environ.get("LEAPP_ONNX_GRAPHS")
-    os.environ["LEAPP_ONNX_GRAPHS"] = "0"  # read when a runner is made
-    try:
+    with mock.patch.dict(os.environ, {"LEAPP_ONNX_GRAPHS": "0"}):  # read when a runner is made
         no_node_graphs = leapp.load(folder)
-    finally:
-        if previous is None:
-            del os.environ["LEAPP_ONNX_GRAPHS"]
-        else:
-            os.environ["LEAPP_ONNX_GRAPHS"] = previous
     graphed = leapp.load(folder, cuda_graphs=True)
     ep = {n.name: getattr(n.runner, "stream_mode", n.backend)
           + ("" if getattr(n.runner, "graph", None) is None else " + node graph") for n in pipeline.nodes.values()}
