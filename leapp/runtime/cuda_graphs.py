@@ -16,9 +16,9 @@ previous graphed node's outputs), the whole call can be captured once with
   Calls with non-contiguous inputs always run directly.
 * Outputs are the graph's static tensors: **the next replay of the same graph
   overwrites them**. Clone what must outlive the next call.
-* Graphs are kept per calling stream: each is captured on a capture stream
-  of its own for that stream, so the segment scratch it bakes in is never
-  shared with a graph replaying on another stream.
+* Graphs are kept per calling stream, each captured on a capture stream of
+  its own for that stream. (The segment scratch a graph bakes in is its own
+  whatever the stream: the native runtime gives every capture its own.)
 
 With a fixed ``stream`` (the whole-pipeline graph of ``leapp.load``, see
 ``leapp.runtime.pipeline``), every graph is captured on that one stream and

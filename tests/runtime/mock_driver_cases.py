@@ -586,6 +586,110 @@ def test_graphs_off_by_environment(tmp_path):
     proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "graph launches 0" in proc.stdout
+# --- caller captures: scratch of its own per capture (ext/core/src/replay.cpp, "Captures") -----------------------
+
+MOCK.mock_user_object_stats.argtypes = [ctypes.POINTER(ctypes.c_longlong)]
+
+
+def user_objects() -> dict[str, int]:
+    out = (ctypes.c_longlong * 2)()
+    MOCK.mock_user_object_stats(out)
+    return {"live": out[0], "destroyed": out[1]}
+
+
+def capture_example(data: bytes, n: int, s: int, calls: int = 1) -> None:
+    """``calls`` runs of the example inside one caller capture of ``s``; the capture's graph is destroyed at its end."""
+    MOCK.mock_set_capturing(s, 1)
+    try:
+        for i in range(calls):
+            x = np.random.default_rng(i).standard_normal(n).astype(np.float32)
+            y = np.full(n, np.nan, np.float32)
+            run(data, [x], [y], s)
+            np.testing.assert_array_equal(y, x * scale(n))
+    finally:
+        MOCK.mock_set_capturing(s, 0)
+
+
+def test_each_capture_of_one_stream_gets_scratch_of_its_own_freed_after_its_graph():
+    # Two graphs captured on one stream (torch's default capture stream, or a repeated pool stream) replay
+    # later on any streams, perhaps at once: they must not bake in the same scratch.
+    n = 64
+    data = example_bundle(n, segment="mock/capture-scratch")
+    s = stream(0)
+    run(data, [np.ones(n, np.float32)], [np.empty(n, np.float32)], s)  # the stream's own entry, not captured
+    base, objects, frees = stats()["allocs"], user_objects(), stats()["frees"]
+    capture_example(data, n, s, calls=3)  # one capture, three calls: one entry
+    assert stats()["allocs"] == base + 1
+    assert user_objects() == {"live": objects["live"], "destroyed": objects["destroyed"] + 1}  # its graph is gone
+    assert stats()["frees"] == frees  # queued, freed by the next new entry
+    capture_example(data, n, s)  # a second capture of the same stream: scratch of its own; the first one's freed
+    assert stats()["allocs"] == base + 2 and stats()["frees"] == frees + 1
+    run(data, [np.ones(n, np.float32)], [np.empty(n, np.float32)], s)  # the stream's entry is still there
+    assert stats()["allocs"] == base + 2
+    assert _native.release_segments(_native.Bundle(data).digest) == 1
+    assert stats()["frees"] == frees + 1 + 3  # capture 1's; then the stream's scratch, capture 2's, the constants
+    assert user_objects()["live"] == objects["live"]
+
+
+def test_a_capture_holds_its_scratch_while_its_graph_lives():
+    n = 16
+    data = example_bundle(n, segment="mock/capture-held")
+    s, other = stream(0), stream(0)
+    MOCK.mock_set_capturing(s, 1)
+    try:
+        x = np.arange(n, dtype=np.float32)
+        y = np.empty(n, np.float32)
+        run(data, [x], [y], s)
+        capture_example(data, n, other)  # another capture, whose graph is gone at its end
+        frees, allocs = stats()["frees"], stats()["allocs"]
+        run(data, [x], [y], stream(0))  # a new entry frees what is gone: the other capture's scratch only
+        assert stats()["frees"] == frees + 1
+        run(data, [x], [y], s)  # this capture's entry is still there: no new scratch
+        assert stats()["allocs"] == allocs + 1  # (the new stream's)
+        np.testing.assert_array_equal(y, x * scale(n))
+    finally:
+        MOCK.mock_set_capturing(s, 0)
+    run(data, [x], [y], stream(0))
+    assert stats()["frees"] == frees + 2  # now this capture's
+
+
+def _driver_variant(tmp_path, env_name: str) -> str:
+    """Runs two captures of one stream in a process whose fake driver has ``env_name``=1; prints counts."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "variant.py"
+    script.write_text(
+        "import ctypes, numpy as np\n"
+        "from leapp import _native\n"
+        "from leapp.bundle.testing import example_bundle\n"
+        "mock = ctypes.CDLL('libcuda.so.1'); mock.mock_stream_create.restype = ctypes.c_void_p\n"
+        "mock.mock_set_capturing.argtypes = [ctypes.c_void_p, ctypes.c_int]\n"
+        "data = _native.Bundle(example_bundle(8)); s = mock.mock_stream_create(0)\n"
+        "x = np.arange(8, dtype=np.float32); y = np.empty(8, np.float32)\n"
+        "def go():\n"
+        "    _native.run_segment(data, [x.ctypes.data], [y.ctypes.data], s, 0, input_nbytes=[32], output_nbytes=[32])\n"
+        "    assert (y == x * np.arange(1, 9, dtype=np.float32)).all()\n"
+        "go(); a0 = _native.allocation_count()\n"
+        "for _ in range(2):\n"
+        "    mock.mock_set_capturing(s, 1); go(); mock.mock_set_capturing(s, 0)\n"
+        "print('capture allocations', _native.allocation_count() - a0)\n"
+    )
+    env = dict(os.environ, **{env_name: "1"})
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_a_driver_without_capture_info_keys_captured_scratch_by_stream(tmp_path):
+    assert "capture allocations 0" in _driver_variant(tmp_path, "MOCK_NO_CAPTURE_INFO")
+
+
+def test_a_graph_that_refuses_the_user_object_keeps_the_scratch(tmp_path):
+    # Scratch of its own per capture, never freed before release_segments (the graph could not hold it).
+    assert "capture allocations 2" in _driver_variant(tmp_path, "MOCK_RETAIN_FAILS")
+
+
 # --- dynamic batch (docs/bundle-format.md, "Dynamic batch") -------------------------------------------------
 
 

@@ -97,6 +97,14 @@ Loaded load() {
   if (!graphs) {
     d.cuStreamBeginCapture = nullptr;  // all or none: has_graphs() is false
   }
+  bool capture_scratch =
+      resolve(gpa, "cuStreamGetCaptureInfo", 11030, d.cuStreamGetCaptureInfo, optional_error) &&
+      resolve(gpa, "cuUserObjectCreate", 11030, d.cuUserObjectCreate, optional_error) &&
+      resolve(gpa, "cuUserObjectRelease", 11030, d.cuUserObjectRelease, optional_error) &&
+      resolve(gpa, "cuGraphRetainUserObject", 11030, d.cuGraphRetainUserObject, optional_error);
+  if (!capture_scratch) {
+    d.cuStreamGetCaptureInfo = nullptr;  // all or none: has_capture_scratch() is false
+  }
   CUresult r = d.cuInit(0);
   if (r != CUDA_SUCCESS) {
     L.error = "cuInit(0) failed: " + cu_error_text(r) + " (no usable GPU, or the driver is not loaded)";

@@ -28,6 +28,14 @@
 // the caller (torch.cuda.graph) always gets the ops themselves, as does every
 // call when LEAPP_SEGMENT_GRAPHS=0 or the driver lacks the graph API.
 //
+// Captures: a call made while the caller captures its stream (torch.cuda.graph, a CUDA graph of
+// leapp.load) is recorded, not run, and the graph replays it later, on any stream. Its scratch is
+// therefore keyed by the capture too (cuStreamGetCaptureInfo's id): two graphs never share scratch,
+// even when captured on one stream (torch's default capture stream, or its pool streams, which
+// repeat), so replaying them at once on two streams cannot race. The entry is tied to the captured
+// graph by a CUDA user object; once the graph and its instances are gone and their launches done,
+// the driver's callback queues the entry, and the next new entry (or release_segments()) frees it.
+//
 // Lifetimes: the table owns PreparedSegments, each owns its StreamScratch
 // entries. release_segments() takes them out of the table, waits for calls
 // in flight (the scratch locks), marks them released, synchronises the
@@ -70,9 +78,12 @@ bool is_special_stream(CUstream s) {
 
 struct StreamKey {
   CUstream stream;
-  uint64_t thread;  // only for the per-thread default stream: this_thread_serial()
-  bool operator<(const StreamKey& o) const { return std::tie(stream, thread) < std::tie(o.stream, o.thread); }
-  bool operator==(const StreamKey& o) const { return stream == o.stream && thread == o.thread; }
+  uint64_t thread;   // only for the per-thread default stream: this_thread_serial()
+  uint64_t capture;  // the caller's capture sequence (cuStreamGetCaptureInfo's id) while `stream` is captured, else 0
+  bool operator<(const StreamKey& o) const {
+    return std::tie(stream, thread, capture) < std::tie(o.stream, o.thread, o.capture);
+  }
+  bool operator==(const StreamKey& o) const { return stream == o.stream && thread == o.thread && capture == o.capture; }
 };
 
 /// A number no other thread of the process ever gets (std::thread::id values are
@@ -120,7 +131,7 @@ struct SegmentGraph {
 struct StreamScratch {
   std::mutex enqueue;
   std::shared_ptr<PreparedSegment> seg;  // modules, functions, constants (outlives `released`)
-  StreamKey key{nullptr, 0};
+  StreamKey key{nullptr, 0, 0};
   RoleMemory memory;
   bool released = false;  // guarded by `enqueue`: the memory is freed or being freed, look up again
   // Graph replay, guarded by `enqueue` (see the top of the file).
@@ -348,6 +359,76 @@ void defer(Pending p) {
   pending_frees().push_back(std::move(p));
 }
 
+/// A caller capture's scratch entry (see CaptureTag below), named for the table.
+struct CaptureTag {
+  CUcontext ctx;
+  std::string digest;
+  StreamKey key;
+  bool keep = false;  // the graph could not take it: the entry stays until release_segments()
+};
+
+std::mutex& orphan_mutex() {
+  static std::mutex* m = new std::mutex();
+  return *m;
+}
+
+/// Entries whose captured graph is gone, for the next find_or_create or release_segments.
+std::vector<std::unique_ptr<CaptureTag>>& orphans() {
+  static auto* v = new std::vector<std::unique_ptr<CaptureTag>>();
+  return *v;
+}
+
+/// The destructor of the user object a captured graph holds (CUhostFn: called by the driver once the
+/// graph and its instances are destroyed and their launches done, on any thread; no CUDA calls here).
+void capture_graph_gone(void* p) {
+  std::unique_ptr<CaptureTag> tag(static_cast<CaptureTag*>(p));
+  if (tag->keep) return;
+  std::lock_guard<std::mutex> lock(orphan_mutex());
+  orphans().push_back(std::move(tag));
+}
+
+/// Ties the scratch entry `key` (made inside the caller's capture into `graph`) to that graph: the
+/// driver reports when the graph is gone (capture_graph_gone). Without that the entry stays until
+/// release_segments().
+void attach_to_capture(const CudaDriver& d, CUgraph graph, CUcontext ctx, const std::string& digest,
+                       const StreamKey& key) {
+  auto* tag = new CaptureTag{ctx, digest, key};
+  CUuserObject object = nullptr;
+  if (d.cuUserObjectCreate(&object, tag, capture_graph_gone, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC) != CUDA_SUCCESS) {
+    delete tag;
+    return;
+  }
+  if (d.cuGraphRetainUserObject(graph, object, 1, CU_GRAPH_USER_OBJECT_MOVE) != CUDA_SUCCESS) {
+    tag->keep = true;  // the release below runs the destructor now: it must not free what the capture uses
+    d.cuUserObjectRelease(object, 1);
+  }
+}
+
+/// Takes the entries of gone captures out of the table (cache_mutex() held); what they own goes to `out`.
+void take_orphans(std::vector<Pending>& out) {
+  std::vector<std::unique_ptr<CaptureTag>> gone;
+  {
+    std::lock_guard<std::mutex> lock(orphan_mutex());
+    gone.swap(orphans());
+  }
+  for (const std::unique_ptr<CaptureTag>& tag : gone) {
+    auto it = segments().find(std::make_pair(tag->ctx, tag->digest));
+    if (it == segments().end()) continue;  // released since, with its entries
+    auto& table = it->second->scratch;
+    auto sit = table.find(tag->key);
+    if (sit == table.end()) continue;
+    std::shared_ptr<StreamScratch> sc = sit->second;
+    table.erase(sit);
+    std::lock_guard<std::mutex> hold(sc->enqueue);
+    if (sc->released) continue;
+    sc->released = true;  // a thread's last-hit cache looks up again
+    Pending p;
+    p.ctx = tag->ctx;
+    take_stream_resources(*sc, p);
+    if (!p.empty()) out.push_back(std::move(p));
+  }
+}
+
 /// This thread's entries on the per-thread default stream: their stream ends with
 /// the thread, so their scratch is freed then (see ~ThreadStreamScratch).
 struct ThreadStreamScratch {
@@ -400,9 +481,11 @@ ThreadStreamScratch::~ThreadStreamScratch() {
   }
 }
 
-/// The scratch entry of (ctx, digest, key), made on first use (with the prepared segment).
+/// The scratch entry of (ctx, digest, key), made on first use (with the prepared segment). A key
+/// with a capture id is tied to `capture_graph`, the caller's graph; making one frees the entries
+/// of captures whose graphs are gone.
 std::shared_ptr<StreamScratch> find_or_create(const CudaDriver& d, const Bundle& bundle, CUcontext ctx,
-                                              int ctx_device, const StreamKey& key) {
+                                              int ctx_device, const StreamKey& key, CUgraph capture_graph) {
   std::lock_guard<std::mutex> lock(cache_mutex());
   auto seg_key = std::make_pair(ctx, bundle.digest());
   auto it = segments().find(seg_key);
@@ -411,6 +494,19 @@ std::shared_ptr<StreamScratch> find_or_create(const CudaDriver& d, const Bundle&
     if (sit != it->second->scratch.end()) return sit->second;
   }
   RelaxedCaptureMode relaxed(d);  // one-time setup is legal even while a stream is captured
+  std::vector<Pending> gone;
+  take_orphans(gone);
+  for (Pending& p : gone) {  // their graphs' launches are done: nothing on the device uses this memory
+    try {
+      ContextGuard guard(d, p.ctx);
+      free_now(d, p);
+    } catch (const CudaError&) {
+      // the context is gone, and what it held with it
+      p = Pending{};
+    }
+    if (!p.empty()) pending_frees().push_back(std::move(p));
+  }
+  it = segments().find(seg_key);  // (unchanged: take_orphans erases entries, never segments)
   if (it == segments().end())
     it = segments().emplace(seg_key, prepare(d, bundle, device_attrs(d, ctx_device), ctx)).first;
   auto sc = std::make_shared<StreamScratch>();
@@ -418,7 +514,8 @@ std::shared_ptr<StreamScratch> find_or_create(const CudaDriver& d, const Bundle&
   sc->key = key;
   sc->memory = allocate_role(d, bundle.manifest(), BufferRole::kScratch, "leapp segment '" + bundle.segment() + "': scratch");
   it->second->scratch.emplace(key, sc);
-  if (key.thread != 0) {
+  if (key.capture != 0) attach_to_capture(d, capture_graph, ctx, bundle.digest(), key);
+  if (key.thread != 0 && key.capture == 0) {  // a captured entry lives with its graph, not the thread
     auto& mine = thread_stream_scratch().entries;
     mine.erase(std::remove_if(mine.begin(), mine.end(), [](const auto& w) { return w.expired(); }), mine.end());
     mine.push_back(sc);
@@ -543,6 +640,7 @@ size_t release_segments(std::string_view digest) {
       it = segments().erase(it);
       ++released;
     }
+    take_orphans(work);
     for (Pending& p : pending_frees()) work.push_back(std::move(p));  // earlier failures: try again
     pending_frees().clear();
   }
@@ -739,11 +837,26 @@ bool graphs_enabled(const CudaDriver& d) {
   return env_on && d.has_graphs();
 }
 
-/// Whether `stream` is being captured, or its capture status cannot be read (the legacy
-/// stream while another stream's global-mode capture runs): then the ops go on it one by one.
-bool capturing_or_unknown(const CudaDriver& d, CUstream stream) {
+/// The caller's stream's capture. `status` is not NONE while it is captured, or when that cannot be read
+/// (the legacy stream while another stream's global-mode capture runs): then the ops go on it one by
+/// one. `id` and `graph` name an active capture (when the driver has cuStreamGetCaptureInfo), else 0.
+struct CaptureState {
   int status = CU_STREAM_CAPTURE_STATUS_NONE;
-  return d.cuStreamIsCapturing(stream, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE;
+  unsigned long long id = 0;
+  CUgraph graph = nullptr;
+};
+
+CaptureState capture_state(const CudaDriver& d, CUstream stream) {
+  CaptureState s;
+  CUresult r = d.has_capture_scratch()
+                   ? d.cuStreamGetCaptureInfo(stream, &s.status, &s.id, &s.graph, nullptr, nullptr)
+                   : d.cuStreamIsCapturing(stream, &s.status);
+  if (r != CUDA_SUCCESS) s.status = -1;
+  if (s.status != CU_STREAM_CAPTURE_STATUS_ACTIVE || s.graph == nullptr) {
+    s.id = 0;
+    s.graph = nullptr;
+  }
+  return s;
 }
 
 /// Captures one call's work, for addresses `addr`, into a new graph on `sc`'s private stream;
@@ -866,7 +979,7 @@ void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs, co
     int ctx_device = -1;
     const Bundle* bundle = nullptr;
     std::string digest;
-    StreamKey stream{nullptr, 0};
+    StreamKey stream{nullptr, 0, 0};
     std::shared_ptr<StreamScratch> scratch;
   };
   struct CallState {
@@ -900,8 +1013,10 @@ void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs, co
     throw std::invalid_argument(where() + ": the stream belongs to CUDA device " + std::to_string(ctx_device) +
                                 ", but device " + std::to_string(device) + " was requested");
 
-  // This stream's scratch entry, locked until the last op is enqueued (see the top of the file).
-  StreamKey skey{stream, stream == cu_stream_per_thread() ? this_thread_serial() : 0};
+  // This stream's scratch entry, locked until the last op is enqueued (see the top of the file); inside
+  // a caller's capture, the entry of that capture (see "Captures" at the top of the file).
+  const CaptureState capture = capture_state(d, stream);
+  StreamKey skey{stream, stream == cu_stream_per_thread() ? this_thread_serial() : 0, capture.id};
   StreamScratch* sc = nullptr;
   std::unique_lock<std::mutex> hold;
   if (last.scratch && last.ctx == ctx && last.bundle == &bundle && last.stream == skey &&
@@ -913,7 +1028,7 @@ void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs, co
   if (sc == nullptr) {
     std::shared_ptr<StreamScratch> found;
     for (;;) {  // an entry released between the lookup and the lock is looked up again
-      found = find_or_create(d, bundle, ctx, ctx_device, skey);
+      found = find_or_create(d, bundle, ctx, ctx_device, skey, capture.graph);
       hold = std::unique_lock<std::mutex>(found->enqueue);
       if (!found->released) break;
       hold.unlock();
@@ -963,7 +1078,7 @@ void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs, co
   }
 
   // One graph launch when the segment has one for these addresses and this batch (or can make one), else the ops.
-  if (seg.enqueues >= 2 && graphs_enabled(d) && !capturing_or_unknown(d, stream) &&
+  if (seg.enqueues >= 2 && graphs_enabled(d) && capture.status == CU_STREAM_CAPTURE_STATUS_NONE &&
       replay_graph(d, bundle, *sc, addr, inputs, outputs, stream, state.key, batch))
     return;
   enqueue_call(d, bundle, seg, addr, inputs, stream, state.params, state.param_ptrs, batch);

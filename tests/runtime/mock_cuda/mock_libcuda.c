@@ -35,6 +35,12 @@
 // nodes in order on the launch stream, counted like the same work enqueued op by op.
 // cuGraphExecUpdate accepts a graph of the same node kinds and functions (error 910 otherwise).
 //
+// User objects: mock_set_capturing(s, 1) begins a caller capture with a new id (cuStreamGetCaptureInfo
+// reports it and a graph handle); mock_set_capturing(s, 0) ends it and destroys its graph at once,
+// which releases the user objects the graph holds (their destructors run then). MOCK_NO_CAPTURE_INFO=1
+// hides cuStreamGetCaptureInfo and the user object entry points (an older driver); MOCK_RETAIN_FAILS=1
+// makes cuGraphRetainUserObject fail.
+//
 // Environment: MOCK_CC (default 90), MOCK_MAX_PTX (ISA * 10; default: what MOCK_DRIVER_VERSION reads, 9.0),
 // MOCK_DRIVER_VERSION (default 13000), MOCK_DEVICES (default 1), MOCK_STREAM_DELAY_US (default 0: see below).
 // Test hooks (ctypes): mock_stats, mock_resources, mock_last_loaded, mock_current_ctx, mock_set_capturing,
@@ -53,7 +59,10 @@ typedef unsigned long long CUdeviceptr;
 
 typedef struct MockCtx { int device; } MockCtx;
 typedef struct MockGraph MockGraph;
-typedef struct MockStream { MockCtx* ctx; int capturing; MockGraph* recording; } MockStream;
+typedef struct MockUserObject MockUserObject;
+// A caller capture begun by mock_set_capturing: its id and the user objects its graph holds.
+typedef struct MockCapture { unsigned long long id; MockUserObject** objects; int count; } MockCapture;
+typedef struct MockStream { MockCtx* ctx; int capturing; MockGraph* recording; MockCapture* capture; } MockStream;
 typedef struct MockFunc MockFunc;
 typedef struct MockModule {
   char* image;
@@ -202,6 +211,55 @@ static CUresult m_cuStreamIsCapturing(void* s, int* status) {
   *status = ms && ms->capturing ? 1 : 0;
   return 0;
 }
+struct MockUserObject { void* ptr; void (*destroy)(void*); int refs; };
+static atomic_llong g_user_objects[2];  // live user objects, destructors run
+static atomic_llong g_capture_ids = 0;
+
+static void user_object_release(MockUserObject* o, int count) {
+  pthread_mutex_lock(&g_mutex);
+  o->refs -= count;
+  int gone = o->refs <= 0;
+  pthread_mutex_unlock(&g_mutex);
+  if (!gone) return;
+  o->destroy(o->ptr);
+  atomic_fetch_add(&g_user_objects[0], -1);
+  atomic_fetch_add(&g_user_objects[1], 1);
+  free(o);
+}
+static CUresult m_cuStreamGetCaptureInfo(void* s, int* status, unsigned long long* id, MockCapture** graph,
+                                         const void** deps, size_t* ndeps) {
+  MockStream* ms = (uintptr_t)s > 2 ? (MockStream*)s : NULL;
+  *status = ms && (ms->capturing || ms->recording) ? 1 : 0;
+  if (id) *id = ms && ms->capture ? ms->capture->id : 0;
+  if (graph) *graph = ms ? ms->capture : NULL;
+  if (deps) *deps = NULL;
+  if (ndeps) *ndeps = 0;
+  return 0;
+}
+static CUresult m_cuUserObjectCreate(MockUserObject** out, void* ptr, void (*destroy)(void*), unsigned refs,
+                                     unsigned flags) {
+  if (flags != 1 || refs == 0 || !destroy) return 1;  // CUDA_ERROR_INVALID_VALUE: NO_DESTRUCTOR_SYNC is required
+  MockUserObject* o = calloc(1, sizeof(MockUserObject));
+  o->ptr = ptr, o->destroy = destroy, o->refs = (int)refs;
+  atomic_fetch_add(&g_user_objects[0], 1);
+  *out = o;
+  return 0;
+}
+static CUresult m_cuUserObjectRelease(MockUserObject* o, unsigned count) {
+  user_object_release(o, (int)count);
+  return 0;
+}
+static CUresult m_cuGraphRetainUserObject(MockCapture* g, MockUserObject* o, unsigned count, unsigned flags) {
+  if (env_int("MOCK_RETAIN_FAILS", 0)) return 1;
+  if (!g) return 400;  // CUDA_ERROR_INVALID_HANDLE
+  pthread_mutex_lock(&g_mutex);
+  if (!(flags & 1)) o->refs += (int)count;  // CU_GRAPH_USER_OBJECT_MOVE takes the caller's reference
+  g->objects = realloc(g->objects, sizeof(MockUserObject*) * (size_t)(g->count + 1));
+  g->objects[g->count++] = o;
+  pthread_mutex_unlock(&g_mutex);
+  return 0;
+}
+
 static CUresult m_cuStreamCreate(MockStream** s, unsigned flags) {
   (void)flags;
   if (!t_current) return 201;
@@ -723,12 +781,18 @@ static const struct { const char* name; void* fn; } kEntries[] = {
     ENTRY(cuStreamCreate), ENTRY(cuStreamDestroy), ENTRY(cuThreadExchangeStreamCaptureMode),
     ENTRY(cuFuncGetAttribute), ENTRY(cuStreamBeginCapture), ENTRY(cuStreamEndCapture),
     ENTRY(cuGraphInstantiateWithFlags), ENTRY(cuGraphExecUpdate), ENTRY(cuGraphLaunch), ENTRY(cuGraphDestroy),
-    ENTRY(cuGraphExecDestroy),
+    ENTRY(cuGraphExecDestroy), ENTRY(cuStreamGetCaptureInfo), ENTRY(cuUserObjectCreate),
+    ENTRY(cuUserObjectRelease), ENTRY(cuGraphRetainUserObject),
 };
 
 __attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(const char* name, void** fn, int version,
                                                                     unsigned long long flags, int* status) {
   (void)version; (void)flags;
+  if (env_int("MOCK_NO_CAPTURE_INFO", 0) && (strstr(name, "UserObject") || strcmp(name, "cuStreamGetCaptureInfo") == 0)) {
+    *fn = NULL;
+    if (status) *status = 1;
+    return 500;
+  }
   for (size_t i = 0; i < sizeof(kEntries) / sizeof(kEntries[0]); ++i)
     if (strcmp(kEntries[i].name, name) == 0) {
       *fn = kEntries[i].fn;
@@ -774,4 +838,18 @@ __attribute__((visibility("default"))) void mock_set_capturing(void* stream, int
   MockStream* s = stream;
   if (s->capturing != on) atomic_fetch_add(&g_capturing, on ? 1 : -1);
   s->capturing = on;
+  if (on && !s->capture) {
+    s->capture = calloc(1, sizeof(MockCapture));
+    s->capture->id = (unsigned long long)atomic_fetch_add(&g_capture_ids, 1) + 1;
+  } else if (!on && s->capture) {  // the capture ends and its graph is destroyed
+    MockCapture* c = s->capture;
+    s->capture = NULL;
+    for (int i = 0; i < c->count; ++i) user_object_release(c->objects[i], 1);
+    free(c->objects);
+    free(c);
+  }
+}
+/// live user objects, destructors run.
+__attribute__((visibility("default"))) void mock_user_object_stats(long long* out) {
+  for (int i = 0; i < 2; ++i) out[i] = atomic_load(&g_user_objects[i]);
 }

@@ -26,6 +26,7 @@ struct CUevent_st;
 struct CUgraph_st;
 struct CUgraphExec_st;
 struct CUgraphNode_st;
+struct CUuserObject_st;
 
 namespace leapp {
 
@@ -41,6 +42,8 @@ using CUevent = ::CUevent_st*;
 using CUgraph = ::CUgraph_st*;
 using CUgraphExec = ::CUgraphExec_st*;
 using CUgraphNode = ::CUgraphNode_st*;
+using CUuserObject = ::CUuserObject_st*;
+using CUhostFn = void (*)(void*);
 
 /// cuGraphExecUpdate's report (CUDA 12: CUgraphExecUpdateResultInfo).
 struct CUgraphExecUpdateResultInfo {
@@ -61,6 +64,9 @@ constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 constexpr int CU_POINTER_ATTRIBUTE_CONTEXT = 1;
 constexpr int CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9;
 constexpr int CU_STREAM_CAPTURE_STATUS_NONE = 0;
+constexpr int CU_STREAM_CAPTURE_STATUS_ACTIVE = 1;
+constexpr unsigned CU_USER_OBJECT_NO_DESTRUCTOR_SYNC = 1;
+constexpr unsigned CU_GRAPH_USER_OBJECT_MOVE = 1;
 constexpr int CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;
 constexpr int CU_STREAM_CAPTURE_MODE_RELAXED = 2;
 constexpr unsigned CU_STREAM_NON_BLOCKING = 1;
@@ -124,6 +130,18 @@ struct CudaDriver {
   CUresult (*cuGraphLaunch)(CUgraphExec, CUstream) = nullptr;
   CUresult (*cuGraphDestroy)(CUgraph) = nullptr;
   CUresult (*cuGraphExecDestroy)(CUgraphExec) = nullptr;
+
+  // Scratch of its own for each capture of a caller's stream (torch.cuda.graph), kept alive by
+  // the captured graph. Optional (CUDA 11.3): without them a captured call uses its stream's scratch.
+  CUresult (*cuStreamGetCaptureInfo)(CUstream, int*, unsigned long long*, CUgraph*, const CUgraphNode**,
+                                     size_t*) = nullptr;  // the _v2 ABI
+  CUresult (*cuUserObjectCreate)(CUuserObject*, void*, CUhostFn, unsigned, unsigned) = nullptr;
+  CUresult (*cuUserObjectRelease)(CUuserObject, unsigned) = nullptr;
+  CUresult (*cuGraphRetainUserObject)(CUgraph, CUuserObject, unsigned, unsigned) = nullptr;
+
+  bool has_capture_scratch() const {
+    return cuStreamGetCaptureInfo && cuUserObjectCreate && cuUserObjectRelease && cuGraphRetainUserObject;
+  }
 
   bool has_graphs() const {
     return cuStreamBeginCapture && cuStreamEndCapture && cuGraphInstantiateWithFlags && cuGraphExecUpdate &&
