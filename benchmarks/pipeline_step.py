@@ -7,10 +7,15 @@ host clock, each call synchronised before the next: what a control loop sees):
 
   eager              Go2.step on the inputs, under torch.no_grad (annotations are no-ops)
   leapp.load         leapp.load(export)(quat=..., joints=...): PT2 through torch, ONNX nodes on ORT's
-                     CUDA EP when onnxruntime-gpu is installed (else the CPU EP; the row says which),
-                     each replayed from a CUDA graph of its own with its inputs copied in (CopyGraph)
+                     CUDA EP when onnxruntime-gpu is installed (else the CPU EP; the row says which);
+                     the whole call replayed as one CUDA graph with its inputs copied in and its
+                     outputs cloned (the pipeline's CopyGraph) when every node can be captured
+  leapp.load-node-graphs
+                     the same with LEAPP_PIPELINE_GRAPH=0: node by node, each ONNX node replayed from
+                     a CUDA graph of its own (its CopyGraph)
   leapp.load-no-node-graphs
-                     the same with LEAPP_ONNX_GRAPHS=0: ORT runs each ONNX node kernel by kernel
+                     with LEAPP_PIPELINE_GRAPH=0 and LEAPP_ONNX_GRAPHS=0: ORT runs each ONNX node
+                     kernel by kernel
   leapp.load-graphs  leapp.load(export, cuda_graphs=True), the same input tensors every step: the whole
                      step replayed as one CUDA graph when every node can be captured (ONNX nodes on
                      the CUDA EP), else node by node (the table says which)
@@ -21,7 +26,7 @@ host clock, each call synchronised before the next: what a control loop sees):
                      stream (no input checks, no Python per node, no hand-off): the exported step's floor
   node:NAME[-no-node-graph]
                      with --nodes: each node alone, ``run_node`` on the step's own intermediate values,
-                     from the plain load and from the LEAPP_ONNX_GRAPHS=0 one (where the step's time goes)
+                     from the node-graphs load and from the LEAPP_ONNX_GRAPHS=0 one (where the step's time goes)
 
 Each route is timed ``--repeats`` times (interleaved); the table gives the median of the per-run
 medians, the p90 of the pooled calls, and the spread (min-max) of the per-run medians.
@@ -130,21 +135,25 @@ def routes(module, robot, folder: Path, envs: int, device: str, nodes: bool = Fa
     with torch.no_grad():
         expected = robot.step(quat, joints)
     pipeline = leapp.load(folder)
-    with mock.patch.dict(os.environ, {"LEAPP_ONNX_GRAPHS": "0"}):  # read when a runner is made
-        no_node_graphs = leapp.load(folder)
+    with mock.patch.dict(os.environ, {"LEAPP_PIPELINE_GRAPH": "0"}):  # read at load
+        node_graphs = leapp.load(folder)
+        with mock.patch.dict(os.environ, {"LEAPP_ONNX_GRAPHS": "0"}):
+            no_node_graphs = leapp.load(folder)
     graphed = leapp.load(folder, cuda_graphs=True)
     ep = {n.name: getattr(n.runner, "stream_mode", n.backend)
           + ("" if getattr(n.runner, "graph", None) is None else " + node graph") for n in pipeline.nodes.values()}
     calls = {
         "eager": lambda: robot.step(quat, joints),
         "leapp.load": lambda: pipeline(quat=quat, joints=joints),
+        "leapp.load-node-graphs": lambda: node_graphs(quat=quat, joints=joints),
         "leapp.load-no-node-graphs": lambda: no_node_graphs(quat=quat, joints=joints),
         "leapp.load-graphs": lambda: graphed(quat=quat, joints=joints),
     }
     facts = {"nodes": ep, "max_abs_error": {},
-             "whole_graph": "on" if graphed.graph is not None else f"off: {graphed.graph_reason}"}
+             "whole_graph": "on" if graphed.graph is not None else f"off: {graphed.graph_reason}",
+             "plain_graph": "on" if pipeline.copy_graph is not None else f"off: {pipeline.copy_graph_reason}"}
     with torch.no_grad():
-        for name in ("leapp.load", "leapp.load-no-node-graphs", "leapp.load-graphs"):
+        for name in ("leapp.load", "leapp.load-node-graphs", "leapp.load-no-node-graphs", "leapp.load-graphs"):
             for _ in range(3):  # cuda_graphs: a direct call, a capture, a replay
                 got = calls[name]()["action"]
             facts["max_abs_error"][name] = (got - expected).abs().max().item()
@@ -152,7 +161,7 @@ def routes(module, robot, folder: Path, envs: int, device: str, nodes: bool = Fa
         entry = next(reversed(graphed.graph._graphs.values()))
         calls["leapp-graph-bare"] = lambda: entry[0](entry[1])
     if nodes:
-        calls.update(node_calls(pipeline, no_node_graphs, {"quat": quat, "joints": joints}))
+        calls.update(node_calls(node_graphs, no_node_graphs, {"quat": quat, "joints": joints}))
     try:
         replay_floor, out = floor_route(module, robot, quat, joints)
         calls["floor"] = replay_floor
@@ -183,8 +192,8 @@ def table(results: dict) -> str:
                          f"{host:.1f} | {host / host_floor:.2f} | {'-' if error is None else f'{error:.3g}'} |")
         if "floor_failed" in entry:
             lines.append(f"| {envs} | floor | capture failed: {entry['floor_failed']} | | | | | | |")
-        lines.append(f"| {envs} | (nodes: {entry['nodes']}; whole-pipeline graph {entry.get('whole_graph')}) "
-                     "| | | | | | | |")
+        lines.append(f"| {envs} | (nodes: {entry['nodes']}; plain-call graph {entry.get('plain_graph')}; "
+                     f"whole-pipeline graph {entry.get('whole_graph')}) | | | | | | | |")
     return "\n".join(lines)
 
 

@@ -35,7 +35,9 @@ captured once on static buffers of its own, then replayed on the calling stream
 with the call's inputs copied in and its outputs cloned out. Any input tensors
 work and every call returns fresh outputs; what it saves is the per-kernel host
 work of a runtime that launches one kernel (or one cuBLAS call) at a time.
-``leapp.runtime.onnx_runner`` uses it for ONNX nodes on ONNX Runtime's CUDA EP.
+``leapp.runtime.onnx_runner`` uses it for ONNX nodes on ONNX Runtime's CUDA EP, and
+``leapp.runtime.pipeline`` for a whole pipeline call (its ONNX nodes' graphs and the
+pipeline's share one ``StreamOrder``: both bake in ONNX Runtime's buffers).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-__all__ = ["CopyGraph", "CudaGraphCall", "capture_blockers", "drop_all_graphs"]
+__all__ = ["CopyGraph", "CudaGraphCall", "StreamOrder", "capture_blockers", "drop_all_graphs"]
 
 log = logging.getLogger(__name__)
 
@@ -248,6 +250,29 @@ class CudaGraphCall:
         return graph, outputs
 
 
+class StreamOrder:
+    """The device order of calls that use the same buffers baked into graphs (ONNX Runtime's arena): a
+    call on another stream than the previous one first waits for that stream (an event). ``lock``
+    serialises enqueueing those calls; it is re-entrant, so a pipeline call holds it across the calls
+    of its nodes, which take it too."""
+
+    def __init__(self):
+        self.lock = threading.RLock()
+        self.last_raw: int | None = None  # the previous call's stream handle
+        self._last_stream: torch.cuda.Stream | None = None
+        self._event: torch.cuda.Event | None = None
+
+    def follow(self, device: torch.device, raw: int) -> None:
+        """Makes the current stream of ``device`` (handle ``raw``) wait for what the previous call enqueued."""
+        current = torch.cuda.current_stream(device)
+        if self._last_stream is not None:
+            if self._event is None:
+                self._event = torch.cuda.Event()
+            self._event.record(self._last_stream)
+            current.wait_event(self._event)
+        self._last_stream, self.last_raw = current, raw
+
+
 class CopyGraph:
     """One node run captured as a CUDA graph on static buffers, replayed with the call's inputs copied in.
 
@@ -264,8 +289,8 @@ class CopyGraph:
       one graph launch and one copy per tensor.
     - The graph bakes in the runtime's own buffers (ONNX Runtime's arena hands them to its next
       run again), so no two uses of the node may overlap on the device: a call on another stream
-      than the previous one first waits for that stream (an event), and direct runs hand off to
-      ``stream`` and back.
+      than the previous one first waits for that stream (``order``, shared by the graphs that
+      bake in the same buffers), and direct runs hand off to ``stream`` and back.
     - Calls inside an outer capture, with inputs of another shape, dtype or device, or while the
       current device is another one, run directly. A capture that fails turns the graph off with
       a ``RuntimeWarning`` naming the node; calls then run directly.
@@ -273,7 +298,7 @@ class CopyGraph:
 
     def __init__(self, name: str, run: Callable, direct: Callable, stream: torch.cuda.Stream,
                  inputs: Sequence[tuple[tuple[int, ...], torch.dtype]],
-                 outputs: Sequence[tuple[tuple[int, ...], torch.dtype]]):
+                 outputs: Sequence[tuple[tuple[int, ...], torch.dtype]], order: StreamOrder | None = None):
         self.name = name
         self.run = run
         self.direct = direct
@@ -286,9 +311,7 @@ class CopyGraph:
         self.captures = 0  # graphs captured so far (tests and benchmarks read it)
         self._entry: tuple | None = None  # (replay function, graph, static inputs, static outputs)
         self._calls = 0  # direct calls that could have been captured, since the last drop
-        self._last_stream: torch.cuda.Stream | None = None  # where the previous call enqueued
-        self._last_raw: int | None = None
-        self._event: torch.cuda.Event | None = None
+        self.order = order or StreamOrder()
         self._check_device = torch.cuda.device_count() > 1
         _live_calls.add(self)
 
@@ -301,8 +324,8 @@ class CopyGraph:
         if _capturing():  # an outer capture records the direct run (on the session's stream, handed off)
             return self.direct(inputs)
         raw = _raw_stream(self.index)
-        if raw != self._last_raw:
-            self._follow(raw)
+        if raw != self.order.last_raw:
+            self.order.follow(self.device, raw)
         entry = self._entry
         if not self._fits(inputs):
             return self.direct(inputs)
@@ -311,8 +334,10 @@ class CopyGraph:
                 self._calls += 1
                 return self.direct(inputs)
             return self._capture(inputs)
-        for static, value in zip(entry[2], inputs):
-            static.copy_(value.detach() if value.requires_grad else value)
+        if len(inputs) == 1:
+            entry[2][0].copy_(inputs[0].detach() if inputs[0].requires_grad else inputs[0])
+        else:  # one dispatcher call for all inputs
+            torch._foreach_copy_(entry[2], [t.detach() if t.requires_grad else t for t in inputs])
         entry[0](entry[1])
         return [t.clone() for t in entry[3]]
 
@@ -325,16 +350,6 @@ class CopyGraph:
             if t.shape != shape or t.dtype != dtype or not t.is_cuda or t.get_device() != index:
                 return False
         return True
-
-    def _follow(self, raw: int) -> None:
-        """Makes the current stream wait for what the previous call enqueued on another stream."""
-        current = torch.cuda.current_stream(self.device)
-        if self._last_stream is not None:
-            if self._event is None:
-                self._event = torch.cuda.Event()
-            self._event.record(self._last_stream)
-            current.wait_event(self._event)
-        self._last_stream, self._last_raw = current, raw
 
     def _capture(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         current = torch.cuda.current_stream(self.device)

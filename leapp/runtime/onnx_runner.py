@@ -283,6 +283,13 @@ class OnnxRunner(NodeRunner):
 
             self.graph = CopyGraph(f"ONNX node {self.path.name}", self._run_bound, self._direct, self.session_stream,
                                    [(s.shape, s.dtype) for s in self.inputs], [(s.shape, s.dtype) for s in self.outputs])
+            self._lock = self.graph.order.lock
+
+    def join_order(self, order) -> None:
+        """Orders this node's calls with the other graphs that bake in its session's buffers (a whole-pipeline
+        ``CopyGraph``): one ``StreamOrder``, whose lock is then this runner's. Before the first call."""
+        self.graph.order = order
+        self._lock = order.lock
 
     def _graphs_refused(self, wants_cuda: bool, stream) -> str | None:
         """Why this node's plain calls do not replay from a graph of its own (None: they do)."""

@@ -15,6 +15,7 @@ and tests import from it.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Sequence
@@ -23,7 +24,7 @@ from typing import Any
 import torch
 
 from leapp.errors import LeappError, RuntimeLibraryNotFound
-from leapp.runtime.cuda_graphs import CudaGraphCall
+from leapp.runtime.cuda_graphs import CopyGraph, CudaGraphCall, StreamOrder, capture_blockers
 from leapp.pipeline_format import (
     PIPELINE_FILE,
     PIPELINE_FORMAT,
@@ -58,6 +59,7 @@ from leapp.runtime.runners import (
 __all__ = [
     "PIPELINE_FILE",
     "PIPELINE_FORMAT",
+    "PIPELINE_GRAPH_ENV",
     "PIPELINE_VERSION",
     "IOSpec",
     "NodeDescription",
@@ -82,6 +84,8 @@ __all__ = [
 
 
 log = logging.getLogger(__name__)
+
+PIPELINE_GRAPH_ENV = "LEAPP_PIPELINE_GRAPH"  # "0": a plain call runs node by node (see plain_call_graph)
 
 
 @dataclass
@@ -132,14 +136,32 @@ class Pipeline:
     # cuda_graphs=True: the whole call as one CUDA graph (see whole_pipeline_graph), else None and why not
     graph: CudaGraphCall | None = None
     graph_reason: str = "not requested (leapp.load(..., cuda_graphs=True))"
+    # a plain call (no cuda_graphs): the whole call replayed with its inputs copied in (see plain_call_graph)
+    copy_graph: CopyGraph | None = None
+    copy_graph_reason: str = "not made"
     _plan: _Plan | None = field(default=None, init=False, repr=False, compare=False)
 
     def run(self, **inputs: Any) -> dict[str, torch.Tensor]:
         """Runs every node in order; checks input names, dtypes and shapes first."""
         plan = self._plan or self._make_plan()
         values = check_inputs(plan.input_specs, inputs, plan.where)
-        outs = self.graph(*values) if self.graph is not None else self._run_all(values, direct=False)
+        if self.graph is not None:
+            outs = self.graph(*values)
+        elif self.copy_graph is not None:
+            with self.copy_graph.order.lock:
+                outs = self._guarded(self.copy_graph, values)
+        else:
+            outs = self._run_all(values, direct=False)
         return dict(zip(self.outputs, outs))
+
+    def _guarded(self, copy_graph: CopyGraph, values: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The copy graph's call; an error of its replay or copies names the pipeline (node errors name their node)."""
+        try:
+            return copy_graph(values)
+        except LeappError:
+            raise
+        except Exception as e:
+            raise PipelineError(f"Pipeline '{self.name}' (its CUDA graph): {type(e).__name__}: {e}") from e
 
     __call__ = run
 
@@ -304,20 +326,83 @@ def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = N
     pipeline = Pipeline(name, folder, nodes, pipeline_inputs, outputs, desc, output_specs)
     if cuda_graphs:
         pipeline.graph, pipeline.graph_reason = whole_pipeline_graph(pipeline, graph_stream)
+        pipeline.copy_graph_reason = "cuda_graphs=True (the whole-pipeline graph replaces it)"
         log.info("pipeline '%s': whole-pipeline CUDA graph %s", name,
                  "on" if pipeline.graph is not None else f"off: {pipeline.graph_reason}")
+    else:
+        pipeline.copy_graph, pipeline.copy_graph_reason = plain_call_graph(pipeline)
+        log.info("pipeline '%s': plain calls %s", name, "replay one CUDA graph (inputs copied in, outputs cloned)"
+                 if pipeline.copy_graph is not None else f"run node by node: {pipeline.copy_graph_reason}")
     return pipeline
 
 
-def _graph_stream(entries: Sequence[dict]) -> torch.cuda.Stream | None:
-    """The private stream of a whole-pipeline graph: on the one CUDA device of the nodes, when torch sees it."""
+def _one_cuda_device(entries: Sequence[dict]) -> torch.device | None:
+    """The one CUDA device all nodes were recorded on, when torch sees it; else None."""
     devices = {torch.device(e["device"]) for e in entries}
     if not torch.cuda.is_available() or len(devices) != 1:
         return None
     (device,) = devices
     if device.type != "cuda" or (device.index or 0) >= torch.cuda.device_count():
         return None
-    return torch.cuda.Stream(torch.device("cuda", device.index or 0))
+    return torch.device("cuda", device.index or 0)
+
+
+def _graph_stream(entries: Sequence[dict]) -> torch.cuda.Stream | None:
+    """The private stream of a whole-pipeline graph: on the one CUDA device of the nodes, when torch sees it."""
+    device = _one_cuda_device(entries)
+    return None if device is None else torch.cuda.Stream(device)
+
+
+def plain_call_graph(pipeline: Pipeline) -> tuple[CopyGraph | None, str]:
+    """A plain call of ``pipeline`` as one ``CopyGraph``, or (None, why not).
+
+    The plain call's contract stays (any input tensors, fresh outputs): the call's inputs are copied
+    into the graph's own buffers, one graph launch replays every node, and the outputs are cloned.
+    It replaces a host dispatch per torch op, Warp segment and ONNX Runtime run. Made for pipelines of
+    two or more nodes on one CUDA device with fixed shapes whose PT2 nodes can be captured and whose
+    ONNX nodes have node graphs (ONNX Runtime's CUDA EP on torch's stream): those nodes then run in
+    the pipeline's capture through the same hand-off, and their node graphs and the pipeline's share
+    one ``StreamOrder``, since both bake in the sessions' buffers. ``LEAPP_PIPELINE_GRAPH=0`` turns it
+    off (docs/runtime.md, "Plain calls").
+    """
+    if os.environ.get(PIPELINE_GRAPH_ENV, "1") == "0":
+        return None, f"{PIPELINE_GRAPH_ENV}=0"
+    if len(pipeline.nodes) < 2:
+        return None, "one node (an ONNX node on the CUDA EP replays from its own node graph)"
+    device = _one_cuda_device(pipeline.description["nodes"])
+    if device is None:
+        return None, "the nodes are not all on one CUDA device that torch sees"
+    outputs = [pipeline.output_specs[name] for name in pipeline.outputs]
+    if any(spec.batch is not None for spec in (*pipeline.inputs.values(), *outputs)):
+        return None, "a dynamic batch (the graph's buffers have one shape)"
+    onnx = []
+    for node in pipeline.nodes.values():
+        runner, where = node.runner, f"node '{node.name}'"
+        if isinstance(runner, Pt2Runner):
+            blockers = capture_blockers(runner.program.program.graph)
+            if blockers:
+                return None, f"{where}: not capturable: {', '.join(blockers[:3])}"
+        elif isinstance(runner, OnnxRunner):
+            if runner.graph is None:
+                return None, f"{where}: no node graph ({runner.no_graphs_reason})"
+            onnx.append(runner)
+        else:
+            return None, f"{where}: {runner.backend} nodes are not captured"
+    order = StreamOrder()
+    for runner in onnx:
+        runner.join_order(order)
+
+    def run(static_in: Sequence[torch.Tensor], static_out: Sequence[torch.Tensor]) -> None:
+        for spec, out, value in zip(outputs, static_out, pipeline._run_all(static_in, direct=True)):
+            if value.shape != out.shape or value.dtype != out.dtype or value.device != out.device:
+                raise PipelineError(f"output '{spec.name}' is {value.dtype}{list(value.shape)} on {value.device}, "
+                                    f"pipeline.yaml says {spec.describe()} on {out.device}")
+            out.copy_(value)
+
+    graph = CopyGraph(f"pipeline '{pipeline.name}'", run, lambda values: pipeline._run_all(values, direct=False),
+                      torch.cuda.Stream(device), [(s.shape, s.dtype) for s in pipeline.inputs.values()],
+                      [(s.shape, s.dtype) for s in outputs], order)
+    return graph, ""
 
 
 def whole_pipeline_graph(pipeline: Pipeline, stream: torch.cuda.Stream | None) -> tuple[CudaGraphCall | None, str]:

@@ -45,7 +45,9 @@ def test_load_logs_the_runner_of_each_node(tmp_path, caplog, backend, line):
     compile_session(record, validate=False)
     with caplog.at_level(logging.INFO, logger="leapp"):
         leapp.load(tmp_path / "pure")
-    assert _messages(caplog, "leapp.runtime.pipeline") == [line]
+    assert _messages(caplog, "leapp.runtime.pipeline") == [
+        line, "pipeline 'pure': plain calls run node by node: one node (an ONNX node on the CUDA EP replays from "
+              "its own node graph)"]
 
 
 def test_compile_cache_decisions_are_logged(caplog):

@@ -1,0 +1,212 @@
+"""GPU: a plain ``leapp.load`` call of a two-node pipeline replayed as one CUDA graph (the pipeline's CopyGraph).
+
+The pipeline: ``obs`` (PT2, two example Warp segments between torch ops) feeds ``act`` (ONNX on ONNX
+Runtime's CUDA EP, one segment). A plain call copies its inputs into the graph's buffers, replays
+every node with one graph launch and clones the outputs, so the plain call's contract must hold:
+any input tensors, fresh outputs, results equal to what the nodes compute, stream order without a
+host wait, threads on their own streams (also mixed with ``run_node`` of the ONNX node, whose own
+graph bakes in the same ONNX Runtime buffers), calls inside an outer capture, ``release_segments``,
+no device allocation per call. ``LEAPP_PIPELINE_GRAPH=0`` runs node by node.
+
+Needs onnxruntime-gpu and onnxscript; skipped with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+from test_onnx_cuda_ep_load import HOST_LIMIT_S, SLEEP_MS, sleep_cycles
+
+import compile_records as cr
+import leapp
+from leapp._export.compile import compile_session
+from leapp.runtime import libraries, release_segments
+from leapp.runtime.pipeline import PIPELINE_GRAPH_ENV
+
+ort = pytest.importorskip("onnxruntime")
+
+pytestmark = [pytest.mark.cuda, pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")]
+
+N = 2048
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory):
+    """obs (PT2, 2 segments) -> act (ONNX, 1 segment), recorded on cuda:0 and validated."""
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        pytest.skip(f"onnxruntime {ort.__version__} has no CUDAExecutionProvider (onnxruntime-gpu is not installed)")
+    for backend in ("onnx", "pt2"):
+        if not libraries.library_path(backend).is_file():
+            pytest.skip(f"the {backend} op library is not built")
+    pytest.importorskip("onnxscript", reason="onnxscript is not installed (torch.onnx.export(dynamo=True) needs it)")
+    folder = tmp_path_factory.mktemp("copy_graph")
+    obs = cr.segment_node("obs", "pt2", n=N, segments=2, device="cuda", samples=2)
+    act = cr.segment_node("act", "onnx", n=N, segments=1, device="cuda", samples=2)
+    report = compile_session(cr.session(folder, obs, act, edges=[("obs", "out", "act", "x")]),
+                             bundles=cr.example_bundles)
+    assert all(r.status == "passed" for r in report.values()), str(report)
+    return folder / "demo"
+
+
+def expected(x: torch.Tensor) -> dict[str, torch.Tensor]:
+    out, h = cr.expected_segment_outputs(x, 2)
+    act_out, act_h = cr.expected_segment_outputs(out, 1)
+    return {"obs_h": h, "act_out": act_out, "act_h": act_h}
+
+
+def check(got: dict, x: torch.Tensor, what: str = "") -> None:
+    want = expected(x)
+    assert set(got) == set(want), list(got)
+    for name, w in want.items():
+        torch.testing.assert_close(got[name], w, rtol=1e-5, atol=1e-5, msg=lambda m, n=name: f"{what} {n}: {m}")
+
+
+def outputs_by_role(pipeline, out: dict) -> dict[str, torch.Tensor]:
+    """The pipeline's outputs keyed '<node>_<output>' (the export names them by its own rules)."""
+    return {f"{node}_{output}": out[key] for key, (node, output) in pipeline.outputs.items()}
+
+
+def loaded(two_nodes, x: torch.Tensor):
+    """A fresh load whose plain-call graph is captured: call 1 runs node by node, call 2 captures, call 3 replays."""
+    pipeline = leapp.load(two_nodes)
+    assert pipeline.copy_graph is not None, pipeline.copy_graph_reason
+    for _ in range(3):
+        pipeline(x=x)
+    assert pipeline.copy_graph.captures == 1
+    return pipeline
+
+
+def test_plain_calls_replay_one_graph_with_fresh_outputs(two_nodes):
+    pipeline = loaded(two_nodes, torch.randn(N, device="cuda"))
+    graph = pipeline.copy_graph
+    static = {t.data_ptr() for t in graph._entry[3]}
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    kept = []
+    for i in range(6):
+        x = torch.randn(N, device="cuda", generator=gen) * 10.0 ** (i - 3)  # a new tensor each call
+        kept.append((x, pipeline(x=x)))
+    torch.cuda.synchronize()
+    for i, (x, out) in enumerate(kept):  # each call's outputs still hold its own results
+        assert not {t.data_ptr() for t in out.values()} & static
+        check(outputs_by_role(pipeline, out), x, f"call {i}")
+    assert graph.captures == 1
+    x = torch.randn(N, device="cuda", generator=gen)
+    pipeline(x=x)
+    torch.cuda.synchronize()
+    mallocs, free = torch.cuda.memory_stats()["num_device_alloc"], torch.cuda.mem_get_info()[0]
+    for _ in range(50):
+        pipeline(x=x)
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_stats()["num_device_alloc"] == mallocs
+    assert torch.cuda.mem_get_info()[0] == free
+
+
+def test_off_by_environment_runs_node_by_node(two_nodes, monkeypatch):
+    monkeypatch.setenv(PIPELINE_GRAPH_ENV, "0")
+    pipeline = leapp.load(two_nodes)
+    assert pipeline.copy_graph is None and pipeline.copy_graph_reason == f"{PIPELINE_GRAPH_ENV}=0"
+    assert pipeline.nodes["act"].runner.graph is not None  # the ONNX node keeps its own graph
+    x = torch.randn(N, device="cuda")
+    for _ in range(3):
+        out = pipeline(x=x)
+    torch.cuda.synchronize()
+    check(outputs_by_role(pipeline, out), x)
+
+
+def test_a_call_does_not_wait_on_the_host_and_follows_stream_order(two_nodes):
+    side = torch.cuda.Stream()
+    x = torch.zeros(N, device="cuda")
+    with torch.cuda.stream(side):
+        pipeline = loaded(two_nodes, x)
+    new = torch.randn(N, device="cuda")
+    cycles = sleep_cycles(SLEEP_MS)
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(cycles)
+        x.copy_(new)  # lands after the sleep: a replay not ordered after it reads zeros
+        start = time.perf_counter()
+        out = pipeline(x=x)
+        host_s = time.perf_counter() - start
+        still_sleeping = not side.query()
+    assert host_s < HOST_LIMIT_S, f"the call took {host_s * 1e3:.1f} ms on the host behind a {SLEEP_MS} ms GPU sleep"
+    assert still_sleeping, "the GPU had finished the sleep when the call returned"
+    torch.cuda.synchronize()
+    check(outputs_by_role(pipeline, out), new)
+
+
+def test_threads_mix_pipeline_calls_and_the_onnx_nodes_own_calls(two_nodes):
+    """Both graphs bake in the ONNX session's buffers: calls of either, from threads on their own streams, are
+    ordered one after the other on the device (one StreamOrder), so every result stays right."""
+    pipeline = loaded(two_nodes, torch.randn(N, device="cuda"))
+    results: dict[int, list] = {}
+    errors: list[str] = []
+
+    def worker(seed: int) -> None:
+        try:
+            stream = torch.cuda.Stream()
+            gen = torch.Generator(device="cuda").manual_seed(seed)
+            calls = []
+            with torch.cuda.stream(stream):
+                for i in range(20):
+                    x = torch.randn(N, device="cuda", generator=gen)
+                    if (i + seed) % 3 == 0:
+                        calls.append(("act", x, pipeline.run_node("act", x=x)))
+                    else:
+                        calls.append(("pipeline", x, pipeline(x=x)))
+            stream.synchronize()
+            results[seed] = calls
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(f"thread {seed}: {e!r}")
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    torch.cuda.synchronize()
+    for seed, calls in results.items():
+        for i, (kind, x, out) in enumerate(calls):
+            if kind == "pipeline":
+                check(outputs_by_role(pipeline, out), x, f"thread {seed} call {i}")
+            else:
+                act_out, act_h = cr.expected_segment_outputs(x, 1)
+                torch.testing.assert_close(out["out"], act_out, rtol=1e-5, atol=1e-5)
+                torch.testing.assert_close(out["h"], act_h, rtol=1e-5, atol=1e-5)
+    assert pipeline.copy_graph.captures == 1
+
+
+def test_a_call_inside_an_outer_capture_runs_node_by_node(two_nodes):
+    static_x = torch.randn(N, device="cuda")
+    pipeline = loaded(two_nodes, static_x)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    outer = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(outer, stream=side):
+        captured = pipeline(x=static_x)
+    for scale in (1.0, 1e-2):
+        static_x.copy_(torch.randn(N, device="cuda") * scale)
+        outer.replay()
+        torch.cuda.synchronize()
+        check(outputs_by_role(pipeline, captured), static_x, f"outer replay x{scale}")
+    x = torch.randn(N, device="cuda")
+    out = pipeline(x=x)
+    torch.cuda.synchronize()
+    check(outputs_by_role(pipeline, out), x, "after the outer capture")
+    assert pipeline.copy_graph.captures == 1
+
+
+def test_release_segments_drops_the_graph_and_it_is_captured_again(two_nodes):
+    pipeline = loaded(two_nodes, torch.randn(N, device="cuda"))
+    torch.cuda.synchronize()
+    assert release_segments() >= 1
+    assert pipeline.copy_graph._entry is None
+    for i in range(3):  # node by node, capture, replay: each prepares what release freed and stays right
+        x = torch.randn(N, device="cuda") * (i + 1)
+        out = pipeline(x=x)
+        torch.cuda.synchronize()
+        check(outputs_by_role(pipeline, out), x, f"call {i} after release")
+    assert pipeline.copy_graph.captures == 2
