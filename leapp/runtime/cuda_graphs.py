@@ -22,9 +22,11 @@ previous graphed node's outputs), the whole call can be captured once with
 
 With a fixed ``stream`` (the whole-pipeline graph of ``leapp.load``, see
 ``leapp.runtime.pipeline``), every graph is captured on that one stream and
-replayed on it: the calling stream's work so far is waited for on the device
-(an event), and the calling stream waits for the replay's end, so all replays
-and captures run on that stream in call order, whichever stream calls.
+replayed on the calling stream, and the calls follow one ``StreamOrder`` (shared
+with the pipeline's ONNX nodes, whose sessions' buffers the graphs bake in): a
+call from another stream than the previous call's first waits for that stream
+on the device (an event), so replays, captures and the nodes' own runs never
+overlap, whichever streams call.
 
 Calls made while the current stream is itself being captured, and calls with
 inputs off CUDA, run directly. A call that cannot be captured turns graphs
@@ -147,9 +149,8 @@ class CudaGraphCall:
         self._seen: OrderedDict[Key, None] = OrderedDict()  # keys called once, directly
         self._capture_streams: dict[int, torch.cuda.Stream] = {}  # calling stream -> its capture stream
         self._lock = threading.Lock()
-        self._stream = stream  # fixed: every capture and replay runs on it (see the module docstring)
-        self._handoff = threading.Lock()  # guards the two hand-off events of a fixed stream
-        self._ready = self._done = None
+        self._stream = stream  # fixed: every capture runs on it (see the module docstring)
+        self.order = StreamOrder() if stream is not None else None
         _live_calls.add(self)
 
     def drop_graphs(self) -> None:
@@ -162,6 +163,17 @@ class CudaGraphCall:
         # overhead is what the graph saves, so none of it goes through torch.cuda's Python helpers.
         if not self.enabled or not inputs or not inputs[0].is_cuda:
             return list(self.fn(*inputs))
+        order = self.order
+        if order is None:
+            return self._call(inputs)
+        with order.lock:
+            if not _capturing():  # (inside an outer capture the caller orders its graph's replays)
+                raw = _raw_stream(self._stream.device.index)
+                if raw != order.last_raw:
+                    order.follow(self._stream.device, raw)
+            return self._call(inputs)
+
+    def _call(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         key = (0 if self._stream is not None else _raw_stream(inputs[0].get_device()),
                *[(t.data_ptr(), t.dtype, t.shape, t.is_contiguous()) for t in inputs])
         hit = self._graphs.get(key)
@@ -174,28 +186,8 @@ class CudaGraphCall:
                 self._graphs.move_to_end(key)
             except KeyError:  # another thread dropped it meanwhile; `hit` keeps the graph alive
                 pass
-        if self._stream is not None:
-            return self._replay_entry(hit)
         hit[0](hit[1])  # _replay(hit), inlined: one Python call less per replay
         return list(hit[2])
-
-    def _replay_entry(self, entry: tuple) -> list[torch.Tensor]:
-        """Replays ``entry``: on the calling stream, or with a fixed stream on that one, ordered after the
-        calling stream's work and before its next."""
-        stream = self._stream
-        if stream is None or _raw_stream(stream.device.index) == stream.cuda_stream:
-            return _replay(entry)
-        current = torch.cuda.current_stream(stream.device)
-        with self._handoff:
-            if self._ready is None:
-                self._ready, self._done = torch.cuda.Event(), torch.cuda.Event()
-            self._ready.record(current)
-            stream.wait_event(self._ready)
-            with torch.cuda.stream(stream):
-                outputs = _replay(entry)
-            self._done.record(stream)
-            current.wait_event(self._done)
-        return outputs
 
     def _miss(self, key: Key, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         device = inputs[0].device
@@ -208,7 +200,7 @@ class CudaGraphCall:
 
     def _miss_locked(self, key: Key, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         if key in self._graphs:  # captured by another thread meanwhile
-            return self._replay_entry(self._graphs[key])
+            return _replay(self._graphs[key])
         if key not in self._seen:
             self._seen[key] = None
             while len(self._seen) > 4 * self.max_graphs:
@@ -229,7 +221,7 @@ class CudaGraphCall:
         while len(self._graphs) > self.max_graphs:
             self._graphs.popitem(last=False)
         # capture records only: this call's results come from the first replay
-        return self._replay_entry(entry)
+        return _replay(entry)
 
     def _capture(self, inputs: Sequence[torch.Tensor], stream: int) -> tuple[torch.cuda.CUDAGraph, list[torch.Tensor]]:
         device = inputs[0].device

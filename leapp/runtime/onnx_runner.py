@@ -43,6 +43,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from leapp.pipeline_format import PipelineError, dtype_name
+from leapp.runtime.cuda_graphs import _capturing, _raw_stream
 from leapp.runtime.runners import NodeRunner
 
 __all__ = [
@@ -284,12 +285,16 @@ class OnnxRunner(NodeRunner):
             self.graph = CopyGraph(f"ONNX node {self.path.name}", self._run_bound, self._direct, self.session_stream,
                                    [(s.shape, s.dtype) for s in self.inputs], [(s.shape, s.dtype) for s in self.outputs])
             self._lock = self.graph.order.lock
+        self.order = None  # the StreamOrder its calls follow (join_order); a node graph follows its own
 
     def join_order(self, order) -> None:
-        """Orders this node's calls with the other graphs that bake in its session's buffers (a whole-pipeline
-        ``CopyGraph``): one ``StreamOrder``, whose lock is then this runner's. Before the first call."""
-        self.graph.order = order
+        """Orders this node's calls with the graphs that bake in its session's buffers (the pipeline's
+        ``CopyGraph`` or whole-pipeline ``CudaGraphCall``): one ``StreamOrder``, whose lock is then this
+        runner's. Before the first call."""
+        self.order = order
         self._lock = order.lock
+        if self.graph is not None:
+            self.graph.order = order
 
     def _graphs_refused(self, wants_cuda: bool, stream) -> str | None:
         """Why this node's plain calls do not replay from a graph of its own (None: they do)."""
@@ -319,6 +324,10 @@ class OnnxRunner(NodeRunner):
         with self._lock:
             if self.graph is not None:
                 return self.graph(inputs)
+            if self.order is not None and not _capturing():
+                raw = _raw_stream(self.cuda_device.index)
+                if raw != self.order.last_raw:
+                    self.order.follow(self.cuda_device, raw)
             return self._direct(inputs)
 
     def direct(self, inputs):

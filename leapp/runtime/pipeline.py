@@ -410,10 +410,10 @@ def whole_pipeline_graph(pipeline: Pipeline, stream: torch.cuda.Stream | None) -
 
     Possible when every node runs on one CUDA device and can be captured: PT2 nodes without
     capture blockers, ONNX nodes on ONNX Runtime's CUDA EP running on ``stream`` (their sessions
-    were opened on it). Every run of those sessions, direct or replayed, then executes on
-    ``stream`` in call order: the graph bakes in the addresses of ONNX Runtime's intermediate
-    buffers, which its arena hands out again to the session's next run (docs/runtime.md,
-    "Whole-pipeline graph").
+    were opened on it; graphs are captured there). The graph bakes in the addresses of ONNX
+    Runtime's intermediate buffers, which its arena hands out again to the session's next run, so
+    every replay and every direct run of those sessions follows one ``StreamOrder``: one after the
+    other on the device, whichever streams call (docs/runtime.md, "Whole-pipeline graph").
     """
     if stream is None:
         return None, "the nodes are not all on one CUDA device that torch sees"
@@ -431,6 +431,9 @@ def whole_pipeline_graph(pipeline: Pipeline, stream: torch.cuda.Stream | None) -
             return None, f"{where}: {runner.backend} nodes are not captured"
     graph = CudaGraphCall(lambda *values: pipeline._run_all(values, direct=True), f"pipeline '{pipeline.name}'",
                           stream=stream)
+    for node in pipeline.nodes.values():
+        if isinstance(node.runner, OnnxRunner):  # their direct runs use the buffers the graphs bake in
+            node.runner.join_order(graph.order)
     return graph, ""
 
 

@@ -6,7 +6,8 @@ every node with one graph launch and clones the outputs, so the plain call's con
 any input tensors, fresh outputs, results equal to what the nodes compute, stream order without a
 host wait, threads on their own streams (also mixed with ``run_node`` of the ONNX node, whose own
 graph bakes in the same ONNX Runtime buffers), calls inside an outer capture, ``release_segments``,
-no device allocation per call. ``LEAPP_PIPELINE_GRAPH=0`` runs node by node.
+no device allocation per call. ``LEAPP_PIPELINE_GRAPH=0`` runs node by node. The last test checks the
+``cuda_graphs=True`` whole-pipeline graph's ordering with the same pipeline.
 
 Needs onnxruntime-gpu and onnxscript; skipped with the reason otherwise.
 """
@@ -210,3 +211,48 @@ def test_release_segments_drops_the_graph_and_it_is_captured_again(two_nodes):
         torch.cuda.synchronize()
         check(outputs_by_role(pipeline, out), x, f"call {i} after release")
     assert pipeline.copy_graph.captures == 2
+
+
+def test_whole_pipeline_graph_serves_threads_and_run_node_on_their_own_streams(two_nodes):
+    """cuda_graphs=True: each thread's input tensor gets its graph (captured on the pipeline's stream, replayed on
+    the thread's); those graphs and the ONNX node's direct runs bake in one session's buffers and follow one
+    StreamOrder, so results stay right while threads mix pipeline calls and run_node."""
+    pipeline = leapp.load(two_nodes, cuda_graphs=True)
+    assert pipeline.graph is not None, pipeline.graph_reason
+    results: dict[int, list] = {}
+    errors: list[str] = []
+
+    def worker(seed: int) -> None:
+        try:
+            stream = torch.cuda.Stream()
+            gen = torch.Generator(device="cuda").manual_seed(seed)
+            calls = []
+            with torch.cuda.stream(stream):
+                x = torch.empty(N, device="cuda")  # this thread's fixed input: its own graph
+                for i in range(20):
+                    x.copy_(torch.randn(N, device="cuda", generator=gen))
+                    if (i + seed) % 4 == 0:
+                        calls.append(("act", x.clone(), pipeline.run_node("act", x=x)))
+                    else:  # the graph's outputs are overwritten by this thread's next replay: cloned
+                        calls.append(("pipeline", x.clone(), {k: v.clone() for k, v in pipeline(x=x).items()}))
+            stream.synchronize()
+            results[seed] = calls
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(f"thread {seed}: {e!r}")
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    torch.cuda.synchronize()
+    for seed, calls in results.items():
+        for i, (kind, x, out) in enumerate(calls):
+            if kind == "pipeline":
+                check(outputs_by_role(pipeline, out), x, f"thread {seed} call {i}")
+            else:
+                act_out, act_h = cr.expected_segment_outputs(x, 1)
+                torch.testing.assert_close(out["out"], act_out, rtol=1e-5, atol=1e-5)
+                torch.testing.assert_close(out["h"], act_h, rtol=1e-5, atol=1e-5)
+    assert pipeline.graph.captures == 3  # one per thread's input tensor
