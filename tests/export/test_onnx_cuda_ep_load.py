@@ -71,6 +71,24 @@ def sleep_cycles(ms: float) -> int:
     return int(probe * ms / start.elapsed_time(end))
 
 
+def call_behind_a_sleep(stream: torch.cuda.Stream, x: torch.Tensor, new: torch.Tensor, call):
+    """``call()`` on ``stream`` behind a ~50 ms GPU sleep and ``x.copy_(new)``: asserts it returned while the GPU
+    still slept (no host wait); returns its result once the device is done (computed from ``new`` if ordered)."""
+    cycles = sleep_cycles(SLEEP_MS)
+    torch.cuda.synchronize()
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(cycles)
+        x.copy_(new)  # lands after the sleep: a run not ordered after it reads the old values
+        start = time.perf_counter()
+        out = call()
+        host_s = time.perf_counter() - start
+        still_sleeping = not stream.query()
+    assert host_s < HOST_LIMIT_S, f"the call took {host_s * 1e3:.1f} ms on the host behind a {SLEEP_MS} ms GPU sleep"
+    assert still_sleeping, "the GPU had finished the sleep when the call returned"
+    torch.cuda.synchronize()
+    return out
+
+
 @pytest.fixture(params=["node-graph", "no-graph"])
 def graphs(request, monkeypatch):
     """Both ways a plain call runs a CUDA EP node: replayed from its own graph (the default) or not."""
@@ -130,18 +148,7 @@ def test_a_call_does_not_wait_on_the_host_and_follows_stream_order(onnx_export, 
     torch.cuda.synchronize()
     assert (runner.graph is not None and runner.graph.captures == 1) == (graphs == "node-graph")
     new = torch.randn(N, device="cuda")
-    cycles = sleep_cycles(SLEEP_MS)
-    torch.cuda.synchronize()
-    with torch.cuda.stream(call_stream):
-        torch.cuda._sleep(cycles)
-        x.copy_(new)  # lands after the sleep: a run not ordered after it reads zeros
-        start = time.perf_counter()
-        out = pipeline(x=x)
-        host_s = time.perf_counter() - start
-        still_sleeping = not call_stream.query()
-    assert host_s < HOST_LIMIT_S, f"the call took {host_s * 1e3:.1f} ms on the host behind a {SLEEP_MS} ms GPU sleep"
-    assert still_sleeping, "the GPU had finished the sleep when the call returned"
-    torch.cuda.synchronize()
+    out = call_behind_a_sleep(call_stream, x, new, lambda: pipeline(x=x))
     want = expected(new)
     torch.testing.assert_close(out["out"], want[0], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(out["h"], want[1], rtol=1e-5, atol=1e-5)

@@ -15,11 +15,10 @@ Needs onnxruntime-gpu and onnxscript; skipped with the reason otherwise.
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 import torch
-from test_onnx_cuda_ep_load import HOST_LIMIT_S, SLEEP_MS, sleep_cycles
+from test_onnx_cuda_ep_load import call_behind_a_sleep
 
 import compile_records as cr
 import leapp
@@ -68,6 +67,37 @@ def check(got: dict, x: torch.Tensor, what: str = "") -> None:
 def outputs_by_role(pipeline, out: dict) -> dict[str, torch.Tensor]:
     """The pipeline's outputs keyed '<node>_<output>' (the export names them by its own rules)."""
     return {f"{node}_{output}": out[key] for key, (node, output) in pipeline.outputs.items()}
+
+
+def check_threads(pipeline, calls, threads: int = 3) -> None:
+    """Runs ``calls(seed, generator) -> [(kind, x, outputs)]`` in ``threads`` threads, each on a stream of its own,
+    then checks every call's outputs: the pipeline's (kind "pipeline") or the ONNX node's alone ("act")."""
+    results: dict[int, list] = {}
+    errors: list[str] = []
+
+    def worker(seed: int) -> None:
+        try:
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream):
+                results[seed] = calls(seed, torch.Generator(device="cuda").manual_seed(seed))
+            stream.synchronize()
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(f"thread {seed}: {e!r}")
+
+    workers = [threading.Thread(target=worker, args=(seed,)) for seed in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    assert not errors, errors
+    torch.cuda.synchronize()
+    for seed, done in results.items():
+        for i, (kind, x, out) in enumerate(done):
+            if kind == "pipeline":
+                check(outputs_by_role(pipeline, out), x, f"thread {seed} call {i}")
+            else:
+                for got, want in zip((out["out"], out["h"]), cr.expected_segment_outputs(x, 1)):
+                    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def loaded(two_nodes, x: torch.Tensor):
@@ -123,18 +153,7 @@ def test_a_call_does_not_wait_on_the_host_and_follows_stream_order(two_nodes):
     with torch.cuda.stream(side):
         pipeline = loaded(two_nodes, x)
     new = torch.randn(N, device="cuda")
-    cycles = sleep_cycles(SLEEP_MS)
-    torch.cuda.synchronize()
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(cycles)
-        x.copy_(new)  # lands after the sleep: a replay not ordered after it reads zeros
-        start = time.perf_counter()
-        out = pipeline(x=x)
-        host_s = time.perf_counter() - start
-        still_sleeping = not side.query()
-    assert host_s < HOST_LIMIT_S, f"the call took {host_s * 1e3:.1f} ms on the host behind a {SLEEP_MS} ms GPU sleep"
-    assert still_sleeping, "the GPU had finished the sleep when the call returned"
-    torch.cuda.synchronize()
+    out = call_behind_a_sleep(side, x, new, lambda: pipeline(x=x))
     check(outputs_by_role(pipeline, out), new)
 
 
@@ -142,41 +161,18 @@ def test_threads_mix_pipeline_calls_and_the_onnx_nodes_own_calls(two_nodes):
     """Both graphs bake in the ONNX session's buffers: calls of either, from threads on their own streams, are
     ordered one after the other on the device (one StreamOrder), so every result stays right."""
     pipeline = loaded(two_nodes, torch.randn(N, device="cuda"))
-    results: dict[int, list] = {}
-    errors: list[str] = []
 
-    def worker(seed: int) -> None:
-        try:
-            stream = torch.cuda.Stream()
-            gen = torch.Generator(device="cuda").manual_seed(seed)
-            calls = []
-            with torch.cuda.stream(stream):
-                for i in range(20):
-                    x = torch.randn(N, device="cuda", generator=gen)
-                    if (i + seed) % 3 == 0:
-                        calls.append(("act", x, pipeline.run_node("act", x=x)))
-                    else:
-                        calls.append(("pipeline", x, pipeline(x=x)))
-            stream.synchronize()
-            results[seed] = calls
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(f"thread {seed}: {e!r}")
-
-    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
-    torch.cuda.synchronize()
-    for seed, calls in results.items():
-        for i, (kind, x, out) in enumerate(calls):
-            if kind == "pipeline":
-                check(outputs_by_role(pipeline, out), x, f"thread {seed} call {i}")
+    def calls(seed: int, gen: torch.Generator) -> list:
+        out = []
+        for i in range(20):
+            x = torch.randn(N, device="cuda", generator=gen)
+            if (i + seed) % 3 == 0:
+                out.append(("act", x, pipeline.run_node("act", x=x)))
             else:
-                act_out, act_h = cr.expected_segment_outputs(x, 1)
-                torch.testing.assert_close(out["out"], act_out, rtol=1e-5, atol=1e-5)
-                torch.testing.assert_close(out["h"], act_h, rtol=1e-5, atol=1e-5)
+                out.append(("pipeline", x, pipeline(x=x)))
+        return out
+
+    check_threads(pipeline, calls)
     assert pipeline.copy_graph.captures == 1
 
 
@@ -219,40 +215,17 @@ def test_whole_pipeline_graph_serves_threads_and_run_node_on_their_own_streams(t
     StreamOrder, so results stay right while threads mix pipeline calls and run_node."""
     pipeline = leapp.load(two_nodes, cuda_graphs=True)
     assert pipeline.graph is not None, pipeline.graph_reason
-    results: dict[int, list] = {}
-    errors: list[str] = []
 
-    def worker(seed: int) -> None:
-        try:
-            stream = torch.cuda.Stream()
-            gen = torch.Generator(device="cuda").manual_seed(seed)
-            calls = []
-            with torch.cuda.stream(stream):
-                x = torch.empty(N, device="cuda")  # this thread's fixed input: its own graph
-                for i in range(20):
-                    x.copy_(torch.randn(N, device="cuda", generator=gen))
-                    if (i + seed) % 4 == 0:
-                        calls.append(("act", x.clone(), pipeline.run_node("act", x=x)))
-                    else:  # the graph's outputs are overwritten by this thread's next replay: cloned
-                        calls.append(("pipeline", x.clone(), {k: v.clone() for k, v in pipeline(x=x).items()}))
-            stream.synchronize()
-            results[seed] = calls
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(f"thread {seed}: {e!r}")
+    def calls(seed: int, gen: torch.Generator) -> list:
+        out = []
+        x = torch.empty(N, device="cuda")  # this thread's fixed input: its own graph
+        for i in range(20):
+            x.copy_(torch.randn(N, device="cuda", generator=gen))
+            if (i + seed) % 4 == 0:
+                out.append(("act", x.clone(), pipeline.run_node("act", x=x)))
+            else:  # the graph's outputs are overwritten by this thread's next replay: cloned
+                out.append(("pipeline", x.clone(), {k: v.clone() for k, v in pipeline(x=x).items()}))
+        return out
 
-    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
-    torch.cuda.synchronize()
-    for seed, calls in results.items():
-        for i, (kind, x, out) in enumerate(calls):
-            if kind == "pipeline":
-                check(outputs_by_role(pipeline, out), x, f"thread {seed} call {i}")
-            else:
-                act_out, act_h = cr.expected_segment_outputs(x, 1)
-                torch.testing.assert_close(out["out"], act_out, rtol=1e-5, atol=1e-5)
-                torch.testing.assert_close(out["h"], act_h, rtol=1e-5, atol=1e-5)
+    check_threads(pipeline, calls)
     assert pipeline.graph.captures == 3  # one per thread's input tensor
