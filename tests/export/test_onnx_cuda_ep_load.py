@@ -206,15 +206,20 @@ def test_node_graph_takes_any_inputs_and_returns_fresh_outputs(onnx_export):
         torch.testing.assert_close(out["out"], want[0], rtol=1e-5, atol=1e-5, msg=lambda m, i=i: f"call {i}: {m}")
         torch.testing.assert_close(out["h"], want[1], rtol=1e-5, atol=1e-5, msg=lambda m, i=i: f"call {i}: {m}")
     x = torch.randn(N, device="cuda", generator=gen)
-    pipeline(x=x)
+    assert_no_device_allocation(lambda: pipeline(x=x))
+    assert graph.captures == 1
+
+
+def assert_no_device_allocation(call, calls: int = 50) -> None:
+    """After one warm-up ``call()``, ``calls`` more make no cudaMalloc and leave free device memory as it was."""
+    call()
     torch.cuda.synchronize()
     mallocs, free = torch.cuda.memory_stats()["num_device_alloc"], torch.cuda.mem_get_info()[0]
-    for _ in range(50):
-        pipeline(x=x)
+    for _ in range(calls):
+        call()
     torch.cuda.synchronize()
     assert torch.cuda.memory_stats()["num_device_alloc"] == mallocs
     assert torch.cuda.mem_get_info()[0] == free
-    assert graph.captures == 1
 
 
 def loaded_with_its_node_graph(onnx_export, x: torch.Tensor):

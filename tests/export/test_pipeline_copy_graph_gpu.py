@@ -18,7 +18,7 @@ import threading
 
 import pytest
 import torch
-from test_onnx_cuda_ep_load import call_behind_a_sleep
+from test_onnx_cuda_ep_load import assert_no_device_allocation, call_behind_a_sleep
 
 import compile_records as cr
 import leapp
@@ -125,14 +125,7 @@ def test_plain_calls_replay_one_graph_with_fresh_outputs(two_nodes):
         check(outputs_by_role(pipeline, out), x, f"call {i}")
     assert graph.captures == 1
     x = torch.randn(N, device="cuda", generator=gen)
-    pipeline(x=x)
-    torch.cuda.synchronize()
-    mallocs, free = torch.cuda.memory_stats()["num_device_alloc"], torch.cuda.mem_get_info()[0]
-    for _ in range(50):
-        pipeline(x=x)
-    torch.cuda.synchronize()
-    assert torch.cuda.memory_stats()["num_device_alloc"] == mallocs
-    assert torch.cuda.mem_get_info()[0] == free
+    assert_no_device_allocation(lambda: pipeline(x=x))
 
 
 def test_off_by_environment_runs_node_by_node(two_nodes, monkeypatch):
