@@ -232,23 +232,33 @@ def loaded_with_its_node_graph(onnx_export, x: torch.Tensor):
     return pipeline, graph
 
 
+def replay_outer_capture(call, static_x: torch.Tensor, check) -> None:
+    """Captures ``call()`` in the caller's own ``torch.cuda.graph`` (on a side stream), then replays it on new
+    values written into ``static_x``; ``check(outputs)`` after each replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    outer = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(outer, stream=side):
+        captured = call()
+    for scale in (1.0, 1e-2):
+        static_x.copy_(torch.randn(static_x.shape, device=static_x.device) * scale)
+        outer.replay()
+        torch.cuda.synchronize()
+        check(captured)
+
+
 def test_node_graph_call_inside_an_outer_capture_runs_directly(onnx_export):
     """Inside the caller's torch.cuda.graph the node runs directly (recorded into that graph), which then
     replays on new values; the node's own graph is still replayed by plain calls afterwards."""
     static_x = torch.randn(N, device="cuda")
     pipeline, graph = loaded_with_its_node_graph(onnx_export, static_x)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    outer = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(outer, stream=side):
-        captured = pipeline(x=static_x)
-    for scale in (1.0, 1e-2):
-        static_x.copy_(torch.randn(N, device="cuda") * scale)
-        outer.replay()
-        torch.cuda.synchronize()
+
+    def check(captured: dict) -> None:
         want = expected(static_x)
         torch.testing.assert_close(captured["out"], want[0], rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(captured["h"], want[1], rtol=1e-5, atol=1e-5)
+
+    replay_outer_capture(lambda: pipeline(x=static_x), static_x, check)
     x = torch.randn(N, device="cuda")
     out = pipeline(x=x)
     torch.cuda.synchronize()

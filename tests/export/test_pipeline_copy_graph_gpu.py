@@ -18,7 +18,7 @@ import threading
 
 import pytest
 import torch
-from test_onnx_cuda_ep_load import assert_no_device_allocation, call_behind_a_sleep
+from test_onnx_cuda_ep_load import assert_no_device_allocation, call_behind_a_sleep, replay_outer_capture
 
 import compile_records as cr
 import leapp
@@ -172,16 +172,8 @@ def test_threads_mix_pipeline_calls_and_the_onnx_nodes_own_calls(two_nodes):
 def test_a_call_inside_an_outer_capture_runs_node_by_node(two_nodes):
     static_x = torch.randn(N, device="cuda")
     pipeline = loaded(two_nodes, static_x)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    outer = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(outer, stream=side):
-        captured = pipeline(x=static_x)
-    for scale in (1.0, 1e-2):
-        static_x.copy_(torch.randn(N, device="cuda") * scale)
-        outer.replay()
-        torch.cuda.synchronize()
-        check(outputs_by_role(pipeline, captured), static_x, f"outer replay x{scale}")
+    replay_outer_capture(lambda: pipeline(x=static_x), static_x,
+                         lambda captured: check(outputs_by_role(pipeline, captured), static_x, "outer replay"))
     x = torch.randn(N, device="cuda")
     out = pipeline(x=x)
     torch.cuda.synchronize()
