@@ -506,8 +506,7 @@ std::shared_ptr<StreamScratch> find_or_create(const CudaDriver& d, const Bundle&
     }
     if (!p.empty()) pending_frees().push_back(std::move(p));
   }
-  it = segments().find(seg_key);  // (unchanged: take_orphans erases entries, never segments)
-  if (it == segments().end())
+  if (it == segments().end())  // (`it` is still valid: take_orphans erases scratch entries, never segments)
     it = segments().emplace(seg_key, prepare(d, bundle, device_attrs(d, ctx_device), ctx)).first;
   auto sc = std::make_shared<StreamScratch>();
   sc->seg = it->second;
