@@ -168,9 +168,7 @@ class CudaGraphCall:
             return self._call(inputs)
         with order.lock:
             if not _capturing():  # (inside an outer capture the caller orders its graph's replays)
-                raw = _raw_stream(self._stream.device.index)
-                if raw != order.last_raw:
-                    order.follow(self._stream.device, raw)
+                order.follow(self._stream.device)
             return self._call(inputs)
 
     def _call(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -250,19 +248,23 @@ class StreamOrder:
 
     def __init__(self):
         self.lock = threading.RLock()
-        self.last_raw: int | None = None  # the previous call's stream handle
+        self._last_raw: int | None = None  # the previous call's stream handle
         self._last_stream: torch.cuda.Stream | None = None
         self._event: torch.cuda.Event | None = None
 
-    def follow(self, device: torch.device, raw: int) -> None:
-        """Makes the current stream of ``device`` (handle ``raw``) wait for what the previous call enqueued."""
+    def follow(self, device: torch.device) -> None:
+        """Makes the current stream of ``device`` wait for what the previous call enqueued, when that call ran on
+        another stream (one handle compare otherwise). Called with ``lock`` held, outside captures."""
+        raw = _raw_stream(device.index)
+        if raw == self._last_raw:
+            return
         current = torch.cuda.current_stream(device)
         if self._last_stream is not None:
             if self._event is None:
                 self._event = torch.cuda.Event()
             self._event.record(self._last_stream)
             current.wait_event(self._event)
-        self._last_stream, self.last_raw = current, raw
+        self._last_stream, self._last_raw = current, raw
 
 
 class CopyGraph:
@@ -284,13 +286,15 @@ class CopyGraph:
       than the previous one first waits for that stream (``order``, shared by the graphs that
       bake in the same buffers), and direct runs hand off to ``stream`` and back.
     - Calls inside an outer capture, with inputs of another shape, dtype or device, or while the
-      current device is another one, run directly. A capture that fails turns the graph off with
+      current device is another one, run directly (``checked_inputs``: the caller has checked shapes
+      and dtypes already, so only devices are). A capture that fails turns the graph off with
       a ``RuntimeWarning`` naming the node; calls then run directly.
     """
 
     def __init__(self, name: str, run: Callable, direct: Callable, stream: torch.cuda.Stream,
                  inputs: Sequence[tuple[tuple[int, ...], torch.dtype]],
-                 outputs: Sequence[tuple[tuple[int, ...], torch.dtype]], order: StreamOrder | None = None):
+                 outputs: Sequence[tuple[tuple[int, ...], torch.dtype]], order: StreamOrder | None = None,
+                 checked_inputs: bool = False):
         self.name = name
         self.run = run
         self.direct = direct
@@ -304,6 +308,7 @@ class CopyGraph:
         self._entry: tuple | None = None  # (replay function, graph, static inputs, static outputs)
         self._calls = 0  # direct calls that could have been captured, since the last drop
         self.order = order or StreamOrder()
+        self._checked_inputs = checked_inputs  # shapes and dtypes checked by the caller (the pipeline's check_inputs)
         self._check_device = torch.cuda.device_count() > 1
         _live_calls.add(self)
 
@@ -315,9 +320,7 @@ class CopyGraph:
     def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         if _capturing():  # an outer capture records the direct run (on the session's stream, handed off)
             return self.direct(inputs)
-        raw = _raw_stream(self.index)
-        if raw != self.order.last_raw:
-            self.order.follow(self.device, raw)
+        self.order.follow(self.device)
         entry = self._entry
         if not self._fits(inputs):
             return self.direct(inputs)
@@ -338,8 +341,9 @@ class CopyGraph:
         if len(inputs) != len(self.inputs) or (self._check_device and torch._C._cuda_getDevice() != self.index):
             return False
         index = self.index
+        checked = self._checked_inputs
         for t, (shape, dtype) in zip(inputs, self.inputs):
-            if t.shape != shape or t.dtype != dtype or not t.is_cuda or t.get_device() != index:
+            if (not checked and (t.shape != shape or t.dtype != dtype)) or not t.is_cuda or t.get_device() != index:
                 return False
         return True
 

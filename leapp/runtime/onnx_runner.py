@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from leapp.pipeline_format import PipelineError, dtype_name
-from leapp.runtime.cuda_graphs import _capturing, _raw_stream
+from leapp.runtime.cuda_graphs import _capturing
 from leapp.runtime.runners import NodeRunner
 
 __all__ = [
@@ -325,9 +325,7 @@ class OnnxRunner(NodeRunner):
             if self.graph is not None:
                 return self.graph(inputs)
             if self.order is not None and not _capturing():
-                raw = _raw_stream(self.cuda_device.index)
-                if raw != self.order.last_raw:
-                    self.order.follow(self.cuda_device, raw)
+                self.order.follow(self.cuda_device)
             return self._direct(inputs)
 
     def direct(self, inputs):

@@ -401,7 +401,7 @@ def plain_call_graph(pipeline: Pipeline) -> tuple[CopyGraph | None, str]:
 
     graph = CopyGraph(f"pipeline '{pipeline.name}'", run, lambda values: pipeline._run_all(values, direct=False),
                       torch.cuda.Stream(device), [(s.shape, s.dtype) for s in pipeline.inputs.values()],
-                      [(s.shape, s.dtype) for s in outputs], order)
+                      [(s.shape, s.dtype) for s in outputs], order, checked_inputs=True)  # Pipeline.run checks them
     return graph, ""
 
 
