@@ -122,13 +122,12 @@ def bare_cuda_ep_sessions(model: Path, x: torch.Tensor, ort_stream: int) -> dict
     import onnxruntime as ort
 
     from leapp.runtime import libraries
-    from leapp.runtime.onnx_runner import cuda_ep_options, run_config
+    from leapp.runtime.onnx_runner import cuda_ep_options, run_config, session_options
 
     y = torch.empty_like(x)
     out = {}
     for name, stream in (("onnx-cuda-ep-bare", None), ("onnx-cuda-ep-bare-user-stream", ort_stream)):
-        options = ort.SessionOptions()
-        options.register_custom_ops_library(str(libraries.library_path("onnx")))
+        options = session_options(ort, True, str(libraries.library_path("onnx")))
         session = ort.InferenceSession(str(model), options,
                                        providers=[("CUDAExecutionProvider", cuda_ep_options(x.device, stream))])
         binding = session.io_binding()

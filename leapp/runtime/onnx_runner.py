@@ -47,6 +47,7 @@ from leapp.runtime.cuda_graphs import _capturing
 from leapp.runtime.runners import NodeRunner
 
 __all__ = [
+    "CUDA_SESSION_CONFIG",
     "CUDA_STREAM_LEGACY",
     "DISABLE_SYNC_RUN_OPTION",
     "GRAPH_ID_RUN_OPTION",
@@ -57,6 +58,7 @@ __all__ = [
     "onnx_providers",
     "ort_stream_handle",
     "run_config",
+    "session_options",
     "stream_accepted",
     "torch_uses_tf32_matmul",
 ]
@@ -110,6 +112,24 @@ def cuda_ep_options(device: torch.device, stream_handle: int | None = None) -> d
         if stream_handle <= 0:
             raise ValueError(f"user_compute_stream must be a non-null stream handle, got {stream_handle}")
         options.update(has_user_compute_stream="1", user_compute_stream=str(int(stream_handle)))
+    return options
+
+
+# Session config of a CUDA EP session: leave a MatMul + Add pair (a linear layer as leapp writes it,
+# leapp/_export/onnx_gemm.py) as it is; ORT's CUDA Gemm with a bias is two GEMMs. ext/pipeline's
+# C++ runner sets the same entry.
+CUDA_SESSION_CONFIG = {"optimization.disable_specified_optimizers": "MatMulAddFusion"}
+
+
+def session_options(ort, cuda: bool, library: str | None):
+    """ONNX Runtime ``SessionOptions`` of a node's session: leapp's op library, and ``CUDA_SESSION_CONFIG``
+    when the session asks for the CUDA EP."""
+    options = ort.SessionOptions()
+    if library is not None:
+        options.register_custom_ops_library(library)
+    if cuda:
+        for key, value in CUDA_SESSION_CONFIG.items():
+            options.add_session_config_entry(key, value)
     return options
 
 
@@ -310,11 +330,9 @@ class OnnxRunner(NodeRunner):
 
     def _open(self, cuda: bool):
         ort = self._ort
-        options = ort.SessionOptions()
-        if self._library is not None:
-            options.register_custom_ops_library(self._library)
         available = ort.get_available_providers() if cuda else ["CPUExecutionProvider"]
         providers = onnx_providers(self.device, available, self.ort_stream if cuda else None)
+        options = session_options(ort, providers[0] != "CPUExecutionProvider", self._library)
         try:  # enable_fallback=0: a CUDA EP that fails must raise, not silently become the CPU EP
             return ort.InferenceSession(str(self.path), options, providers=providers, enable_fallback=0)
         except Exception as e:  # ORT raises its own Fail/InvalidGraph types

@@ -320,6 +320,9 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
       Ort::ThrowOnError(Ort::GetApi().UpdateCUDAProviderOptions(cuda, k, v, 3));
       Ort::ThrowOnError(Ort::GetApi().UpdateCUDAProviderOptionsWithValue(cuda, "user_compute_stream", stream()));
       so.AppendExecutionProvider_CUDA_V2(*cuda);
+      // keep a linear layer's MatMul + Add apart: ORT's CUDA Gemm with a bias is two GEMMs
+      // (leapp/_export/onnx_gemm.py; the Python runner's CUDA_SESSION_CONFIG)
+      so.AddConfigEntry("optimization.disable_specified_optimizers", "MatMulAddFusion");
       node.info.execution = "ort-cuda";
     } else {
       node.info.execution = "ort-cpu";
