@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from pathlib import Path
 
 import torch
 
 from leapp._export.exportable import ExportableNode
+from leapp._export.onnx_gemm import split_gemm_bias
 from leapp._export.paths import artifact_path
 from leapp.errors import ExportError
 
@@ -34,6 +36,8 @@ __all__ = [
     "to_onnx_program",
     "translation_table",
 ]
+
+log = logging.getLogger(__name__)
 
 DOMAIN = "leapp.warp"
 OP_TYPE = "WarpSegment"
@@ -148,13 +152,18 @@ def export_onnx(node: ExportableNode, out_dir: Path) -> tuple[Path, list[Path]]:
     """Writes ``<out_dir>/<node>.onnx`` (plus external data when large); returns (model path, data files).
 
     ``backend_params``: ``external_data`` (bool, default: only above 1.5 GB of
-    initializers), ``opset_version`` (default: torch's), ``optimize`` (default True).
+    initializers), ``opset_version`` (default: torch's), ``optimize`` (default True: also writes a
+    linear layer's ``Gemm`` as ``MatMul`` + ``Add``, ``onnx_gemm.py``).
     """
     import onnx
 
     record = node.record
     path = artifact_path(out_dir, record.name, ".onnx", f"node '{record.name}' ({record.source})")
     program = to_onnx_program(node)
+    if bool(record.backend_params.get("optimize", True)):  # onnx_gemm.py: what ORT's CUDA EP runs faster
+        count = split_gemm_bias(program.model)
+        if count:
+            log.debug("node '%s': %d linear-layer Gemm(s) written as MatMul + Add", record.name, count)
     size = sum(
         v.const_value.nbytes for v in program.model.graph.initializers.values() if v.const_value is not None
     )
