@@ -19,6 +19,7 @@ the reason otherwise.
 from __future__ import annotations
 
 import contextlib
+import gc
 import threading
 import time
 
@@ -75,6 +76,10 @@ def call_behind_a_sleep(stream: torch.cuda.Stream, x: torch.Tensor, new: torch.T
     """``call()`` on ``stream`` behind a ~50 ms GPU sleep and ``x.copy_(new)``: asserts it returned while the GPU
     still slept (no host wait); returns its result once the device is done (computed from ``new`` if ordered)."""
     cycles = sleep_cycles(SLEEP_MS)
+    # Earlier tests' pipelines, if only the cycle collector frees them, must not go during the call: freeing an
+    # ORT arena or a graph's pool (cudaFree) waits for the device (a 50.4 ms "call" on the H200, once, in a run
+    # where another file's GPU test came first)
+    gc.collect()
     torch.cuda.synchronize()
     with torch.cuda.stream(stream):
         torch.cuda._sleep(cycles)
