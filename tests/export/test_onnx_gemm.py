@@ -58,19 +58,29 @@ def _run(model: onnx.ModelProto, feeds: dict, keep_pairs: bool) -> np.ndarray:
     return session.run(None, feeds)[0]
 
 
-@settings(max_examples=40, deadline=None)
-@given(m=st.integers(1, 9), k=st.integers(1, 9), n=st.integers(1, 9), alpha=st.sampled_from([1.0, 0.5]),
-       beta=st.sampled_from([1.0, 2.0]), trans_a=st.integers(0, 1), trans_b=st.integers(0, 1),
-       bias=st.sampled_from(["n", "1n", "mn", "scalar"]), w_is_input=st.booleans(), bias_is_input=st.booleans(),
-       seed=st.integers(0, 10_000))
-def test_rewrite_keeps_every_gemms_values_and_rewrites_only_linear_layers(m, k, n, alpha, beta, trans_a, trans_b,
-                                                                          bias, w_is_input, bias_is_input, seed):
-    bias_shape = {"n": (n,), "1n": (1, n), "mn": (m, n), "scalar": ()}[bias]
-    model, a = _gemm_model(m, k, n, alpha, beta, trans_a, trans_b, bias_shape, w_is_input, bias_is_input, seed)
+# Each way a Gemm departs from a linear layer, one at a time (None: a linear layer), so every rule is exercised
+DEPARTURES = [None, "alpha", "beta", "transA", "bias (1, n)", "bias (m, n)", "scalar bias", "bias input",
+              "transposed weight input"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(m=st.integers(1, 9), k=st.integers(1, 9), n=st.integers(1, 9), departure=st.sampled_from(DEPARTURES),
+       trans_b=st.integers(0, 1), w_is_input=st.booleans(), seed=st.integers(0, 10_000))
+def test_rewrite_keeps_every_gemms_values_and_rewrites_only_linear_layers(m, k, n, departure, trans_b, w_is_input,
+                                                                          seed):
+    alpha = 0.5 if departure == "alpha" else 1.0
+    beta = 2.0 if departure == "beta" else 1.0
+    bias_shape = {"bias (1, n)": (1, n), "bias (m, n)": (m, n), "scalar bias": ()}.get(departure, (n,))
+    if departure == "transposed weight input":
+        trans_b, w_is_input = 1, True
+    elif trans_b:  # a transposed weight must be a constant to be rewritten
+        w_is_input = False
+    bias_is_input = departure == "bias input"
+    model, a = _gemm_model(m, k, n, alpha, beta, int(departure == "transA"), trans_b, bias_shape, w_is_input,
+                           bias_is_input, seed)
     rewritten, count = _rewrite(model)
-    linear = (alpha == 1.0 and beta == 1.0 and not trans_a and bias == "n" and not bias_is_input
-              and (not trans_b or not w_is_input))
-    assert count == int(linear)
+    linear = departure is None
+    assert count == int(linear), departure
     ops = [node.op_type for node in rewritten.graph.node]
     assert ops == (["MatMul", "Add", "Relu"] if linear else ["Gemm", "Relu"])
     feeds = {"a": a.astype(np.float32)}
