@@ -141,28 +141,43 @@ def test_cuda_sessions_keep_matmul_add_pairs_and_cpu_sessions_fuse_them():
         cpu.get_session_config_entry(KEY)
 
 
-def test_a_traced_onnx_policy_loads_and_equals_eager(tmp_path):
-    """Through the public API: trace a Linear MLP node, export it, load it (CPU EP here) and compare."""
+def _policy_net(n_in: int, n_out: int, device: str = "cpu") -> torch.nn.Module:
     torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ELU(), torch.nn.Linear(16, 3)).eval()
+    return torch.nn.Sequential(torch.nn.Linear(n_in, 64), torch.nn.ELU(), torch.nn.Linear(64, n_out)).to(device).eval()
 
+
+def _export_policy(folder, net: torch.nn.Module, rows: int, device: str = "cpu"):
+    """Traces ``net`` as an ONNX node ``policy`` (two passes on seeded inputs), exports it without validation;
+    returns the export folder."""
     @leapp.node("policy", export_with="onnx")
     def policy(obs):
         return net(obs)
 
-    samples = [torch.randn(5, 6) for _ in range(2)]
-    with leapp.trace("mlp", save_path=str(tmp_path)) as session:
-        with torch.no_grad():
-            for x in samples:
-                policy(x)
+    gen = torch.Generator().manual_seed(1)
+    with leapp.trace("mlp", save_path=str(folder)) as session, torch.no_grad():
+        for _ in range(2):
+            policy(torch.randn(rows, net[0].in_features, generator=gen).to(device))
     session.compile(validate=False)
-    ops = [n.op_type for n in onnx.load(str(tmp_path / "mlp" / "policy.onnx")).graph.node]
+    return folder / "mlp"
+
+
+def test_a_traced_onnx_policy_loads_and_equals_eager(tmp_path):
+    """Through the public API: trace a Linear MLP node, export it, load it (CPU EP here) and compare."""
+    net = _policy_net(6, 3)
+    export = _export_policy(tmp_path, net, rows=5)
+    ops = [n.op_type for n in onnx.load(str(export / "policy.onnx")).graph.node]
     assert "Gemm" not in ops and ops.count("MatMul") == 2, ops
-    pipeline = leapp.load(tmp_path / "mlp")
     x = torch.randn(5, 6)
-    (got,) = pipeline(obs=x).values()
+    (got,) = leapp.load(export)(obs=x).values()
     with torch.no_grad():
         torch.testing.assert_close(got, net(x), rtol=1e-5, atol=1e-6)
+
+
+def test_rewritten_policy_exports_are_byte_identical(tmp_path):
+    """The rewrite's names and initializers are the same on every export (two exports into two folders)."""
+    net = _policy_net(6, 3)
+    first, second = (_export_policy(tmp_path / name, net, rows=5) for name in ("a", "b"))
+    assert (first / "policy.onnx").read_bytes() == (second / "policy.onnx").read_bytes()
 
 
 @pytest.mark.cuda
@@ -173,25 +188,16 @@ def test_cuda_ep_session_runs_the_pairs_unfused_and_leapp_load_equals_eager(tmp_
         pytest.skip(f"onnxruntime {ort.__version__} has no CUDAExecutionProvider (onnxruntime-gpu is not installed)")
     from leapp.runtime.onnx_runner import cuda_ep_options
 
-    torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(15, 64), torch.nn.ELU(), torch.nn.Linear(64, 12)).cuda().eval()
-
-    @leapp.node("policy", export_with="onnx")
-    def policy(obs):
-        return net(obs)
-
-    with leapp.trace("mlp", save_path=str(tmp_path)) as session, torch.no_grad():
-        for _ in range(2):
-            policy(torch.randn(256, 15, device="cuda"))
-    session.compile(validate=False)
-    model = tmp_path / "mlp" / "policy.onnx"
+    net = _policy_net(15, 12, "cuda")
+    export = _export_policy(tmp_path, net, rows=256, device="cuda")
+    model = export / "policy.onnx"
     options = session_options(ort, True, None)
     options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
     ort.InferenceSession(str(model), options,
                          providers=[("CUDAExecutionProvider", cuda_ep_options(torch.device("cuda:0")))])
     ops = [n.op_type for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node]
     assert "Gemm" not in ops and "FusedGemm" not in ops and ops.count("MatMul") == 2, ops
-    pipeline = leapp.load(tmp_path / "mlp")
+    pipeline = leapp.load(export)
     assert pipeline.nodes["policy"].runner.session.get_providers()[0] == "CUDAExecutionProvider"
     x = torch.randn(256, 15, device="cuda")
     for _ in range(3):  # direct, captured, replayed (the node graph)
