@@ -53,7 +53,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-__all__ = ["CopyGraph", "CudaGraphCall", "StreamOrder", "capture_blockers", "drop_all_graphs"]
+__all__ = ["CopyGraph", "CudaGraphCall", "StreamOrder", "capture_blockers", "capture_refusal", "drop_all_graphs"]
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,12 @@ def capture_blockers(graph: torch.fx.Graph) -> list[str]:
         if any(op.startswith(s) for s in _SYNCHRONISING) or _data_dependent(node.meta.get("val")):
             found.append(f"{name} ({node.name})")
     return found
+
+
+def capture_refusal(graph: torch.fx.Graph) -> str | None:
+    """Why ``graph`` cannot be captured, naming its first blockers (None: it can)."""
+    blockers = capture_blockers(graph)
+    return f"not capturable: {', '.join(blockers[:3])}" if blockers else None
 
 
 def _data_dependent(value) -> bool:

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from leapp.errors import LeappError, RuntimeLibraryNotFound
-from leapp.runtime.cuda_graphs import CopyGraph, CudaGraphCall, StreamOrder, capture_blockers
+from leapp.runtime.cuda_graphs import CopyGraph, CudaGraphCall, StreamOrder, capture_refusal
 from leapp.pipeline_format import (
     PIPELINE_FILE,
     PIPELINE_FORMAT,
@@ -379,9 +379,9 @@ def plain_call_graph(pipeline: Pipeline) -> tuple[CopyGraph | None, str]:
     for node in pipeline.nodes.values():
         runner, where = node.runner, f"node '{node.name}'"
         if isinstance(runner, Pt2Runner):
-            blockers = capture_blockers(runner.program.program.graph)
-            if blockers:
-                return None, f"{where}: not capturable: {', '.join(blockers[:3])}"
+            refusal = capture_refusal(runner.program.program.graph)
+            if refusal is not None:
+                return None, f"{where}: {refusal}"
         elif isinstance(runner, OnnxRunner):
             if runner.graph is None:
                 return None, f"{where}: no node graph ({runner.no_graphs_reason})"

@@ -80,12 +80,10 @@ class Pt2Runner(NodeRunner):
         self.call = self.program
         self.no_graphs_reason: str | None = None  # why this node is not replayed from CUDA graphs
         if cuda_graphs and self.device.type == "cuda":
-            from leapp.runtime.cuda_graphs import CudaGraphCall, capture_blockers
+            from leapp.runtime.cuda_graphs import CudaGraphCall, capture_refusal
 
-            blockers = capture_blockers(self.program.program.graph)
-            if blockers:
-                self.no_graphs_reason = f"not capturable: {', '.join(blockers[:3])}"
-            else:
+            self.no_graphs_reason = capture_refusal(self.program.program.graph)
+            if self.no_graphs_reason is None:
                 self.call = CudaGraphCall(self.program, name=f"PT2 node {self.path.name}")
         elif cuda_graphs:
             self.no_graphs_reason = f"runs on {self.device}"

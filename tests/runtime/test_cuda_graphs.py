@@ -14,7 +14,7 @@ import threading
 import pytest
 import torch
 
-from leapp.runtime.cuda_graphs import CudaGraphCall, capture_blockers
+from leapp.runtime.cuda_graphs import CudaGraphCall, capture_blockers, capture_refusal
 
 cuda = pytest.mark.cuda
 
@@ -218,6 +218,9 @@ def test_graphs_of_programs_that_synchronise_are_refused():
             return torch.relu(x) * 2
 
     x = torch.randn(6)
-    blockers = capture_blockers(torch.export.export(Syncs(), (x,), strict=False).graph)
+    syncs = torch.export.export(Syncs(), (x,), strict=False).graph
+    blockers = capture_blockers(syncs)
     assert blockers[0] == "aten.index.Tensor (index)", blockers  # the boolean-mask index: a data-dependent size
-    assert capture_blockers(torch.export.export(Plain(), (x,)).graph) == []
+    assert capture_refusal(syncs) == f"not capturable: {', '.join(blockers[:3])}"
+    plain = torch.export.export(Plain(), (x,)).graph
+    assert capture_blockers(plain) == [] and capture_refusal(plain) is None
