@@ -25,11 +25,6 @@ from __future__ import annotations
 __all__ = ["split_gemm_bias"]
 
 
-def _attr(node, name: str, default):
-    attr = node.attributes.get(name)
-    return default if attr is None else attr.value
-
-
 def _constant(value):
     """The value's tensor when it is an initializer with data that no graph input can override, else None."""
     if value is None or not value.is_initializer() or value.is_graph_input():
@@ -60,15 +55,16 @@ def split_gemm_bias(model) -> int:
         if node.domain not in ("", "ai.onnx") or node.op_type != "Gemm" or len(node.inputs) != 3:
             continue
         a, w, bias = node.inputs
-        if a is None or w is None or _attr(node, "alpha", 1.0) != 1.0 or _attr(node, "beta", 1.0) != 1.0:
+        attrs = node.attributes
+        if a is None or w is None or attrs.get_float("alpha", 1.0) != 1.0 or attrs.get_float("beta", 1.0) != 1.0:
             continue
-        if _attr(node, "transA", 0) != 0:
+        if attrs.get_int("transA", 0) != 0:
             continue
         bias_data = _constant(bias)
         if bias_data is None or bias_data.dtype != ir.DataType.FLOAT or len(bias_data.shape) != 1:
             continue
         given_w = None
-        if _attr(node, "transB", 0) != 0:
+        if attrs.get_int("transB", 0) != 0:
             w_data = _constant(w)
             if w_data is None or len(w_data.shape) != 2:
                 continue
