@@ -8,8 +8,11 @@ host clock, each call synchronised before the next: what a control loop sees):
   eager              Go2.step on the inputs, under torch.no_grad (annotations are no-ops)
   leapp.load         leapp.load(export)(quat=..., joints=...): PT2 through torch, ONNX nodes on ORT's
                      CUDA EP when onnxruntime-gpu is installed (else the CPU EP; the row says which);
-                     the whole call replayed as one CUDA graph with its inputs copied in and its
-                     outputs cloned (the pipeline's CopyGraph) when every node can be captured
+                     the whole call replayed as one CUDA graph with its outputs cloned (the pipeline's
+                     CopyGraph) when every node can be captured; the same input tensors every step, so
+                     the graph reads them in place
+  leapp.load-copies  the same with LEAPP_IN_PLACE_GRAPHS=0: the inputs copied into the graph's own
+                     buffers every step (what calls with new input addresses every step pay)
   leapp.load-node-graphs
                      the same with LEAPP_PIPELINE_GRAPH=0: node by node, each ONNX node replayed from
                      a CUDA graph of its own (its CopyGraph)
@@ -135,7 +138,9 @@ def routes(module, robot, folder: Path, envs: int, device: str, nodes: bool = Fa
     with torch.no_grad():
         expected = robot.step(quat, joints)
     pipeline = leapp.load(folder)
-    with mock.patch.dict(os.environ, {"LEAPP_PIPELINE_GRAPH": "0"}):  # read at load
+    with mock.patch.dict(os.environ, {"LEAPP_IN_PLACE_GRAPHS": "0"}):  # read at load
+        copies = leapp.load(folder)
+    with mock.patch.dict(os.environ, {"LEAPP_PIPELINE_GRAPH": "0"}):
         node_graphs = leapp.load(folder)
         with mock.patch.dict(os.environ, {"LEAPP_ONNX_GRAPHS": "0"}):
             no_node_graphs = leapp.load(folder)
@@ -145,6 +150,7 @@ def routes(module, robot, folder: Path, envs: int, device: str, nodes: bool = Fa
     calls = {
         "eager": lambda: robot.step(quat, joints),
         "leapp.load": lambda: pipeline(quat=quat, joints=joints),
+        "leapp.load-copies": lambda: copies(quat=quat, joints=joints),
         "leapp.load-node-graphs": lambda: node_graphs(quat=quat, joints=joints),
         "leapp.load-no-node-graphs": lambda: no_node_graphs(quat=quat, joints=joints),
         "leapp.load-graphs": lambda: graphed(quat=quat, joints=joints),
@@ -153,7 +159,8 @@ def routes(module, robot, folder: Path, envs: int, device: str, nodes: bool = Fa
              "whole_graph": "on" if graphed.graph is not None else f"off: {graphed.graph_reason}",
              "plain_graph": "on" if pipeline.copy_graph is not None else f"off: {pipeline.copy_graph_reason}"}
     with torch.no_grad():
-        for name in ("leapp.load", "leapp.load-node-graphs", "leapp.load-no-node-graphs", "leapp.load-graphs"):
+        for name in ("leapp.load", "leapp.load-copies", "leapp.load-node-graphs", "leapp.load-no-node-graphs",
+                     "leapp.load-graphs"):
             for _ in range(3):  # cuda_graphs: a direct call, a capture, a replay
                 got = calls[name]()["action"]
             facts["max_abs_error"][name] = (got - expected).abs().max().item()

@@ -32,11 +32,12 @@ Calls made while the current stream is itself being captured, and calls with
 inputs off CUDA, run directly. A call that cannot be captured turns graphs
 off for this callable, with a warning naming it and the reason.
 
-``CopyGraph`` is the other contract, the plain call's (no opt-in): a node run
-captured once on static buffers of its own, then replayed on the calling stream
-with the call's inputs copied in and its outputs cloned out. Any input tensors
-work and every call returns fresh outputs; what it saves is the per-kernel host
-work of a runtime that launches one kernel (or one cuBLAS call) at a time.
+``CopyGraph`` is the other contract, the plain call's (no opt-in): any input
+tensors work and every call returns fresh outputs (the graph's outputs cloned).
+Input addresses that repeat get a graph that reads them in place; other inputs
+are copied into static buffers of a graph of its own. What it saves is the
+per-kernel host work of a runtime that launches one kernel (or one cuBLAS call)
+at a time.
 ``leapp.runtime.onnx_runner`` uses it for ONNX nodes on ONNX Runtime's CUDA EP, and
 ``leapp.runtime.pipeline`` for a whole pipeline call (its ONNX nodes' graphs and the
 pipeline's share one ``StreamOrder``: both bake in ONNX Runtime's buffers).
@@ -45,6 +46,7 @@ pipeline's share one ``StreamOrder``: both bake in ONNX Runtime's buffers).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import warnings
 import weakref
@@ -53,7 +55,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-__all__ = ["CopyGraph", "CudaGraphCall", "StreamOrder", "capture_blockers", "capture_refusal", "drop_all_graphs"]
+__all__ = ["IN_PLACE_GRAPHS_ENV", "CopyGraph", "CudaGraphCall", "StreamOrder", "capture_blockers", "capture_refusal",
+           "drop_all_graphs"]
 
 log = logging.getLogger(__name__)
 
@@ -273,34 +276,58 @@ class StreamOrder:
         self._last_stream, self._last_raw = current, raw
 
 
-class CopyGraph:
-    """One node run captured as a CUDA graph on static buffers, replayed with the call's inputs copied in.
+IN_PLACE_GRAPHS_ENV = "LEAPP_IN_PLACE_GRAPHS"  # how many in-place graphs a CopyGraph keeps (default 2; 0: none)
+_IDLE_CALLS = 256  # an in-place graph unused for this many calls may make room for new input addresses
 
-    ``run(static_inputs, static_outputs)`` enqueues the node on torch's current stream, which is
+
+def in_place_graphs_limit() -> int:
+    """``LEAPP_IN_PLACE_GRAPHS`` as a count (default 2); a value that is not a count >= 0 is refused."""
+    value = os.environ.get(IN_PLACE_GRAPHS_ENV, "2")
+    if not value.isdigit():
+        raise ValueError(f"{IN_PLACE_GRAPHS_ENV}={value!r}: expected a number of graphs >= 0 (0 turns them off)")
+    return int(value)
+
+
+class CopyGraph:
+    """One node run captured as CUDA graphs, replayed with the plain call's contract: any input tensors,
+    fresh outputs.
+
+    ``run(inputs, static_outputs)`` enqueues the node on torch's current stream, which is
     ``stream`` while it is captured (a session opened on ``stream``); ``direct(inputs)`` runs it
-    without the graph (and orders itself against the calling stream). ``inputs``/``outputs`` are
+    without a graph (and orders itself against the calling stream). ``inputs``/``outputs`` are
     the node's fixed (shape, dtype) pairs on ``stream``'s device. The caller serialises calls (the
     runner's lock).
 
-    - The first call runs directly (one-time setup: modules, the runtime's arena). The second
-      copies its inputs into the static inputs, runs once on ``stream`` (its results; a warm-up
-      for the capture) and captures a second run there, without executing it and without a
-      host wait. Later calls copy in, replay on the calling stream and clone the static outputs:
-      one graph launch and one copy per tensor.
-    - The graph bakes in the runtime's own buffers (ONNX Runtime's arena hands them to its next
+    Two kinds of graph serve a call; both are replayed on the calling stream and their outputs cloned:
+
+    - **In place**, for input addresses that repeat (a control loop's preallocated observation
+      buffers, or a caching allocator handing the same blocks back each step): a graph that reads
+      the call's own input tensors, captured the second time the same contiguous inputs are met.
+      It reads those addresses at every replay, which is right for whatever tensors live there
+      when a later call passes them. At most ``max_in_place`` (``LEAPP_IN_PLACE_GRAPHS``, default
+      2); when they are all taken, one unused for the last 256 calls makes room, else the new
+      addresses take the copy graph.
+    - **Copies**, for any other inputs: a graph on static inputs of its own. The first such call
+      runs directly (one-time setup: modules, the runtime's arena); the second copies its inputs
+      into the static inputs and captures; later calls copy in, replay and clone out.
+
+    - Each capture first runs once on ``stream`` (that call's results; the warm-up) and then
+      captures a second run there, without executing it and without a host wait. Each graph has
+      its own memory (torch's graph pool for the tensors the node makes, static outputs).
+    - The graphs bake in the runtime's own buffers (ONNX Runtime's arena hands them to its next
       run again), so no two uses of the node may overlap on the device: a call on another stream
       than the previous one first waits for that stream (``order``, shared by the graphs that
       bake in the same buffers), and direct runs hand off to ``stream`` and back.
     - Calls inside an outer capture, with inputs of another shape, dtype or device, or while the
       current device is another one, run directly (``checked_inputs``: the caller has checked shapes
-      and dtypes already, so only devices are). A capture that fails turns the graph off with
+      and dtypes already, so only devices are). A capture that fails turns the graphs off with
       a ``RuntimeWarning`` naming the node; calls then run directly.
     """
 
     def __init__(self, name: str, run: Callable, direct: Callable, stream: torch.cuda.Stream,
                  inputs: Sequence[tuple[tuple[int, ...], torch.dtype]],
                  outputs: Sequence[tuple[tuple[int, ...], torch.dtype]], order: StreamOrder | None = None,
-                 checked_inputs: bool = False):
+                 checked_inputs: bool = False, max_in_place: int | None = None):
         self.name = name
         self.run = run
         self.direct = direct
@@ -311,7 +338,12 @@ class CopyGraph:
         self.outputs = [(torch.Size(shape), dtype) for shape, dtype in outputs]
         self.enabled = True
         self.captures = 0  # graphs captured so far (tests and benchmarks read it)
-        self._entry: tuple | None = None  # (replay function, graph, static inputs, static outputs)
+        self.max_in_place = in_place_graphs_limit() if max_in_place is None else max_in_place
+        self._entry: tuple | None = None  # the copy graph: (replay function, graph, static inputs, static outputs)
+        # input addresses -> [replay function, graph, static outputs, the call count when last replayed]
+        self._in_place: dict[tuple[int, ...], list] = {}
+        self._seen: OrderedDict[tuple[int, ...], None] = OrderedDict()  # addresses met once, newest last
+        self._tick = 0  # calls that fit the graphs' buffers
         self._calls = 0  # direct calls that could have been captured, since the last drop
         self.order = order or StreamOrder()
         self._checked_inputs = checked_inputs  # shapes and dtypes checked by the caller (the pipeline's check_inputs)
@@ -319,22 +351,56 @@ class CopyGraph:
         _live_calls.add(self)
 
     def drop_graphs(self) -> None:
-        """Forgets the graph and its buffers (see drop_all_graphs); a later call captures again."""
+        """Forgets the graphs and their buffers (see drop_all_graphs); later calls capture again."""
         self._entry = None
+        self._in_place = {}
+        self._seen.clear()
         self._calls = 0
 
     def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         if _capturing():  # an outer capture records the direct run (on the session's stream, handed off)
             return self.direct(inputs)
         self.order.follow(self.device)
-        entry = self._entry
         if not self._fits(inputs):
             return self.direct(inputs)
+        self._tick += 1
+        key = _addresses(inputs) if self.max_in_place else None
+        hit = self._in_place.get(key)
+        if hit is not None:
+            hit[3] = self._tick
+            hit[0](hit[1])
+            return [t.clone() for t in hit[2]]
+        if not self.enabled:
+            return self.direct(inputs)
+        if key is not None:
+            if key not in self._seen:
+                self._seen[key] = None
+                while len(self._seen) > 4 * self.max_in_place:
+                    self._seen.popitem(last=False)
+            elif self._room_in_place():  # met before: these addresses repeat
+                del self._seen[key]
+                return self._capture(inputs, key)
+        return self._copies(inputs)
+
+    def _room_in_place(self) -> bool:
+        """Whether another in-place graph may be captured, dropping one idle for ``_IDLE_CALLS`` calls to make room."""
+        graphs = self._in_place
+        if len(graphs) < self.max_in_place:
+            return True
+        oldest = min(graphs, key=lambda k: graphs[k][3])
+        if self._tick - graphs[oldest][3] < _IDLE_CALLS:
+            return False
+        del graphs[oldest]
+        return True
+
+    def _copies(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """The call through the copy graph (captured on the second call that takes it)."""
+        entry = self._entry
         if entry is None:
-            if not self.enabled or self._calls < 1:
+            if self._calls < 1:
                 self._calls += 1
                 return self.direct(inputs)
-            return self._capture(inputs)
+            return self._capture(inputs, None)
         if len(inputs) == 1:
             entry[2][0].copy_(inputs[0].detach() if inputs[0].requires_grad else inputs[0])
         else:  # one dispatcher call for all inputs
@@ -353,15 +419,22 @@ class CopyGraph:
                 return False
         return True
 
-    def _capture(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    def _capture(self, inputs: Sequence[torch.Tensor], key: tuple[int, ...] | None) -> list[torch.Tensor]:
+        """Captures the copy graph (``key`` None: on static inputs, the call's copied in) or the in-place graph
+        of the call's input addresses ``key``; returns the call's results."""
         current = torch.cuda.current_stream(self.device)
         stream = self.stream
         try:
             with torch.inference_mode(False):  # buffers written in place by calls in and out of inference mode
-                static_in = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.inputs]
+                static_in = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.inputs
+                             ] if key is None else [t.detach() for t in inputs]
                 static_out = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.outputs]
-            for static, value in zip(static_in, inputs):
-                static.copy_(value.detach())
+            if key is None:
+                for static, value in zip(static_in, inputs):
+                    static.copy_(value.detach())
+            else:  # the caller's tensors are read on ``stream`` too: their memory waits for it before reuse
+                for t in static_in:
+                    t.record_stream(stream)
             stream.wait_stream(current)
             try:
                 with torch.cuda.stream(stream):
@@ -379,10 +452,28 @@ class CopyGraph:
                 current.wait_stream(stream)  # the static buffers were made on the current stream
         except Exception as e:  # the direct call stays correct
             self.enabled = False
+            self._entry = None
+            self._in_place = {}
             warnings.warn(f"{self.name}: CUDA graph capture failed, calling directly from now on: "
                           f"{type(e).__name__}: {e}", RuntimeWarning, stacklevel=4)
             return self.direct(inputs)
-        self._entry = (_replay_of(graph), graph, static_in, static_out)
+        if key is None:
+            self._entry = (_replay_of(graph), graph, static_in, static_out)
+        else:
+            self._in_place[key] = [_replay_of(graph), graph, static_out, self._tick]
         self.captures += 1
-        log.debug("%s: captured a CUDA graph (%d input(s), %d output(s))", self.name, len(static_in), len(static_out))
+        log.debug("%s: captured a CUDA graph %s (%d input(s), %d output(s))", self.name,
+                  "on buffers of its own" if key is None else "reading the call's inputs in place", len(static_in),
+                  len(static_out))
         return [t.clone() for t in static_out]
+
+
+def _addresses(inputs: Sequence[torch.Tensor]) -> tuple[int, ...] | None:
+    """The inputs' addresses, the key of an in-place graph; None when one is not contiguous (a graph bakes in
+    the layout it was captured with: the copy graph takes those calls)."""
+    key = []
+    for t in inputs:
+        if not t.is_contiguous():
+            return None
+        key.append(t.data_ptr())
+    return tuple(key)

@@ -24,7 +24,13 @@ from typing import Any
 import torch
 
 from leapp.errors import LeappError, RuntimeLibraryNotFound
-from leapp.runtime.cuda_graphs import CopyGraph, CudaGraphCall, StreamOrder, capture_refusal
+from leapp.runtime.cuda_graphs import (
+    CopyGraph,
+    CudaGraphCall,
+    StreamOrder,
+    capture_refusal,
+    in_place_graphs_limit,
+)
 from leapp.pipeline_format import (
     PIPELINE_FILE,
     PIPELINE_FORMAT,
@@ -285,8 +291,10 @@ def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = N
             field), a path leaving the folder, a digest mismatch (naming the file and both
             digests), or an artifact its runtime cannot open (naming the node and the file).
         RuntimeLibraryNotFound: a node with Warp segments needs a missing op library.
+        ValueError: ``LEAPP_IN_PLACE_GRAPHS`` set to something other than a count of graphs.
     """
     onnx_ep_device("cpu", onnx_ep)  # an unknown onnx_ep is refused before anything is opened
+    in_place_graphs_limit()  # as is a LEAPP_IN_PLACE_GRAPHS that is not a count (ValueError naming it)
     folder, desc = read_pipeline(path)
     name = desc["name"]
     graph_stream = _graph_stream(desc["nodes"]) if cuda_graphs else None

@@ -41,8 +41,8 @@ def test_quick_gpu_run(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     entry = json.loads(out_json.read_text())["sizes"]["64"]
     nodes = {f"node:{n}{suffix}" for n in ("obs", "policy", "action") for suffix in ("", "-no-node-graph")}
-    assert set(entry["routes"]) >= {"eager", "leapp.load", "leapp.load-node-graphs", "leapp.load-no-node-graphs", "leapp.load-graphs",
-                                   *nodes}, entry
+    assert set(entry["routes"]) >= {"eager", "leapp.load", "leapp.load-copies", "leapp.load-node-graphs",
+                                    "leapp.load-no-node-graphs", "leapp.load-graphs", *nodes}, entry
     assert entry["plain_graph"] == "on", entry["plain_graph"]
     for name, error in entry["max_abs_error"].items():
         assert error < 1e-4, (name, error)

@@ -210,13 +210,16 @@ def test_node_graph_takes_any_inputs_and_returns_fresh_outputs(onnx_export):
         want = expected(x)
         torch.testing.assert_close(out["out"], want[0], rtol=1e-5, atol=1e-5, msg=lambda m, i=i: f"call {i}: {m}")
         torch.testing.assert_close(out["h"], want[1], rtol=1e-5, atol=1e-5, msg=lambda m, i=i: f"call {i}: {m}")
+    assert graph._in_place == {}  # no address came twice
     x = torch.randn(N, device="cuda", generator=gen)
     assert_no_device_allocation(lambda: pipeline(x=x))
-    assert graph.captures == 1
+    assert graph.captures == 2 and list(graph._in_place) == [(x.data_ptr(),)]  # x's graph reads it in place
 
 
 def assert_no_device_allocation(call, calls: int = 50) -> None:
-    """After one warm-up ``call()``, ``calls`` more make no cudaMalloc and leave free device memory as it was."""
+    """After two warm-up ``call()``s (the second captures the in-place graph of inputs met twice), ``calls`` more
+    make no cudaMalloc and leave free device memory as it was."""
+    call()
     call()
     torch.cuda.synchronize()
     mallocs, free = torch.cuda.memory_stats()["num_device_alloc"], torch.cuda.mem_get_info()[0]
@@ -228,7 +231,8 @@ def assert_no_device_allocation(call, calls: int = 50) -> None:
 
 
 def loaded_with_its_node_graph(onnx_export, x: torch.Tensor):
-    """A fresh load whose node graph is captured: call 1 runs directly, call 2 captures, call 3 replays."""
+    """A fresh load whose node graph is captured: call 1 runs directly, call 2 captures (reading ``x`` in place),
+    call 3 replays."""
     pipeline = leapp.load(onnx_export)
     graph = pipeline.nodes["obs"].runner.graph
     for _ in range(3):
@@ -274,13 +278,15 @@ def test_node_graph_call_inside_an_outer_capture_runs_directly(onnx_export):
 def test_node_graph_is_dropped_by_release_segments_and_captured_again(onnx_export):
     pipeline, graph = loaded_with_its_node_graph(onnx_export, torch.randn(N, device="cuda"))
     torch.cuda.synchronize()
+    assert graph._in_place  # loaded with one tensor: its graph reads it in place
     assert release_segments() >= 1
-    assert graph._entry is None
+    assert graph._entry is None and graph._in_place == {}
+    kept = []  # new addresses every call
     for i in range(3):  # direct, capture, replay: each prepares what release freed and stays right
-        x = torch.randn(N, device="cuda") * (i + 1)
-        out = pipeline(x=x)
+        kept.append(torch.randn(N, device="cuda") * (i + 1))
+        out = pipeline(x=kept[-1])
         torch.cuda.synchronize()
-        torch.testing.assert_close(out["out"], expected(x)[0], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(out["out"], expected(kept[-1])[0], rtol=1e-5, atol=1e-5)
     assert graph.captures == 2
 
 

@@ -24,6 +24,7 @@ import compile_records as cr
 import leapp
 from leapp._export.compile import compile_session
 from leapp.runtime import libraries, release_segments
+from leapp.runtime.cuda_graphs import IN_PLACE_GRAPHS_ENV
 from leapp.runtime.pipeline import PIPELINE_GRAPH_ENV
 
 ort = pytest.importorskip("onnxruntime")
@@ -101,31 +102,95 @@ def check_threads(pipeline, calls, threads: int = 3) -> None:
 
 
 def loaded(two_nodes, x: torch.Tensor):
-    """A fresh load whose plain-call graph is captured: call 1 runs node by node, call 2 captures, call 3 replays."""
+    """A fresh load whose plain-call graph is captured: call 1 runs node by node, call 2 captures a graph reading
+    ``x`` in place, call 3 replays it."""
     pipeline = leapp.load(two_nodes)
     assert pipeline.copy_graph is not None, pipeline.copy_graph_reason
     for _ in range(3):
         pipeline(x=x)
-    assert pipeline.copy_graph.captures == 1
+    assert pipeline.copy_graph.captures == 1 and list(pipeline.copy_graph._in_place) == [(x.data_ptr(),)]
     return pipeline
+
+
+def static_outputs(graph) -> set[int]:
+    """The addresses of every static output of a CopyGraph's graphs (copy graph and in-place graphs)."""
+    tensors = [*(graph._entry[3] if graph._entry else []), *(t for g in graph._in_place.values() for t in g[2])]
+    return {t.data_ptr() for t in tensors}
 
 
 def test_plain_calls_replay_one_graph_with_fresh_outputs(two_nodes):
     pipeline = loaded(two_nodes, torch.randn(N, device="cuda"))
     graph = pipeline.copy_graph
-    static = {t.data_ptr() for t in graph._entry[3]}
     gen = torch.Generator(device="cuda").manual_seed(3)
     kept = []
     for i in range(6):
         x = torch.randn(N, device="cuda", generator=gen) * 10.0 ** (i - 3)  # a new tensor each call
         kept.append((x, pipeline(x=x)))
     torch.cuda.synchronize()
+    assert graph.captures == 2 and graph._entry is not None  # new addresses: the copy graph took them
+    static = static_outputs(graph)
     for i, (x, out) in enumerate(kept):  # each call's outputs still hold its own results
         assert not {t.data_ptr() for t in out.values()} & static
         check(outputs_by_role(pipeline, out), x, f"call {i}")
-    assert graph.captures == 1
     x = torch.randn(N, device="cuda", generator=gen)
     assert_no_device_allocation(lambda: pipeline(x=x))
+
+
+def test_a_repeated_input_tensor_is_read_in_place_with_its_new_values(two_nodes):
+    """A control loop refilling one input buffer: its graph reads the buffer itself (no copy in), every call sees
+    the values written before it, outputs stay fresh, and nothing is allocated on the device per call."""
+    x = torch.randn(N, device="cuda")
+    pipeline = loaded(two_nodes, x)
+    graph = pipeline.copy_graph
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    kept = []
+    for i in range(6):
+        new = torch.randn(N, device="cuda", generator=gen) * 10.0 ** (i - 3)
+        x.copy_(new)
+        kept.append((new, pipeline(x=x)))
+    torch.cuda.synchronize()
+    static = static_outputs(graph)
+    assert len({t.data_ptr() for _, out in kept for t in out.values()}) == 3 * len(kept)  # fresh, all of them
+    for i, (new, out) in enumerate(kept):
+        assert not {t.data_ptr() for t in out.values()} & static
+        check(outputs_by_role(pipeline, out), new, f"call {i}")
+    assert graph.captures == 1 and graph._entry is None  # no copy graph was needed
+    assert_no_device_allocation(lambda: pipeline(x=x))
+
+
+def test_in_place_graphs_are_bounded_and_other_buffers_take_the_copy_graph(two_nodes, monkeypatch):
+    """LEAPP_IN_PLACE_GRAPHS (read at load) bounds the in-place graphs; a third buffer's calls copy into the copy
+    graph's own, and calls alternating between all three stay right."""
+    monkeypatch.setenv(IN_PLACE_GRAPHS_ENV, "2")
+    pipeline = leapp.load(two_nodes)
+    graph = pipeline.copy_graph
+    buffers = [torch.randn(N, device="cuda") for _ in range(3)]
+    for x in buffers:
+        for _ in range(3):
+            pipeline(x=x)
+    assert list(graph._in_place) == [(buffers[0].data_ptr(),), (buffers[1].data_ptr(),)]
+    assert graph._entry is not None and graph.captures == 3
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    kept = []
+    for i in range(9):
+        x = buffers[(2 * i) % 3]
+        x.copy_(torch.randn(N, device="cuda", generator=gen))
+        kept.append((x.clone(), pipeline(x=x)))
+    torch.cuda.synchronize()
+    for i, (x, out) in enumerate(kept):
+        check(outputs_by_role(pipeline, out), x, f"call {i}")
+    assert graph.captures == 3
+
+
+def test_no_in_place_graphs_when_turned_off(two_nodes, monkeypatch):
+    monkeypatch.setenv(IN_PLACE_GRAPHS_ENV, "0")
+    pipeline = leapp.load(two_nodes)
+    x = torch.randn(N, device="cuda")
+    for _ in range(4):
+        out = pipeline(x=x)
+    torch.cuda.synchronize()
+    check(outputs_by_role(pipeline, out), x)
+    assert pipeline.copy_graph._in_place == {} and pipeline.copy_graph._entry is not None
 
 
 def test_off_by_environment_runs_node_by_node(two_nodes, monkeypatch):
@@ -166,7 +231,7 @@ def test_threads_mix_pipeline_calls_and_the_onnx_nodes_own_calls(two_nodes):
         return out
 
     check_threads(pipeline, calls)
-    assert pipeline.copy_graph.captures == 1
+    assert pipeline.copy_graph.captures == 2  # x's in-place graph (loaded), the copy graph for the threads' tensors
 
 
 def test_a_call_inside_an_outer_capture_runs_node_by_node(two_nodes):
@@ -185,12 +250,13 @@ def test_release_segments_drops_the_graph_and_it_is_captured_again(two_nodes):
     pipeline = loaded(two_nodes, torch.randn(N, device="cuda"))
     torch.cuda.synchronize()
     assert release_segments() >= 1
-    assert pipeline.copy_graph._entry is None
+    assert pipeline.copy_graph._entry is None and pipeline.copy_graph._in_place == {}
+    kept = []  # new addresses every call
     for i in range(3):  # node by node, capture, replay: each prepares what release freed and stays right
-        x = torch.randn(N, device="cuda") * (i + 1)
-        out = pipeline(x=x)
+        kept.append(torch.randn(N, device="cuda") * (i + 1))
+        out = pipeline(x=kept[-1])
         torch.cuda.synchronize()
-        check(outputs_by_role(pipeline, out), x, f"call {i} after release")
+        check(outputs_by_role(pipeline, out), kept[-1], f"call {i} after release")
     assert pipeline.copy_graph.captures == 2
 
 

@@ -15,6 +15,7 @@ import compile_records as cr
 import leapp
 from leapp._export.compile import compile_session
 from leapp.runtime import pipeline as pipeline_module
+from leapp.runtime.cuda_graphs import IN_PLACE_GRAPHS_ENV
 from leapp.runtime.pipeline import PIPELINE_GRAPH_ENV, plain_call_graph
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
@@ -41,6 +42,12 @@ def test_nodes_off_cuda_have_no_plain_call_graph(two_nodes):
 def test_the_environment_turns_it_off_first(two_nodes, monkeypatch):
     monkeypatch.setenv(PIPELINE_GRAPH_ENV, "0")
     assert leapp.load(two_nodes).copy_graph_reason == f"{PIPELINE_GRAPH_ENV}=0"
+
+
+def test_a_bad_in_place_graph_limit_is_refused_at_load(two_nodes, monkeypatch):
+    monkeypatch.setenv(IN_PLACE_GRAPHS_ENV, "lots")
+    with pytest.raises(ValueError, match=f"{IN_PLACE_GRAPHS_ENV}='lots': expected a number of graphs"):
+        leapp.load(two_nodes)
 
 
 def test_cuda_graphs_true_leaves_it_to_the_whole_pipeline_graph(two_nodes):
