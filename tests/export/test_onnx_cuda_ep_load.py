@@ -272,7 +272,7 @@ def test_node_graph_call_inside_an_outer_capture_runs_directly(onnx_export):
     out = pipeline(x=x)
     torch.cuda.synchronize()
     torch.testing.assert_close(out["out"], expected(x)[0], rtol=1e-5, atol=1e-5)
-    assert graph.captures == 1
+    assert graph.captures == 2  # x's address is new: the copy graph (the first call of the load warmed it up)
 
 
 def test_node_graph_is_dropped_by_release_segments_and_captured_again(onnx_export):

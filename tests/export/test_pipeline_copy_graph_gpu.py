@@ -243,7 +243,7 @@ def test_a_call_inside_an_outer_capture_runs_node_by_node(two_nodes):
     out = pipeline(x=x)
     torch.cuda.synchronize()
     check(outputs_by_role(pipeline, out), x, "after the outer capture")
-    assert pipeline.copy_graph.captures == 1
+    assert pipeline.copy_graph.captures == 2  # x's address is new: the copy graph (loaded's first call warmed it up)
 
 
 def test_release_segments_drops_the_graph_and_it_is_captured_again(two_nodes):
