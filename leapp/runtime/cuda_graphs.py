@@ -283,7 +283,7 @@ _IDLE_CALLS = 256  # an in-place graph unused for this many calls may make room 
 def in_place_graphs_limit() -> int:
     """``LEAPP_IN_PLACE_GRAPHS`` as a count (default 2); a value that is not a count >= 0 is refused."""
     value = os.environ.get(IN_PLACE_GRAPHS_ENV, "2")
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit()):  # '²'.isdigit() holds, int('²') fails
         raise ValueError(f"{IN_PLACE_GRAPHS_ENV}={value!r}: expected a number of graphs >= 0 (0 turns them off)")
     return int(value)
 

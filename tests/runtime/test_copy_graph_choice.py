@@ -131,7 +131,7 @@ def test_the_limit_comes_from_the_environment(monkeypatch):
     assert in_place_graphs_limit() == 2
     monkeypatch.setenv(IN_PLACE_GRAPHS_ENV, "0")
     assert in_place_graphs_limit() == 0
-    for bad in ("-1", "two", ""):
+    for bad in ("-1", "two", "", "1.5", "\u00b2"):
         monkeypatch.setenv(IN_PLACE_GRAPHS_ENV, bad)
         with pytest.raises(ValueError, match=IN_PLACE_GRAPHS_ENV):
             in_place_graphs_limit()
