@@ -295,8 +295,11 @@ class CopyGraph:
     ``run(inputs, static_outputs)`` enqueues the node on torch's current stream, which is
     ``stream`` while it is captured (a session opened on ``stream``); ``direct(inputs)`` runs it
     without a graph (and orders itself against the calling stream). ``inputs``/``outputs`` are
-    the node's fixed (shape, dtype) pairs on ``stream``'s device. The caller serialises calls (the
-    runner's lock).
+    the node's fixed (shape, dtype) pairs on ``stream``'s device. With ``bound_outputs`` (an ONNX
+    Runtime binding) ``run`` writes into the given static outputs; without, ``static_outputs`` is
+    None and ``run`` returns its outputs: the graph's static outputs are then the tensors the
+    captured run made (in the graph's memory pool), so the graph holds no copy into buffers of its
+    own. The caller serialises calls (the runner's lock).
 
     Two kinds of graph serve a call; both are replayed on the calling stream and their outputs cloned:
 
@@ -327,8 +330,9 @@ class CopyGraph:
     def __init__(self, name: str, run: Callable, direct: Callable, stream: torch.cuda.Stream,
                  inputs: Sequence[tuple[tuple[int, ...], torch.dtype]],
                  outputs: Sequence[tuple[tuple[int, ...], torch.dtype]], order: StreamOrder | None = None,
-                 checked_inputs: bool = False, max_in_place: int | None = None):
+                 checked_inputs: bool = False, max_in_place: int | None = None, bound_outputs: bool = True):
         self.name = name
+        self.bound_outputs = bound_outputs
         self.run = run
         self.direct = direct
         self.stream = stream
@@ -428,7 +432,8 @@ class CopyGraph:
             with torch.inference_mode(False):  # buffers written in place by calls in and out of inference mode
                 static_in = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.inputs
                              ] if key is None else [t.detach() for t in inputs]
-                static_out = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.outputs]
+                static_out = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.outputs
+                              ] if self.bound_outputs else None
             if key is None:
                 for static, value in zip(static_in, inputs):
                     static.copy_(value.detach())
@@ -438,18 +443,25 @@ class CopyGraph:
             stream.wait_stream(current)
             try:
                 with torch.cuda.stream(stream):
-                    self.run(static_in, static_out)  # this call's results, and the runtime's one-time work
+                    warm = self.run(static_in, static_out)  # this call's results, and the runtime's one-time work
                     graph = torch.cuda.CUDAGraph()
                     # thread_local: other threads' CUDA work neither breaks this capture nor is broken by it;
                     # nothing executes while capturing, so there is no host wait here (torch.cuda.graph's
                     # synchronize is for freeing memory before a capture, which this one does not allocate)
                     graph.capture_begin(capture_error_mode="thread_local")
                     try:
-                        self.run(static_in, static_out)
+                        made = self.run(static_in, static_out)
                     finally:
                         graph.capture_end()
             finally:
                 current.wait_stream(stream)  # the static buffers were made on the current stream
+            if static_out is None:  # the captured run's own outputs; this call's are the warm-up's
+                static_out = list(made)
+                results = [t.clone() for t in warm]
+                for t in warm:  # made on ``stream``: their memory waits for the clones before ``stream`` reuses it
+                    t.record_stream(current)
+            else:
+                results = [t.clone() for t in static_out]
         except Exception as e:  # the direct call stays correct
             self.enabled = False
             self._entry = None
@@ -465,7 +477,7 @@ class CopyGraph:
         log.debug("%s: captured a CUDA graph %s (%d input(s), %d output(s))", self.name,
                   "on buffers of its own" if key is None else "reading the call's inputs in place", len(static_in),
                   len(static_out))
-        return [t.clone() for t in static_out]
+        return results
 
 
 def _addresses(inputs: Sequence[torch.Tensor]) -> tuple[int, ...] | None:

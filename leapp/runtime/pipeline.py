@@ -364,8 +364,9 @@ def _graph_stream(entries: Sequence[dict]) -> torch.cuda.Stream | None:
 def plain_call_graph(pipeline: Pipeline) -> tuple[CopyGraph | None, str]:
     """A plain call of ``pipeline`` as one ``CopyGraph``, or (None, why not).
 
-    The plain call's contract stays (any input tensors, fresh outputs): the call's inputs are copied
-    into the graph's own buffers, one graph launch replays every node, and the outputs are cloned.
+    The plain call's contract stays (any input tensors, fresh outputs): one graph launch replays every
+    node, reading input tensors whose addresses repeat in place and copying other inputs into the
+    graph's own buffers, and the outputs the captured run made are cloned.
     It replaces a host dispatch per torch op, Warp segment and ONNX Runtime run. Made for pipelines of
     two or more nodes on one CUDA device with fixed shapes whose PT2 nodes can be captured and whose
     ONNX nodes have node graphs (ONNX Runtime's CUDA EP on torch's stream): those nodes then run in
@@ -400,16 +401,18 @@ def plain_call_graph(pipeline: Pipeline) -> tuple[CopyGraph | None, str]:
     for runner in onnx:
         runner.join_order(order)
 
-    def run(static_in: Sequence[torch.Tensor], static_out: Sequence[torch.Tensor]) -> None:
-        for spec, out, value in zip(outputs, static_out, pipeline._run_all(static_in, direct=True)):
-            if value.shape != out.shape or value.dtype != out.dtype or value.device != out.device:
+    def run(static_in: Sequence[torch.Tensor], _unbound: None) -> list[torch.Tensor]:
+        values = pipeline._run_all(static_in, direct=True)
+        for spec, value in zip(outputs, values):  # the graph's static outputs: checked once, when captured
+            if value.shape != spec.shape or value.dtype != spec.dtype or value.device != device:
                 raise PipelineError(f"output '{spec.name}' is {value.dtype}{list(value.shape)} on {value.device}, "
-                                    f"pipeline.yaml says {spec.describe()} on {out.device}")
-            out.copy_(value)
+                                    f"pipeline.yaml says {spec.describe()} on {device}")
+        return values
 
     graph = CopyGraph(f"pipeline '{pipeline.name}'", run, lambda values: pipeline._run_all(values, direct=False),
                       torch.cuda.Stream(device), [(s.shape, s.dtype) for s in pipeline.inputs.values()],
-                      [(s.shape, s.dtype) for s in outputs], order, checked_inputs=True)  # Pipeline.run checks them
+                      [(s.shape, s.dtype) for s in outputs], order, checked_inputs=True,  # Pipeline.run checks them
+                      bound_outputs=False)
     return graph, ""
 
 
