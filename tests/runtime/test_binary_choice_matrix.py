@@ -102,6 +102,7 @@ def test_matrix_headline_rows():
 
 WORKER = """
 import json, sys
+sys.modules["torch"] = None  # the loader needs no torch: import leapp then skips the op (3 s a process on 2 cores)
 import numpy as np
 sys.path.insert(0, {here!r})
 from cuda_bundles import fake_cubin, with_binaries
