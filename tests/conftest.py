@@ -53,6 +53,19 @@ def cuda_usable() -> bool:
     return bool(_native.driver_status()["available"])
 
 
+def pytest_xdist_auto_num_workers(config):
+    """Workers for ``-n auto`` (README's test command): one per CPU, at most 4, where no GPU is usable; none (one
+    process) where one is, since the ``cuda`` tests time host waits and share the device. Most of the suite's time
+    is subprocesses and compilers, so two workers on CI's 2 cores keep both busy.
+    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still decides when set."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # pytest-xdist's own hook reads it
+    if cuda_usable():
+        return 0
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return min(cpus, 4) if cpus > 1 else 0
+
+
 def pytest_collection_modifyitems(config, items):
     if cuda_usable():
         return
