@@ -169,9 +169,11 @@ def _kill_all() -> None:
         worker.kill()
 
 
-# Variables torch writes into os.environ itself (its own default, which a fresh worker computes alike):
-# the export sets TORCHINDUCTOR_CACHE_DIR on first use, after a worker may have been started.
-_KEY_IGNORES = frozenset({"TORCHINDUCTOR_CACHE_DIR"})
+# Variables that change without changing what a worker does: torch writes TORCHINDUCTOR_CACHE_DIR into
+# os.environ on the export's first use (its own default, which a fresh worker computes alike), after a worker
+# may have been started; pytest sets PYTEST_CURRENT_TEST to the running test's name, so in a test suite every
+# test would otherwise start a worker of its own (seconds each) instead of taking the kept one.
+_KEY_IGNORES = frozenset({"TORCHINDUCTOR_CACHE_DIR", "PYTEST_CURRENT_TEST"})
 
 
 def _worker_key(env: dict[str, str]) -> tuple:

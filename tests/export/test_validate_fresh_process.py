@@ -232,6 +232,18 @@ def test_a_changed_environment_or_a_dead_kept_worker_gets_a_fresh_worker(tmp_pat
     assert validate_process._SPAWNED == spawned + 3 and _kept_pid() is not None
 
 
+def test_the_kept_worker_serves_the_next_test_of_a_suite(tmp_path, monkeypatch):
+    """pytest names the running test in PYTEST_CURRENT_TEST: a user's suite that exports in several tests takes
+    the kept worker in each, as one script would, instead of starting one per test."""
+    validate_process.stop_kept_worker()
+    spawned = validate_process._SPAWNED
+    compile_session(cr.session(tmp_path / "a", cr.mlp_node("policy", "onnx")))
+    first = validate_process._KEPT
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/test_user.py::test_next (call)")
+    compile_session(cr.session(tmp_path / "b", cr.mlp_node("policy", "onnx")))
+    assert validate_process._SPAWNED == spawned + 1 and validate_process._KEPT is first and first.proc.poll() is None
+
+
 def _trace_double(tmp_path, name: str):
     """A one-node ONNX session traced through the public API; returns the session (not compiled)."""
     import leapp
