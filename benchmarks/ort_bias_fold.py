@@ -19,6 +19,9 @@ CUDA graph (ORT's enable_cuda_graph; torch.cuda.graph for torch), and the larges
 difference from a float64 reference.
 
     python benchmarks/ort_bias_fold.py --rows 256,4096
+
+It needs torch and onnxruntime-gpu only (no Warp, no leapp build), so its per-call timing is a
+few lines of its own rather than replay.py's ``time_calls`` (which imports both).
 """
 
 from __future__ import annotations
