@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 SIZES = (15, 64, 64, 12)
+FORMS = ("matmul-add", "gemm", "ones-65", "ones-68", "ones-72")  # the ONNX forms (``model``); torch is timed too
 
 
 def weights(seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -59,9 +60,9 @@ def model(form: str, layers, rows: int):
         x = "x1"
     for i, (w, b) in enumerate(layers):
         y = f"h{i}" if i < last else "y"
+        pre = f"p{i}" if i < last else y  # before the ELU
         if width is None:
             inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]
-            pre = f"p{i}" if i < last else y
             if form == "gemm":
                 nodes.append(helper.make_node("Gemm", [x, f"w{i}", f"b{i}"], [pre]))
             else:
@@ -72,11 +73,10 @@ def model(form: str, layers, rows: int):
             n_out = width if i < last else w.shape[1]
             folded = np.zeros((k_in, n_out), dtype=np.float32)
             folded[: w.shape[0], : w.shape[1]] = w
-            folded[w.shape[0] if i == 0 else w.shape[0], : w.shape[1]] = b  # the ones column's row
+            folded[w.shape[0], : w.shape[1]] = b  # the row the input's ones column meets
             if i < last:
                 folded[w.shape[0], w.shape[1]] = 1.0  # carries the ones column to the next layer
             inits.append(numpy_helper.from_array(folded, f"w{i}"))
-            pre = f"p{i}" if i < last else y
             nodes.append(helper.make_node("MatMul", [x, f"w{i}"], [pre]))
         if i < last:
             nodes.append(helper.make_node("Elu", [pre], [y]))
@@ -95,7 +95,7 @@ def ort_call(m, x: torch.Tensor, y: torch.Tensor, graph: bool, form: str):
     path = Path(tempfile.mkdtemp(prefix="leapp-bias-")) / "m.onnx"
     onnx.save(m, path)
     options = ort.SessionOptions()
-    if form == "matmul-add":
+    if form == "matmul-add":  # as leapp.runtime.onnx_runner.CUDA_SESSION_CONFIG (leapp is not imported here)
         options.add_session_config_entry("optimization.disable_specified_optimizers", "MatMulAddFusion")
     cuda = {"device_id": "0", "use_tf32": "0", "enable_cuda_graph": "1" if graph else "0"}
     session = ort.InferenceSession(str(path), options, providers=[("CUDAExecutionProvider", cuda)])
@@ -170,7 +170,7 @@ def reference(layers, x: torch.Tensor) -> torch.Tensor:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", default="256,4096")
-    parser.add_argument("--forms", default="matmul-add,gemm,ones-65,ones-68,ones-72")
+    parser.add_argument("--forms", default=",".join(FORMS))
     parser.add_argument("--runs", type=int, default=200, help="profiled runs per form")
     parser.add_argument("--calls", type=int, default=1000, help="timed graph replays per form")
     args = parser.parse_args()

@@ -17,9 +17,6 @@ from hypothesis import strategies as st
 ort = pytest.importorskip("onnxruntime")
 fold = benchmark_module("ort_bias_fold")
 
-FORMS = ["matmul-add", "gemm", "ones-65", "ones-68", "ones-72"]
-
-
 def _run(form: str, layers, x: torch.Tensor) -> np.ndarray:
     session = ort.InferenceSession(fold.model(form, layers, x.shape[0]).SerializeToString(),
                                    providers=["CPUExecutionProvider"])
@@ -32,7 +29,7 @@ def test_every_form_computes_the_reference_mlp(seed, rows):
     layers = fold.weights(seed)
     x = torch.randn(rows, fold.SIZES[0], generator=torch.Generator().manual_seed(seed))
     want = fold.reference(layers, x).numpy()
-    for form in FORMS:
+    for form in fold.FORMS:
         got = _run(form, layers, x)
         assert got.shape == (rows, fold.SIZES[-1]), form
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=form)
