@@ -3,7 +3,7 @@
 The node is the go2 observation step (three Warp kernels, a scratch array, a constant). It is traced twice,
 once with ``dynamic_batch=(1, 4096)`` and once fixed at N, and both are exported to PT2. Measured per call,
 after a warm-up, each call synchronised (a control loop's latency), with CUDA events and a host clock,
-in ``--repeats`` interleaved rounds (replay.measure_interleaved); the ratio is formed per round (paired):
+in ``--repeats`` interleaved rounds (timing.measure_interleaved); the ratio is formed per round (paired):
 
   pt2       leapp.load(...).run_node("obs", ...): input checks, the program, the op, the replay
   native    the bundle alone through leapp._native.run_segment (outputs prebuilt): the runtime's own cost
@@ -28,7 +28,7 @@ import warp as wp
 
 import leapp
 import pipeline_step
-import replay
+import timing
 from leapp import annotate
 
 REST = [0.1, 0.8, -1.5] * 4
@@ -97,10 +97,10 @@ def routes(folder: Path, n: int, device: str) -> dict:
 
 
 def compare(fixed_folder: Path, dynamic_folder: Path, n: int, device: str, calls: int, repeats: int) -> list[dict]:
-    """Both exports' routes timed in interleaved rounds (replay.measure_interleaved); one row per path with
+    """Both exports' routes timed in interleaved rounds (timing.measure_interleaved); one row per path with
     the median of the round medians, p90, spread, and the paired dynamic/fixed ratio per round."""
     fixed, dynamic = routes(fixed_folder, n, device), routes(dynamic_folder, n, device)
-    timed = replay.measure_interleaved({**{f"fixed {k}": v for k, v in fixed.items()},
+    timed = timing.measure_interleaved({**{f"fixed {k}": v for k, v in fixed.items()},
                                         **{f"dynamic {k}": v for k, v in dynamic.items()}}, calls, 20, repeats)
     rows = []
     for path in fixed:

@@ -2,7 +2,7 @@
 
 The segment is benchmarks/replay.py's (``tmp = x * 2``, ``y = tmp + x``), traced and exported by
 its ``export`` into one folder with a PT2 node and an ONNX node. Measured per call with
-replay.py's ``time_calls`` (CUDA events on torch's current stream and a host clock, each call
+timing.py's ``time_calls`` (CUDA events on torch's current stream and a host clock, each call
 synchronised before the next: the latency a control loop sees), after a warm-up:
 
   onnx-cuda-ep          leapp.load(folder).run_node("seg_onnx", x=x): the ONNX node on ONNX Runtime's
@@ -41,6 +41,7 @@ import warp as wp
 
 import leapp
 import replay
+import timing
 
 SIZES = (1024, 262144)
 
@@ -148,9 +149,9 @@ def bare_cuda_ep_sessions(model: Path, x: torch.Tensor, ort_stream: int) -> dict
 
 
 def timed(name: str, fn, calls: int, warmup: int) -> dict:
-    """``replay.time_calls`` of one route; a failure names the route (CUDA errors surface at a later sync)."""
+    """``timing.time_calls`` of one route; a failure names the route (CUDA errors surface at a later sync)."""
     try:
-        return replay.time_calls(fn, calls, warmup)
+        return timing.time_calls(fn, calls, warmup)
     except Exception as e:
         raise RuntimeError(f"route {name!r}: {type(e).__name__}: {e}") from e
 

@@ -20,19 +20,20 @@ difference from a float64 reference.
 
     python benchmarks/ort_bias_fold.py --rows 256,4096
 
-It needs torch and onnxruntime-gpu only (no Warp, no leapp build), so its per-call timing is a
-few lines of its own rather than replay.py's ``time_calls`` (which imports both).
+It needs torch and onnxruntime-gpu only (no Warp, no leapp build); per-call times come from
+timing.py's ``time_calls``, the harness of the other benchmarks, which needs torch alone.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from timing import time_calls
 
 SIZES = (15, 64, 64, 12)
 FORMS = ("matmul-add", "gemm", "ones-65", "ones-68", "ones-72")  # the ONNX forms (``model``); torch is timed too
@@ -145,19 +146,6 @@ def kernel_time(call, runs: int) -> tuple[float, float]:
     return len(kernels) / runs, sum(e.device_time for e in kernels) / runs
 
 
-def event_median(call, calls: int) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(calls):
-        torch.cuda.synchronize()
-        start.record()
-        call()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0)
-    return statistics.median(times)
-
-
 def reference(layers, x: torch.Tensor) -> torch.Tensor:
     h = x.double().cpu()
     for i, (w, b) in enumerate(layers):
@@ -201,7 +189,7 @@ def main() -> None:
                 torch.cuda.synchronize()
                 got = y
             err = (got.double().cpu() - want).abs().max().item()
-            med = event_median(replay, args.calls)
+            med = time_calls(replay, args.calls, warmup=0)["median_us"]
             n, us = kernel_time(plain, args.runs)
             print(f"| {rows} | {form} | {n:.1f} | {us:.1f} | {med:.1f} | {err:.3g} |", flush=True)
 

@@ -2,7 +2,7 @@
 
 The example's ``Go2.step`` (obs: PT2 node with a 3-kernel Warp segment; policy: ONNX MLP; action:
 ONNX node with a Warp segment) is traced on cuda:0 and exported for each number of robots, then
-one step is timed per route with replay.py's ``time_calls`` (CUDA events on torch's stream and a
+one step is timed per route with timing.py's ``time_calls`` (CUDA events on torch's stream and a
 host clock, each call synchronised before the next: what a control loop sees):
 
   eager              Go2.step on the inputs, under torch.no_grad (annotations are no-ops)
@@ -55,7 +55,8 @@ import torch
 import warp as wp
 
 import leapp
-import replay
+import timing
+from step_floor import floor_route
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "go2_pipeline.py"
 
@@ -78,47 +79,6 @@ def export(module, robot, envs: int, device: str, out: Path) -> tuple[Path, floa
             robot.step(*module.random_state(envs, device, seed))
     session.compile(validate=False)
     return out / "go2", time.perf_counter() - start
-
-
-def floor_route(module, robot, quat: torch.Tensor, joints: torch.Tensor):
-    """The step's kernels captured once as one CUDA graph and replayed: the Warp launches of
-    ``Go2.observe``/``act`` and torch's MLP, with the Warp scratch preallocated (a ``wp.empty`` inside
-    torch's capture breaks it) and Warp on the capture stream, entered before the capture begins
-    (``wp.ScopedStream`` without its event hand-off, which a capture refuses)."""
-    n, joints_n, dev = quat.shape[0], module.NUM_JOINTS, robot.device
-    static_quat, static_joints = quat.clone(), joints.clone()
-    offsets = wp.empty((n, joints_n), dtype=float, device=dev)
-    grav = torch.empty(n, 3, device=quat.device)
-    joint_obs = torch.empty(n, joints_n, device=quat.device)
-    net = module.POLICY_NET[-1]
-
-    def step():
-        wp.launch(module.projected_gravity, dim=n,
-                  inputs=[wp.from_torch(static_quat, dtype=wp.quat), wp.vec3(0.0, 0.0, -1.0)],
-                  outputs=[wp.from_torch(grav, dtype=wp.vec3)], device=dev)
-        wp.launch(module.joint_offsets, dim=(n, joints_n), inputs=[wp.from_torch(static_joints), robot.default_pose],
-                  outputs=[offsets], device=dev)
-        wp.launch(module.scale, dim=(n, joints_n), inputs=[offsets, 0.5], outputs=[wp.from_torch(joint_obs)],
-                  device=dev)
-        raw = net(torch.cat([grav, joint_obs], dim=-1))
-        action = torch.empty_like(raw)
-        wp.launch(module.clamp_scale, dim=raw.shape, inputs=[wp.from_torch(raw), -1.0, 1.0, 0.25],
-                  outputs=[wp.from_torch(action)], device=dev)
-        return action
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    graph = torch.cuda.CUDAGraph()
-    with wp.ScopedStream(wp.stream_from_torch(side), sync_enter=False, sync_exit=False), torch.no_grad():
-        with torch.cuda.stream(side):
-            for _ in range(3):  # warm-up on the capture stream: modules loaded, cuBLAS and allocator pools primed
-                step()
-        side.synchronize()
-        with torch.cuda.graph(graph, stream=side):
-            out = step()
-    graph.replay()
-    torch.cuda.synchronize()
-    return graph.replay, out
 
 
 def node_calls(pipeline, no_node_graphs, inputs: dict) -> dict:
@@ -227,7 +187,7 @@ def run(args) -> dict:
             calls, facts = routes(module, robot, folder, envs, device, nodes=args.nodes)
             entry.update(facts)
             with wp.ScopedStream(wp.stream_from_torch(torch.cuda.current_stream())):  # eager Warp on torch's stream
-                entry["routes"] = replay.measure_interleaved(calls, args.calls, args.warmup, args.repeats)
+                entry["routes"] = timing.measure_interleaved(calls, args.calls, args.warmup, args.repeats)
         results["sizes"][str(envs)] = entry
     return results
 

@@ -49,7 +49,8 @@ import warp as wp
 
 import leapp
 from leapp import annotate
-from replay_report import markdown, percentile, targets
+from replay_report import markdown, targets
+from timing import time_calls
 
 SIZES = (1, 1024, 262144)
 SCALE = 2.0
@@ -119,94 +120,6 @@ def export(n: int, device: str, out: Path) -> tuple[Path, float]:
 
 
 # --- measuring ------------------------------------------------------------------------------------
-
-
-def time_calls(fn, calls: int, warmup: int, keep_samples: bool = False) -> dict:
-    """Per-call latency in µs: CUDA events on torch's current stream and a host clock, synchronised each call
-    (``keep_samples``: also every call's event time, ``samples_us``)."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    stream = torch.cuda.current_stream()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
-    wall = []
-    alloc = AllocationProbe()
-    for i in range(calls):
-        t0 = time.perf_counter()
-        starts[i].record(stream)
-        fn()
-        ends[i].record(stream)
-        ends[i].synchronize()
-        wall.append((time.perf_counter() - t0) * 1e6)
-    events = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
-    extra = {"samples_us": events, "wall_samples_us": wall} if keep_samples else {}
-    return {
-        **extra,
-        "calls": calls,
-        "median_us": statistics.median(events),
-        "p90_us": percentile(events, 0.9),
-        "wall_median_us": statistics.median(wall),
-        "allocations": alloc.per_call(calls),
-    }
-
-
-def measure_interleaved(calls: dict, n_calls: int, warmup: int, repeats: int) -> dict:
-    """``time_calls`` of every entry of ``calls``, ``repeats`` rounds with the entries interleaved (a shared
-    machine drifts: interleaving spreads the drift over all entries). Per entry: the median of the round
-    medians, the pooled p90, the spread (min, max) of the round medians, for CUDA events and the host clock,
-    and ``rounds``: each round's (event, host) median, so that callers can form paired ratios."""
-    runs: dict[str, list[dict]] = {name: [] for name in calls}
-    with torch.no_grad():
-        for _ in range(repeats):
-            for name, fn in calls.items():
-                runs[name].append(time_calls(fn, n_calls, warmup, keep_samples=True))
-    out = {}
-    for name, results in runs.items():
-        medians = [r["median_us"] for r in results]
-        walls = [r["wall_median_us"] for r in results]
-        out[name] = {
-            "median_us": statistics.median(medians),
-            "p90_us": percentile([s for r in results for s in r["samples_us"]], 0.9),
-            "spread_us": [min(medians), max(medians)],
-            "wall_median_us": statistics.median(walls),
-            "wall_p90_us": percentile([s for r in results for s in r["wall_samples_us"]], 0.9),
-            "wall_spread_us": [min(walls), max(walls)],
-            "rounds": list(zip(medians, walls)),
-            "runs": len(results),
-        }
-    return out
-
-
-class AllocationProbe:
-    """Allocation counters before a loop; ``per_call`` gives the deltas after it.
-
-    NOTE: leapp._native's counter sees only replays made through leapp._native (the
-    `native` method, and the op when its Python kernels serve it): libleapp_warp_torch.so
-    links its own copy of the runtime. Free device memory and torch's cudaMalloc count
-    are seen from outside, whichever library allocates.
-    """
-
-    def __init__(self):
-        from leapp import _native
-
-        self._native = _native
-        torch.cuda.synchronize()
-        self.native = _native.allocation_count()
-        stats = torch.cuda.memory_stats()
-        self.requests = stats.get("allocation.all.allocated", 0)
-        self.device_allocs = stats.get("num_device_alloc", 0)
-        self.free = torch.cuda.mem_get_info()[0]
-
-    def per_call(self, calls: int) -> dict:
-        torch.cuda.synchronize()
-        stats = torch.cuda.memory_stats()
-        return {
-            "leapp_native_per_call": (self._native.allocation_count() - self.native) / calls,
-            "torch_allocator_requests_per_call": (stats.get("allocation.all.allocated", 0) - self.requests) / calls,
-            "torch_cudamalloc_total": stats.get("num_device_alloc", 0) - self.device_allocs,
-            "free_device_bytes_delta": torch.cuda.mem_get_info()[0] - self.free,
-        }
 
 
 def cold_first_call(folder: Path, n: int, device: str, runs: int) -> dict:

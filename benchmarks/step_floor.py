@@ -1,0 +1,55 @@
+"""The robot step's floor: its kernels captured once as one CUDA graph and replayed, nothing else.
+
+Shared by ``pipeline_step.py`` (this project's exports) and ``existing_tool_step.py`` (the existing tool's),
+so both tools are measured against the same floor. Needs torch and Warp only: ``module`` is anything with the
+example's kernels (``projected_gravity``, ``joint_offsets``, ``scale``, ``clamp_scale``), ``NUM_JOINTS`` and
+``POLICY_NET``; ``robot`` has its ``device`` and ``default_pose``.
+"""
+
+from __future__ import annotations
+
+import torch
+import warp as wp
+
+__all__ = ["floor_route"]
+
+
+def floor_route(module, robot, quat: torch.Tensor, joints: torch.Tensor):
+    """The step's kernels captured once as one CUDA graph and replayed: the Warp launches of
+    ``Go2.observe``/``act`` and torch's MLP, with the Warp scratch preallocated (a ``wp.empty`` inside
+    torch's capture breaks it) and Warp on the capture stream, entered before the capture begins
+    (``wp.ScopedStream`` without its event hand-off, which a capture refuses)."""
+    n, joints_n, dev = quat.shape[0], module.NUM_JOINTS, robot.device
+    static_quat, static_joints = quat.clone(), joints.clone()
+    offsets = wp.empty((n, joints_n), dtype=float, device=dev)
+    grav = torch.empty(n, 3, device=quat.device)
+    joint_obs = torch.empty(n, joints_n, device=quat.device)
+    net = module.POLICY_NET[-1]
+
+    def step():
+        wp.launch(module.projected_gravity, dim=n,
+                  inputs=[wp.from_torch(static_quat, dtype=wp.quat), wp.vec3(0.0, 0.0, -1.0)],
+                  outputs=[wp.from_torch(grav, dtype=wp.vec3)], device=dev)
+        wp.launch(module.joint_offsets, dim=(n, joints_n), inputs=[wp.from_torch(static_joints), robot.default_pose],
+                  outputs=[offsets], device=dev)
+        wp.launch(module.scale, dim=(n, joints_n), inputs=[offsets, 0.5], outputs=[wp.from_torch(joint_obs)],
+                  device=dev)
+        raw = net(torch.cat([grav, joint_obs], dim=-1))
+        action = torch.empty_like(raw)
+        wp.launch(module.clamp_scale, dim=raw.shape, inputs=[wp.from_torch(raw), -1.0, 1.0, 0.25],
+                  outputs=[wp.from_torch(action)], device=dev)
+        return action
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with wp.ScopedStream(wp.stream_from_torch(side), sync_enter=False, sync_exit=False), torch.no_grad():
+        with torch.cuda.stream(side):
+            for _ in range(3):  # warm-up on the capture stream: modules loaded, cuBLAS and allocator pools primed
+                step()
+        side.synchronize()
+        with torch.cuda.graph(graph, stream=side):
+            out = step()
+    graph.replay()
+    torch.cuda.synchronize()
+    return graph.replay, out
