@@ -1,0 +1,323 @@
+"""The robot step through the existing export tool (LEAPP 0.7.2): its export and its InferenceManager.
+
+Issue 13 asks for the existing tool's InferenceManager on the robot pipeline that ``pipeline_step.py``
+times for this project, with the same harness. Both packages import as ``leapp``, so this script runs in
+an interpreter whose ``leapp`` is the existing tool (installed into a folder of its own that comes first on
+``PYTHONPATH``, its Warp runtime built once with its ``leapp-build-warp-runtime``) and never imports this
+project's package. The step is examples/go2_pipeline.py's, the same kernels and the same policy weights
+(seed 0), annotated with the existing tool's API:
+
+  obs     export_with="pt2"    projected gravity, joint offsets through a scratch array and a scaling, in one
+                               ``annotate.warp_op("obs")`` block, then ``torch.cat``
+  policy  export_with="onnx"   the example's MLP
+  action  --action-backend     the clamp-and-scale kernel in ``annotate.warp_op("action")`` (onnx, as the example)
+
+Per number of robots, two fresh processes. The first traces the step (two passes and one more sample, as the
+example does) and times ``leapp.compile_graph(visualize=False)``, which validates. The second loads the export
+as a deployment does (tracing with the existing tool switches torch's caching allocator off for the rest of
+its process, so timing there would measure that) and times with timing.py's harness, as pipeline_step.py does:
+
+  eager                  the step with the annotations inactive (outside ``leapp.start``)
+  InferenceManager       ``InferenceManager(yaml)({"obs/quat": quat, "obs/joints": joints})``
+  floor                  step_floor.floor_route, pipeline_step.py's floor: the step's kernels as one CUDA graph
+  InferenceManager-graph the InferenceManager call captured once with ``torch.cuda.graph`` and replayed, tried after
+                         the routes above (a failed capture can spoil the process) and timed, with the floor again
+                         (``floor (again)``), only when the capture works; the table says why not otherwise
+
+    PYTHONPATH=/path/to/leapp-0.7.2:$PYTHONPATH python benchmarks/existing_tool_step.py --envs 256,4096
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import warp as wp
+
+import timing
+from step_floor import floor_route
+
+EXISTING_VERSION = "0.7.2"
+NUM_JOINTS = 12
+POLICY_NET: list = []  # floor_route reads the policy here, as it reads the example's
+
+
+def existing_leapp():
+    """The existing tool's package, refusing this project's (both are ``leapp``)."""
+    import leapp  # noqa: PLC0415
+
+    if not hasattr(leapp, "InferenceManager") or getattr(leapp, "__version__", None) != EXISTING_VERSION:
+        raise SystemExit(f"existing_tool_step.py: `import leapp` gave {getattr(leapp, '__file__', '?')} "
+                         f"(version {getattr(leapp, '__version__', '?')}), not the existing tool {EXISTING_VERSION}; "
+                         "put a folder holding it first on PYTHONPATH")
+    return leapp
+
+
+def without_this_projects_leapp() -> None:
+    """An editable install of this project resolves ``leapp`` through an import hook that comes before PYTHONPATH
+    (scikit-build-core's redirecting finder in ``sys.meta_path``): drop it in this interpreter, whose ``leapp``
+    must be the existing tool. Only ``main`` calls it: the tests import this module next to this project's leapp."""
+    sys.meta_path[:] = [f for f in sys.meta_path if "leapp" not in getattr(f, "known_source_files", {})]
+
+
+# The kernels, policy and state of examples/go2_pipeline.py, written again because that file imports this
+# project's leapp (tests/e2e/test_existing_tool_step.py checks that they stay the same).
+@wp.kernel
+def projected_gravity(q: wp.array(dtype=wp.quat), g: wp.vec3, out: wp.array(dtype=wp.vec3)):
+    i = wp.tid()
+    out[i] = wp.quat_rotate_inv(q[i], g)
+
+
+@wp.kernel
+def joint_offsets(pos: wp.array2d(dtype=float), rest: wp.array(dtype=float), offsets: wp.array2d(dtype=float)):
+    i, j = wp.tid()
+    offsets[i, j] = pos[i, j] - rest[j]
+
+
+@wp.kernel
+def scale(src: wp.array2d(dtype=float), factor: float, out: wp.array2d(dtype=float)):
+    i, j = wp.tid()
+    out[i, j] = src[i, j] * factor
+
+
+@wp.kernel
+def clamp_scale(a: wp.array2d(dtype=float), lo: float, hi: float, factor: float, out: wp.array2d(dtype=float)):
+    i, j = wp.tid()
+    out[i, j] = wp.clamp(a[i, j], lo, hi) * factor
+
+
+def policy_net(device: str):
+    torch.manual_seed(0)  # the example's Go2.__init__
+    net = torch.nn.Sequential(torch.nn.Linear(3 + NUM_JOINTS, 64), torch.nn.ELU(), torch.nn.Linear(64, 64),
+                              torch.nn.ELU(), torch.nn.Linear(64, NUM_JOINTS))
+    return net.to(device).eval()
+
+
+def random_state(n: int, device: str, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    quat = torch.nn.functional.normalize(torch.randn(n, 4, generator=g), dim=-1)
+    joints = torch.randn(n, NUM_JOINTS, generator=g)
+    return quat.to(device), joints.to(device)
+
+
+class Go2:
+    """The example's step with the existing tool's annotations (pass-through outside ``leapp.start``)."""
+
+    def __init__(self, device: str, annotate, action_backend: str):
+        self.device = device
+        self.annotate = annotate
+        self.action_backend = action_backend
+        self.default_pose = wp.array([0.1, 0.8, -1.5] * 4, dtype=float, device=device)
+        POLICY_NET.append(policy_net(device))
+
+    def step(self, quat, joints):
+        annotate, dev = self.annotate, self.device
+        quat, joints = annotate.input_tensors("obs", {"quat": quat, "joints": joints})
+        n = quat.shape[0]
+        grav = torch.empty(n, 3, device=quat.device)
+        joint_obs = torch.empty(n, NUM_JOINTS, device=quat.device)
+        with annotate.warp_op("obs"):
+            offsets = wp.empty((n, NUM_JOINTS), dtype=float, device=dev)  # scratch
+            wp.launch(projected_gravity, dim=n, inputs=[wp.from_torch(quat, dtype=wp.quat), wp.vec3(0.0, 0.0, -1.0)],
+                      outputs=[wp.from_torch(grav, dtype=wp.vec3)], device=dev)
+            wp.launch(joint_offsets, dim=(n, NUM_JOINTS), inputs=[wp.from_torch(joints), self.default_pose],
+                      outputs=[offsets], device=dev)
+            wp.launch(scale, dim=(n, NUM_JOINTS), inputs=[offsets, 0.5], outputs=[wp.from_torch(joint_obs)],
+                      device=dev)
+        obs = torch.cat([grav, joint_obs], dim=-1)
+        annotate.output_tensors("obs", {"obs": obs}, export_with="pt2")
+
+        obs = annotate.input_tensors("policy", {"obs": obs})
+        raw = POLICY_NET[-1](obs)
+        annotate.output_tensors("policy", {"output": raw}, export_with="onnx")
+
+        raw = annotate.input_tensors("action", {"raw": raw})
+        action = torch.empty_like(raw)
+        with annotate.warp_op("action"):
+            wp.launch(clamp_scale, dim=raw.shape, inputs=[wp.from_torch(raw), -1.0, 1.0, 0.25],
+                      outputs=[wp.from_torch(action)], device=dev)
+        annotate.output_tensors("action", {"action": action}, export_with=self.action_backend)
+        return action
+
+
+def export_child(envs: int, out: Path, action_backend: str) -> dict:
+    """Traces and exports the step at ``envs`` robots (this process only)."""
+    leapp = existing_leapp()
+
+    wp.init()
+    robot = Go2("cuda:0", leapp.annotate, action_backend)
+    start = time.perf_counter()
+    leapp.start("go2", save_path=str(out))
+    for seed in range(3):  # discovery, capture, one more sample
+        robot.step(*random_state(envs, "cuda:0", seed))
+    leapp.stop()
+    traced = time.perf_counter()
+    validated = leapp.compile_graph(visualize=False)
+    done = time.perf_counter()
+    folder = out / "go2"
+    return {"trace_s": traced - start, "compile_graph_s": done - traced, "validated": bool(validated),
+            "files": {p.name: p.stat().st_size for p in sorted(folder.iterdir()) if p.is_file()}}
+
+
+def time_child(envs: int, folder: Path, action_backend: str, n_calls: int, warmup: int, repeats: int) -> dict:
+    """Loads the export in this fresh process and times the routes of the module docstring."""
+    leapp = existing_leapp()
+
+    wp.init()
+    robot = Go2("cuda:0", leapp.annotate, action_backend)
+    quat, joints = random_state(envs, "cuda:0", 7)  # pipeline_step.py's state
+    with torch.no_grad():
+        expected = robot.step(quat, joints)
+    begin = time.perf_counter()
+    manager = leapp.InferenceManager(str(folder / "go2.yaml"))
+    feed = {"obs/quat": quat, "obs/joints": joints}
+    with torch.no_grad():
+        first = manager(feed)["action/action"]
+    torch.cuda.synchronize()
+    facts = {"load_and_first_call_s": time.perf_counter() - begin, "max_abs_error": {}}
+    facts["max_abs_error"]["InferenceManager"] = (first.to(expected.device) - expected).abs().max().item()
+    facts["output_device"] = str(first.device)
+    replay_floor, floor_out = floor_route(sys.modules[__name__], robot, quat, joints)
+    facts["max_abs_error"]["floor"] = (floor_out - expected).abs().max().item()
+    calls = {"eager": lambda: robot.step(quat, joints), "InferenceManager": lambda: manager(feed),
+             "floor": replay_floor}
+    with wp.ScopedStream(wp.stream_from_torch(torch.cuda.current_stream())):  # eager Warp on torch's stream
+        facts["routes"] = timing.measure_interleaved(calls, n_calls, warmup, repeats)
+    # after the other routes: a capture that fails may leave this process's CUDA state unusable
+    graph = graphed(manager, feed, expected, facts)
+    if graph is not None:  # timed with the floor again, in rounds of their own
+        facts["routes"].update(timing.measure_interleaved({"InferenceManager-graph": graph, "floor (again)": replay_floor},
+                                                          n_calls, warmup, repeats))
+    return facts
+
+
+def graphed(manager, feed: dict, expected, facts: dict):
+    """``manager(feed)`` captured with torch.cuda.graph (warm-up on the capture stream first), or None with the
+    reason in ``facts["graph"]``."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.no_grad():
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    manager(feed)
+            side.synchronize()
+            with torch.cuda.graph(graph, stream=side):
+                out = manager(feed)["action/action"]
+        graph.replay()
+        torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001 - reported in the table instead of a number
+        facts["graph"] = f"capture failed: {type(e).__name__}: {str(e)[:300]}"
+        return None
+    facts["graph"] = "captured"
+    facts["max_abs_error"]["InferenceManager-graph"] = (out.to(expected.device) - expected).abs().max().item()
+    return graph.replay
+
+
+def child(args) -> int:
+    out = Path(args.result)
+    try:
+        if args.child == "export":
+            result = export_child(args.envs[0], Path(args.out), args.action_backend)
+        else:
+            result = time_child(args.envs[0], Path(args.out) / "go2", args.action_backend, args.calls, args.warmup,
+                                args.repeats)
+    except Exception as e:  # noqa: BLE001 - the parent reports it in the table
+        traceback.print_exc()
+        result = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
+    out.write_text(json.dumps(result, default=str))
+    return 0
+
+
+def run_child(kind: str, envs: int, folder: Path, args) -> dict:
+    result = folder / f"{kind}.json"
+    cmd = [sys.executable, __file__, "--child", kind, "--envs", str(envs), "--out", str(folder), "--result", str(result),
+           "--action-backend", args.action_backend, "--calls", str(args.calls), "--warmup", str(args.warmup),
+           "--repeats", str(args.repeats)]
+    begin = time.perf_counter()
+    with open(folder / f"{kind}.log", "w") as log:
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=args.timeout)
+    if not result.is_file():
+        tail = (folder / f"{kind}.log").read_text(errors="replace")[-1500:]
+        return {"error": f"the {kind} process exited {proc.returncode} without a result; its log ends:\n{tail}"}
+    return {**json.loads(result.read_text()), "process_s": time.perf_counter() - begin}
+
+
+def environment() -> dict:
+    """Versions and the GPU, from the existing tool's interpreter."""
+    import onnxruntime as ort  # noqa: PLC0415
+
+    leapp = existing_leapp()
+    return {"existing_tool": leapp.__version__, "torch": torch.__version__, "warp": wp.config.version,
+            "onnxruntime": ort.__version__, "ort_providers": ort.get_available_providers(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+def table(results: dict) -> str:
+    env = results["environment"]
+    lines = ["robot pipeline step through the existing tool: " + ", ".join(f"{k} {v}" for k, v in env.items()), "",
+             "| robots | route | median µs | p90 µs | spread of run medians µs | × floor | host µs | host × floor "
+             "| max abs error |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for envs, entry in results["sizes"].items():
+        exported, timed = entry["export"], entry.get("time", {})
+        if "error" in exported or "error" in timed:
+            lines.append(f"| {envs} | failed: {(exported.get('error') or timed.get('error'))[:400]!r} | | | | | | | |")
+            continue
+        routes = timed["routes"]
+        floor, host_floor = routes["floor"]["median_us"], routes["floor"]["wall_median_us"]
+        for name, m in routes.items():
+            error = timed["max_abs_error"].get(name)
+            lines.append(f"| {envs} | {name} | {m['median_us']:.1f} | {m['p90_us']:.1f} | {m['spread_us'][0]:.1f}-"
+                         f"{m['spread_us'][1]:.1f} | {m['median_us'] / floor:.2f} | {m['wall_median_us']:.1f} | "
+                         f"{m['wall_median_us'] / host_floor:.2f} | {'-' if error is None else f'{error:.3g}'} |")
+        files = ", ".join(f"{k} {v:,} B" for k, v in exported["files"].items())
+        lines.append(f"| {envs} | (trace {exported['trace_s']:.1f} s, compile_graph {exported['compile_graph_s']:.1f} s "
+                     f"validated {exported['validated']}; load + first call {timed['load_and_first_call_s']:.2f} s; "
+                     f"outputs on {timed['output_device']}; graph {timed['graph']}; {files}) | | | | | | | |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--envs", type=lambda s: [int(v) for v in s.split(",")], default=[256, 4096],
+                   help="comma-separated numbers of robots (default 256,4096)")
+    p.add_argument("--calls", type=int, default=500, help="timed calls per route and run")
+    p.add_argument("--warmup", type=int, default=50, help="warm-up calls per route and run")
+    p.add_argument("--repeats", type=int, default=3, help="runs per route, interleaved (the spread)")
+    p.add_argument("--action-backend", choices=("onnx", "pt2"), default="onnx", help="the action node's export_with")
+    p.add_argument("--out", help="export folder (default: a new temporary folder)")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--timeout", type=float, default=900, help="seconds each child process may take")
+    p.add_argument("--child", choices=("export", "time"), help=argparse.SUPPRESS)
+    p.add_argument("--result", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    without_this_projects_leapp()
+    if args.child:
+        return child(args)
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    out = Path(args.out or tempfile.mkdtemp(prefix="leapp-existing-"))
+    results = {"environment": environment(), "sizes": {}}
+    for envs in args.envs:
+        folder = out / str(envs)
+        folder.mkdir(parents=True, exist_ok=True)
+        entry = results["sizes"][str(envs)] = {"export": run_child("export", envs, folder, args)}
+        if "error" not in entry["export"]:
+            entry["time"] = run_child("time", envs, folder, args)
+        print(f"{envs} robots: done", file=sys.stderr)
+    print(table(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

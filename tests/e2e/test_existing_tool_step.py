@@ -1,0 +1,69 @@
+"""benchmarks/existing_tool_step.py times the README example's step through the existing tool: the same kernels,
+the same policy weights and the same robot states as examples/go2_pipeline.py, which it cannot import (that file
+imports this project's leapp, and the existing tool is also ``leapp``). The GPU numbers are in
+docs/performance.md; here the copies are checked against the example wherever the suite runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from bench_scripts import benchmark_module
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "go2_pipeline.py"
+SCRIPT = ROOT / "benchmarks" / "existing_tool_step.py"
+KERNELS = ("projected_gravity", "joint_offsets", "scale", "clamp_scale")
+
+pytest.importorskip("warp")
+bench = benchmark_module("existing_tool_step")
+
+
+def _example():
+    module = sys.modules.get("go2_pipeline")
+    if module is None:
+        spec = importlib.util.spec_from_file_location("go2_pipeline", EXAMPLE)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["go2_pipeline"] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+def _functions(path: Path) -> dict[str, str]:
+    tree = ast.parse(path.read_text())
+    return {n.name: ast.dump(n) for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in KERNELS}
+
+
+def test_the_kernels_are_the_examples():
+    example = _functions(EXAMPLE)
+    assert set(example) == set(KERNELS)
+    assert _functions(SCRIPT) == example
+
+
+def test_the_policy_has_the_examples_weights():
+    example = _example()
+    example.Go2("cpu")  # seeds torch and appends the example's policy
+    want = [p.detach() for p in example.POLICY_NET[-1].parameters()]
+    got = [p.detach() for p in bench.policy_net("cpu").parameters()]
+    assert [p.shape for p in got] == [p.shape for p in want]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+@settings(max_examples=10, deadline=None)
+@given(n=st.integers(1, 64), seed=st.integers(0, 2**31 - 1))
+def test_the_robot_states_are_the_examples(n, seed):
+    for got, want in zip(bench.random_state(n, "cpu", seed), _example().random_state(n, "cpu", seed)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_it_refuses_this_projects_leapp():
+    with pytest.raises(SystemExit, match="not the existing tool 0.7.2"):
+        bench.existing_leapp()
