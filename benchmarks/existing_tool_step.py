@@ -10,10 +10,14 @@ project's package. The step is examples/go2_pipeline.py's, the same kernels and 
   obs     export_with="pt2"    projected gravity, joint offsets through a scratch array and a scaling, in one
                                ``annotate.warp_op("obs")`` block, then ``torch.cat``
   policy  export_with="onnx"   the example's MLP
-  action  --action-backend     the clamp-and-scale kernel in ``annotate.warp_op("action")`` (onnx, as the example)
+  action  onnx, as the example the clamp-and-scale kernel in ``annotate.warp_op("action")``
 
-Per number of robots, two fresh processes. The first traces the step (two passes and one more sample, as the
-example does) and times ``leapp.compile_graph(visualize=False)``, which validates. The second loads the export
+``--variants`` are tried in order until one exports: ``torch/onnx`` is the example as written (Warp writes into
+torch tensors made before each block), ``warp/onnx`` the same values with Warp allocating its outputs and torch
+reading them through ``wp.to_torch`` (``Go2``), ``warp/pt2`` that with the action node as PT2; the table lists
+each attempt's outcome. Per number of robots and variant, fresh processes: one traces the step (two passes and
+one more sample, as the example does) and times ``leapp.compile_graph(visualize=False)``, which validates; for
+the variant that exported, another loads the export
 as a deployment does (tracing with the existing tool switches torch's caching allocator off for the rest of
 its process, so timing there would measure that) and times with timing.py's harness, as pipeline_step.py does:
 
@@ -46,6 +50,8 @@ import timing
 from step_floor import floor_route
 
 EXISTING_VERSION = "0.7.2"
+# How the step is written (Go2's ``outputs``) and the action node's backend, in the order tried
+VARIANTS = ("torch/onnx", "warp/onnx", "warp/pt2")
 NUM_JOINTS = 12
 POLICY_NET: list = []  # floor_route reads the policy here, as it reads the example's
 
@@ -109,30 +115,40 @@ def random_state(n: int, device: str, seed: int):
 
 
 class Go2:
-    """The example's step with the existing tool's annotations (pass-through outside ``leapp.start``)."""
+    """The example's step with the existing tool's annotations (pass-through outside ``leapp.start``).
 
-    def __init__(self, device: str, annotate, action_backend: str):
+    ``outputs="torch"`` is the example as written: Warp writes into torch tensors made before each block.
+    ``outputs="warp"`` makes the same values with Warp allocating its outputs inside the block and torch reading
+    them after it through ``wp.to_torch``, the other way to write it (the existing tool refuses some of the first).
+    """
+
+    def __init__(self, device: str, annotate, outputs: str, action_backend: str):
         self.device = device
         self.annotate = annotate
+        self.outputs = outputs
         self.action_backend = action_backend
         self.default_pose = wp.array([0.1, 0.8, -1.5] * 4, dtype=float, device=device)
         POLICY_NET.append(policy_net(device))
 
     def step(self, quat, joints):
-        annotate, dev = self.annotate, self.device
+        annotate, dev, by_torch = self.annotate, self.device, self.outputs == "torch"
         quat, joints = annotate.input_tensors("obs", {"quat": quat, "joints": joints})
         n = quat.shape[0]
-        grav = torch.empty(n, 3, device=quat.device)
-        joint_obs = torch.empty(n, NUM_JOINTS, device=quat.device)
+        if by_torch:
+            grav_t = torch.empty(n, 3, device=quat.device)
+            joint_t = torch.empty(n, NUM_JOINTS, device=quat.device)
         with annotate.warp_op("obs"):
             offsets = wp.empty((n, NUM_JOINTS), dtype=float, device=dev)  # scratch
+            grav = wp.from_torch(grav_t, dtype=wp.vec3) if by_torch else wp.empty(n, dtype=wp.vec3, device=dev)
+            joint_obs = wp.from_torch(joint_t) if by_torch else wp.empty((n, NUM_JOINTS), dtype=float, device=dev)
             wp.launch(projected_gravity, dim=n, inputs=[wp.from_torch(quat, dtype=wp.quat), wp.vec3(0.0, 0.0, -1.0)],
-                      outputs=[wp.from_torch(grav, dtype=wp.vec3)], device=dev)
+                      outputs=[grav], device=dev)
             wp.launch(joint_offsets, dim=(n, NUM_JOINTS), inputs=[wp.from_torch(joints), self.default_pose],
                       outputs=[offsets], device=dev)
-            wp.launch(scale, dim=(n, NUM_JOINTS), inputs=[offsets, 0.5], outputs=[wp.from_torch(joint_obs)],
-                      device=dev)
-        obs = torch.cat([grav, joint_obs], dim=-1)
+            wp.launch(scale, dim=(n, NUM_JOINTS), inputs=[offsets, 0.5], outputs=[joint_obs], device=dev)
+        if not by_torch:
+            grav_t, joint_t = wp.to_torch(grav), wp.to_torch(joint_obs)
+        obs = torch.cat([grav_t, joint_t], dim=-1)
         annotate.output_tensors("obs", {"obs": obs}, export_with="pt2")
 
         obs = annotate.input_tensors("policy", {"obs": obs})
@@ -140,20 +156,24 @@ class Go2:
         annotate.output_tensors("policy", {"output": raw}, export_with="onnx")
 
         raw = annotate.input_tensors("action", {"raw": raw})
-        action = torch.empty_like(raw)
+        if by_torch:
+            action = torch.empty_like(raw)
         with annotate.warp_op("action"):
-            wp.launch(clamp_scale, dim=raw.shape, inputs=[wp.from_torch(raw), -1.0, 1.0, 0.25],
-                      outputs=[wp.from_torch(action)], device=dev)
+            out = wp.from_torch(action) if by_torch else wp.empty(tuple(raw.shape), dtype=float, device=dev)
+            wp.launch(clamp_scale, dim=raw.shape, inputs=[wp.from_torch(raw), -1.0, 1.0, 0.25], outputs=[out],
+                      device=dev)
+        if not by_torch:
+            action = wp.to_torch(out)
         annotate.output_tensors("action", {"action": action}, export_with=self.action_backend)
         return action
 
 
-def export_child(envs: int, out: Path, action_backend: str) -> dict:
+def export_child(envs: int, out: Path, variant: str) -> dict:
     """Traces and exports the step at ``envs`` robots (this process only)."""
     leapp = existing_leapp()
 
     wp.init()
-    robot = Go2("cuda:0", leapp.annotate, action_backend)
+    robot = Go2("cuda:0", leapp.annotate, *variant.split("/"))
     start = time.perf_counter()
     leapp.start("go2", save_path=str(out))
     for seed in range(3):  # discovery, capture, one more sample
@@ -167,12 +187,12 @@ def export_child(envs: int, out: Path, action_backend: str) -> dict:
             "files": {p.name: p.stat().st_size for p in sorted(folder.iterdir()) if p.is_file()}}
 
 
-def time_child(envs: int, folder: Path, action_backend: str, n_calls: int, warmup: int, repeats: int) -> dict:
+def time_child(envs: int, folder: Path, variant: str, n_calls: int, warmup: int, repeats: int) -> dict:
     """Loads the export in this fresh process and times the routes of the module docstring."""
     leapp = existing_leapp()
 
     wp.init()
-    robot = Go2("cuda:0", leapp.annotate, action_backend)
+    robot = Go2("cuda:0", leapp.annotate, *variant.split("/"))
     quat, joints = random_state(envs, "cuda:0", 7)  # pipeline_step.py's state
     with torch.no_grad():
         expected = robot.step(quat, joints)
@@ -227,9 +247,9 @@ def child(args) -> int:
     out = Path(args.result)
     try:
         if args.child == "export":
-            result = export_child(args.envs[0], Path(args.out), args.action_backend)
+            result = export_child(args.envs[0], Path(args.out), args.variant)
         else:
-            result = time_child(args.envs[0], Path(args.out) / "go2", args.action_backend, args.calls, args.warmup,
+            result = time_child(args.envs[0], Path(args.out) / "go2", args.variant, args.calls, args.warmup,
                                 args.repeats)
     except Exception as e:  # noqa: BLE001 - the parent reports it in the table
         traceback.print_exc()
@@ -238,11 +258,11 @@ def child(args) -> int:
     return 0
 
 
-def run_child(kind: str, envs: int, folder: Path, args) -> dict:
+def run_child(kind: str, envs: int, folder: Path, variant: str, args) -> dict:
+    """One fresh process of ``kind`` (export or time) in ``folder``; its result, or the error that ended it."""
     result = folder / f"{kind}.json"
     cmd = [sys.executable, __file__, "--child", kind, "--envs", str(envs), "--out", str(folder), "--result", str(result),
-           "--action-backend", args.action_backend, "--calls", str(args.calls), "--warmup", str(args.warmup),
-           "--repeats", str(args.repeats)]
+           "--variant", variant, "--calls", str(args.calls), "--warmup", str(args.warmup), "--repeats", str(args.repeats)]
     begin = time.perf_counter()
     with open(folder / f"{kind}.log", "w") as log:
         proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=args.timeout)
@@ -250,6 +270,20 @@ def run_child(kind: str, envs: int, folder: Path, args) -> dict:
         tail = (folder / f"{kind}.log").read_text(errors="replace")[-1500:]
         return {"error": f"the {kind} process exited {proc.returncode} without a result; its log ends:\n{tail}"}
     return {**json.loads(result.read_text()), "process_s": time.perf_counter() - begin}
+
+
+def measure(envs: int, out: Path, args) -> dict:
+    """Each variant in turn, in a folder of its own, until one exports; that one is timed."""
+    entry: dict = {"attempts": {}}
+    for variant in args.variants:
+        folder = out / str(envs) / variant.replace("/", "-")
+        folder.mkdir(parents=True, exist_ok=True)
+        exported = run_child("export", envs, folder, variant, args)
+        entry["attempts"][variant] = exported.get("error", "exported")
+        if "error" not in exported:
+            entry.update(variant=variant, export=exported, time=run_child("time", envs, folder, variant, args))
+            break
+    return entry
 
 
 def environment() -> dict:
@@ -268,9 +302,11 @@ def table(results: dict) -> str:
              "| robots | route | median µs | p90 µs | spread of run medians µs | × floor | host µs | host × floor "
              "| max abs error |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for envs, entry in results["sizes"].items():
-        exported, timed = entry["export"], entry.get("time", {})
-        if "error" in exported or "error" in timed:
-            lines.append(f"| {envs} | failed: {(exported.get('error') or timed.get('error'))[:400]!r} | | | | | | | |")
+        for variant, outcome in entry["attempts"].items():
+            lines.append(f"| {envs} | (export as {variant}: {outcome[:400]!r}) | | | | | | | |")
+        exported, timed = entry.get("export"), entry.get("time", {})
+        if exported is None or "error" in timed:
+            lines.append(f"| {envs} | failed: {timed.get('error', 'no variant exported')[:400]!r} | | | | | | | |")
             continue
         routes = timed["routes"]
         floor, host_floor = routes["floor"]["median_us"], routes["floor"]["wall_median_us"]
@@ -293,7 +329,9 @@ def main(argv=None) -> int:
     p.add_argument("--calls", type=int, default=500, help="timed calls per route and run")
     p.add_argument("--warmup", type=int, default=50, help="warm-up calls per route and run")
     p.add_argument("--repeats", type=int, default=3, help="runs per route, interleaved (the spread)")
-    p.add_argument("--action-backend", choices=("onnx", "pt2"), default="onnx", help="the action node's export_with")
+    p.add_argument("--variants", type=lambda s: s.split(","), default=list(VARIANTS),
+                   help="OUTPUTS/ACTION_BACKEND pairs tried in order until one exports (default: %(default)s)")
+    p.add_argument("--variant", help=argparse.SUPPRESS)
     p.add_argument("--out", help="export folder (default: a new temporary folder)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--timeout", type=float, default=900, help="seconds each child process may take")
@@ -307,11 +345,7 @@ def main(argv=None) -> int:
     out = Path(args.out or tempfile.mkdtemp(prefix="leapp-existing-"))
     results = {"environment": environment(), "sizes": {}}
     for envs in args.envs:
-        folder = out / str(envs)
-        folder.mkdir(parents=True, exist_ok=True)
-        entry = results["sizes"][str(envs)] = {"export": run_child("export", envs, folder, args)}
-        if "error" not in entry["export"]:
-            entry["time"] = run_child("time", envs, folder, args)
+        results["sizes"][str(envs)] = measure(envs, out, args)
         print(f"{envs} robots: done", file=sys.stderr)
     print(table(results))
     if args.json:

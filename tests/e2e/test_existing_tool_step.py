@@ -7,6 +7,7 @@ docs/performance.md; here the copies are checked against the example wherever th
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import sys
 from pathlib import Path
@@ -67,3 +68,32 @@ def test_the_robot_states_are_the_examples(n, seed):
 def test_it_refuses_this_projects_leapp():
     with pytest.raises(SystemExit, match="not the existing tool 0.7.2"):
         bench.existing_leapp()
+
+
+class _Inactive:
+    """The existing tool's annotations outside ``leapp.start``: values pass through, blocks do nothing."""
+
+    @staticmethod
+    def input_tensors(_node, tensors):
+        values = tuple(tensors.values())
+        return values[0] if len(values) == 1 else values
+
+    @staticmethod
+    def output_tensors(_node, tensors, **_kwargs):
+        return tensors
+
+    @staticmethod
+    def warp_op(_node):
+        return contextlib.nullcontext()
+
+
+@pytest.mark.parametrize("variant", bench.VARIANTS)
+def test_every_variant_computes_the_examples_step(variant):
+    import warp as wp
+
+    wp.init()
+    example = _example()
+    quat, joints = example.random_state(33, "cpu", 5)
+    want = example.Go2("cpu").step(quat, joints)
+    got = bench.Go2("cpu", _Inactive, *variant.split("/")).step(quat, joints)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
