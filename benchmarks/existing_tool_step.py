@@ -3,8 +3,8 @@
 Issue 13 asks for the existing tool's InferenceManager on the robot pipeline that ``pipeline_step.py``
 times for this project, with the same harness. Both packages import as ``leapp``, so this script runs in
 an interpreter whose ``leapp`` is the existing tool (installed into a folder of its own that comes first on
-``PYTHONPATH``, its Warp runtime built once with its ``leapp-build-warp-runtime``) and never imports this
-project's package. The step is examples/go2_pipeline.py's, the same kernels and the same policy weights
+``PYTHONPATH``, its Warp runtime built once: on the GPU machine scripts/fetch-existing-tool.sh and
+scripts/gpu-existing-tool.sh do both) and never imports this project's package. The step is examples/go2_pipeline.py's, the same kernels and the same policy weights
 (seed 0), annotated with the existing tool's API:
 
   obs     export_with="pt2"    projected gravity, joint offsets through a scratch array and a scaling, in one
@@ -29,6 +29,7 @@ its process, so timing there would measure that) and times with timing.py's harn
                          (``floor (again)``), only when the capture works; the table says why not otherwise
 
     PYTHONPATH=/path/to/leapp-0.7.2:$PYTHONPATH python benchmarks/existing_tool_step.py --envs 256,4096
+    bash scripts/gpu-existing-tool.sh python3 benchmarks/existing_tool_step.py --envs 256,4096   # GPU machine
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 # scripts/gpu-existing-tool.sh: the existing export tool (LEAPP 0.7.2) on the GPU machine, for
 # benchmarks/existing_tool_step.py. Run after scripts/gpu-run.sh (Warp in /tmp/site); it needs no network.
 #
-# .existing/ (git-ignored) holds the wheels: leapp-0.7.2 and what it needs that the machine may lack
-# (cupti-python, cuda-bindings, safetensors; docs/performance.md, "The existing tool"). They go into
-# /tmp/existing, never next to this project's package: both import as `leapp`, so the benchmark runs with
-# /tmp/existing first on PYTHONPATH. The tool's Warp runtime is built with CMake where the tool looks for it
+# .existing/ (git-ignored, filled by scripts/fetch-existing-tool.sh) holds the wheels of leapp 0.7.2 and
+# cupti-python; the machine's torch install has the rest they need. They go into /tmp/existing, never next
+# to this project's package: both import as `leapp`, so the benchmark runs with /tmp/existing first on
+# PYTHONPATH. The tool's Warp runtime is built with CMake where the tool looks for it
 # ($XDG_CACHE_HOME/leapp/warp-runtime/build); its CMake downloads ONNX Runtime's C header when absent, so the
 # header from third_party/ is put there first. Then the command given, if any, runs with that PYTHONPATH.
 set -euo pipefail
@@ -13,10 +13,9 @@ site=/tmp/existing
 export XDG_CACHE_HOME="${XDG_CACHE_HOME:-/tmp/xdg}"
 build="$XDG_CACHE_HOME/leapp/warp-runtime/build"
 if [ ! -f "$build/libleapp_wrp_torch_custom_op.so" ]; then
-  wheels=(.existing/leapp-*.whl .existing/cupti_python-*.whl .existing/safetensors-*.whl)
-  # cupti-python needs cuda-bindings; torch may bring its own, which one in /tmp/existing would shadow
-  python3 -c "import cuda.bindings" 2>/dev/null || wheels+=(.existing/cuda_bindings-*.whl)
-  python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "${wheels[@]}" 2>&1 | tail -2
+  python3 -c "import cuda.bindings, safetensors" || { echo "gpu-existing-tool: cuda-bindings and safetensors must be installed"; exit 1; }
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .existing/leapp-*.whl \
+    .existing/cupti_python-*.whl 2>&1 | tail -2
   src="$site/leapp/leapp_graph/custom_operator_registry/warp_operator/runtime"
   mkdir -p "$build/onnxruntime_headers"
   cp third_party/onnxruntime/include/onnxruntime_c_api.h "$build/onnxruntime_headers/"
