@@ -23,7 +23,7 @@ its process, so timing there would measure that) and times with timing.py's harn
 
   eager                  the step with the annotations inactive (outside ``leapp.start``)
   InferenceManager       ``InferenceManager(yaml)({"obs/quat": quat, "obs/joints": joints})``
-  floor                  step_floor.floor_route, pipeline_step.py's floor: the step's kernels as one CUDA graph
+  floor                  robot_step.floor_route, pipeline_step.py's floor: the step's kernels as one CUDA graph
   InferenceManager-graph the InferenceManager call captured once with ``torch.cuda.graph`` and replayed, tried after
                          the routes above (a failed capture can spoil the process) and timed, with the floor again
                          (``floor (again)``), only when the capture works; the table says why not otherwise
@@ -48,7 +48,7 @@ import torch
 import warp as wp
 
 import timing
-from step_floor import floor_route
+from robot_step import add_step_arguments, floor_route
 
 EXISTING_VERSION = "0.7.2"
 # How the step is written (Go2's ``outputs``) and the action node's backend, in the order tried
@@ -330,16 +330,10 @@ def table(results: dict) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--envs", type=lambda s: [int(v) for v in s.split(",")], default=[256, 4096],
-                   help="comma-separated numbers of robots (default 256,4096)")
-    p.add_argument("--calls", type=int, default=500, help="timed calls per route and run")
-    p.add_argument("--warmup", type=int, default=50, help="warm-up calls per route and run")
-    p.add_argument("--repeats", type=int, default=3, help="runs per route, interleaved (the spread)")
+    add_step_arguments(p)
     p.add_argument("--variants", type=lambda s: s.split(","), default=list(VARIANTS),
                    help="OUTPUTS/ACTION_BACKEND pairs tried in order until one exports (default: %(default)s)")
     p.add_argument("--variant", help=argparse.SUPPRESS)
-    p.add_argument("--out", help="export folder (default: a new temporary folder)")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--timeout", type=float, default=900, help="seconds each child process may take")
     p.add_argument("--child", choices=("export", "time"), help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)

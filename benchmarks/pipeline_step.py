@@ -56,7 +56,7 @@ import warp as wp
 
 import leapp
 import timing
-from step_floor import floor_route
+from robot_step import add_step_arguments, floor_route
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "go2_pipeline.py"
 
@@ -194,15 +194,9 @@ def run(args) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--envs", type=lambda s: [int(v) for v in s.split(",")], default=[256, 4096],
-                   help="comma-separated numbers of robots (default 256,4096)")
-    p.add_argument("--calls", type=int, default=500, help="timed calls per route and run")
-    p.add_argument("--warmup", type=int, default=50, help="warm-up calls per route and run")
-    p.add_argument("--repeats", type=int, default=3, help="runs per route, interleaved (the spread)")
+    add_step_arguments(p)
     p.add_argument("--dry-run", action="store_true", help="CPU only: trace and export; time nothing")
     p.add_argument("--nodes", action="store_true", help="also time each node alone (run_node), node graphs on and off")
-    p.add_argument("--out", help="export folder (default: a new temporary folder)")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = p.parse_args(argv)
     results = run(args)
     print(table(results))

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,13 +26,7 @@ bench = benchmark_module("existing_tool_step")
 
 
 def _example():
-    module = sys.modules.get("go2_pipeline")
-    if module is None:
-        spec = importlib.util.spec_from_file_location("go2_pipeline", EXAMPLE)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["go2_pipeline"] = module
-        spec.loader.exec_module(module)
-    return module
+    return benchmark_module("pipeline_step").example()  # examples/go2_pipeline.py as a module
 
 
 def _functions(path: Path) -> dict[str, str]:

@@ -1,17 +1,30 @@
-"""The robot step's floor: its kernels captured once as one CUDA graph and replayed, nothing else.
+"""What the robot-step benchmarks share: the step's floor and their command line.
 
-Shared by ``pipeline_step.py`` (this project's exports) and ``existing_tool_step.py`` (the existing tool's),
-so both tools are measured against the same floor. Needs torch and Warp only: ``module`` is anything with the
-example's kernels (``projected_gravity``, ``joint_offsets``, ``scale``, ``clamp_scale``), ``NUM_JOINTS`` and
-``POLICY_NET``; ``robot`` has its ``device`` and ``default_pose``.
+``pipeline_step.py`` (this project's exports) and ``existing_tool_step.py`` (the existing tool's) time the same
+step against the same floor: its kernels captured once as one CUDA graph and replayed, nothing else. Needs torch
+and Warp only: ``module`` is anything with the example's kernels (``projected_gravity``, ``joint_offsets``,
+``scale``, ``clamp_scale``), ``NUM_JOINTS`` and ``POLICY_NET``; ``robot`` has its ``device`` and ``default_pose``.
 """
 
 from __future__ import annotations
 
+import argparse
+
 import torch
 import warp as wp
 
-__all__ = ["floor_route"]
+__all__ = ["add_step_arguments", "floor_route"]
+
+
+def add_step_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options both robot-step scripts take: robots, calls, warm-up, interleaved rounds, output folder, JSON."""
+    parser.add_argument("--envs", type=lambda s: [int(v) for v in s.split(",")], default=[256, 4096],
+                        help="comma-separated numbers of robots (default 256,4096)")
+    parser.add_argument("--calls", type=int, default=500, help="timed calls per route and run")
+    parser.add_argument("--warmup", type=int, default=50, help="warm-up calls per route and run")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per route, interleaved (the spread)")
+    parser.add_argument("--out", help="export folder (default: a new temporary folder)")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
 
 
 def floor_route(module, robot, quat: torch.Tensor, joints: torch.Tensor):
