@@ -123,7 +123,7 @@ def routes(module, robot, folder: Path, envs: int, device: str, nodes: bool = Fa
                      "leapp.load-graphs"):
             for _ in range(3):  # cuda_graphs: a direct call, a capture, a replay
                 got = calls[name]()["action"]
-            facts["max_abs_error"][name] = (got - expected).abs().max().item()
+            facts["max_abs_error"][name] = (got.to(expected.device) - expected).abs().max().item()
     if graphed.graph is not None and graphed.graph._graphs:  # the graph leapp.load-graphs replays, launched bare
         entry = next(reversed(graphed.graph._graphs.values()))
         calls["leapp-graph-bare"] = lambda: entry[0](entry[1])
