@@ -1,25 +1,27 @@
 """The robot step through the existing export tool (LEAPP 0.7.2): its export and its InferenceManager.
 
-Issue 13 asks for the existing tool's InferenceManager on the robot pipeline that ``pipeline_step.py``
-times for this project, with the same harness. Both packages import as ``leapp``, so this script runs in
-an interpreter whose ``leapp`` is the existing tool (installed into a folder of its own that comes first on
-``PYTHONPATH``, its Warp runtime built once: on the GPU machine scripts/fetch-existing-tool.sh and
-scripts/gpu-existing-tool.sh do both) and never imports this project's package. The step is examples/go2_pipeline.py's, the same kernels and the same policy weights
-(seed 0), annotated with the existing tool's API:
+Issue 13 asks for the existing tool's InferenceManager on the robot pipeline that ``pipeline_step.py`` times
+for this project, with the same harness. Both packages import as ``leapp``, so this script runs in an
+interpreter whose ``leapp`` is the existing tool (installed into a folder of its own that comes first on
+``PYTHONPATH``, its Warp runtime built once; on the GPU machine scripts/fetch-existing-tool.sh and
+scripts/gpu-existing-tool.sh do both) and never imports this project's package. The step is
+examples/go2_pipeline.py's, the same kernels, policy weights (seed 0) and robot states, annotated with the
+existing tool's API:
 
-  obs     export_with="pt2"    projected gravity, joint offsets through a scratch array and a scaling, in one
-                               ``annotate.warp_op("obs")`` block, then ``torch.cat``
-  policy  export_with="onnx"   the example's MLP
-  action  onnx, as the example the clamp-and-scale kernel in ``annotate.warp_op("action")``
+  obs     export_with="pt2"   projected gravity, joint offsets through a scratch array and a scaling, in one
+                              ``annotate.warp_op("obs")`` block, then ``torch.cat``
+  policy  export_with="onnx"  the example's MLP
+  action  export_with="onnx"  the clamp-and-scale kernel in ``annotate.warp_op("action")``, as the example
 
 ``--variants`` are tried in order until one exports: ``torch/onnx`` is the example as written (Warp writes into
 torch tensors made before each block), ``warp/onnx`` the same values with Warp allocating its outputs and torch
 reading them through ``wp.to_torch`` (``Go2``), ``warp/pt2`` that with the action node as PT2; the table lists
 each attempt's outcome. Per number of robots and variant, fresh processes: one traces the step (two passes and
-one more sample, as the example does) and times ``leapp.compile_graph(visualize=False)``, which validates; for
-the variant that exported, another loads the export
-as a deployment does (tracing with the existing tool switches torch's caching allocator off for the rest of
-its process, so timing there would measure that) and times with timing.py's harness, as pipeline_step.py does:
+one more sample, as the example does) and times ``leapp.compile_graph(visualize=False)``, which validates (a
+refusal by its validation is reported; the artifacts are saved before it). For the variant that exported,
+another process loads the export as a deployment does (tracing with the existing tool switches torch's caching
+allocator off for the rest of its process, so timing there would measure that) and times with timing.py's
+harness, as pipeline_step.py does:
 
   eager                  the step with the annotations inactive (outside ``leapp.start``)
   InferenceManager       ``InferenceManager(yaml)({"obs/quat": quat, "obs/joints": joints})``
@@ -37,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -283,7 +286,8 @@ def measure(envs: int, out: Path, args) -> dict:
     entry: dict = {"attempts": {}}
     for variant in args.variants:
         folder = out / str(envs) / variant.replace("/", "-")
-        folder.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)  # an earlier run's go2.yaml would pass for this one's
+        folder.mkdir(parents=True)
         exported = run_child("export", envs, folder, variant, args)
         entry["attempts"][variant] = exported.get("error", "exported")
         if "error" not in exported:
