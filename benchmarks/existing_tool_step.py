@@ -51,7 +51,7 @@ import torch
 import warp as wp
 
 import timing
-from robot_step import add_step_arguments, floor_route
+from robot_step import add_step_arguments, floor_route, route_rows, table_head
 
 EXISTING_VERSION = "0.7.2"
 # How the step is written (Go2's ``outputs``) and the action node's backend, in the order tried
@@ -307,10 +307,7 @@ def environment() -> dict:
 
 
 def table(results: dict) -> str:
-    env = results["environment"]
-    lines = ["robot pipeline step through the existing tool: " + ", ".join(f"{k} {v}" for k, v in env.items()), "",
-             "| robots | route | median µs | p90 µs | spread of run medians µs | × floor | host µs | host × floor "
-             "| max abs error |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = table_head("robot pipeline step through the existing tool", results["environment"])
     for envs, entry in results["sizes"].items():
         for variant, outcome in entry["attempts"].items():
             lines.append(f"| {envs} | (export as {variant}: {outcome[:400]!r}) | | | | | | | |")
@@ -318,13 +315,7 @@ def table(results: dict) -> str:
         if exported is None or "error" in timed:
             lines.append(f"| {envs} | failed: {timed.get('error', 'no variant exported')[:400]!r} | | | | | | | |")
             continue
-        routes = timed["routes"]
-        floor, host_floor = routes["floor"]["median_us"], routes["floor"]["wall_median_us"]
-        for name, m in routes.items():
-            error = timed["max_abs_error"].get(name)
-            lines.append(f"| {envs} | {name} | {m['median_us']:.1f} | {m['p90_us']:.1f} | {m['spread_us'][0]:.1f}-"
-                         f"{m['spread_us'][1]:.1f} | {m['median_us'] / floor:.2f} | {m['wall_median_us']:.1f} | "
-                         f"{m['wall_median_us'] / host_floor:.2f} | {'-' if error is None else f'{error:.3g}'} |")
+        lines += route_rows(envs, timed["routes"], timed["max_abs_error"])
         files = ", ".join(f"{k} {v:,} B" for k, v in exported["files"].items())
         lines.append(f"| {envs} | (trace {exported['trace_s']:.1f} s, compile_graph {exported['compile_graph_s']:.1f} s "
                      f"validated {exported['validated']}; load + first call {timed['load_and_first_call_s']:.2f} s; "

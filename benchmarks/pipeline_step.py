@@ -56,7 +56,7 @@ import warp as wp
 
 import leapp
 import timing
-from robot_step import add_step_arguments, floor_route
+from robot_step import add_step_arguments, floor_route, route_rows, table_head
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "go2_pipeline.py"
 
@@ -139,24 +139,12 @@ def routes(module, robot, folder: Path, envs: int, device: str, nodes: bool = Fa
 
 
 def table(results: dict) -> str:
-    env = results["environment"]
-    lines = ["robot pipeline step (examples/go2_pipeline.py): " + ", ".join(f"{k} {v}" for k, v in env.items()), "",
-             "| robots | route | median µs | p90 µs | spread of run medians µs | × floor | host µs | host × floor "
-             "| max abs error |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = table_head("robot pipeline step (examples/go2_pipeline.py)", results["environment"])
     for envs, entry in results["sizes"].items():
         if "routes" not in entry:
             lines.append(f"| {envs} | (dry run: exported in {entry['export_s']:.1f} s) | | | | | | | |")
             continue
-        floor = entry["routes"].get("floor", {}).get("median_us", float("nan"))
-        # the host clock: perf_counter around the call and its synchronisation (the harness)
-        host_floor = entry["routes"].get("floor", {}).get("wall_median_us", float("nan"))
-        for name, m in entry["routes"].items():
-            error = entry["max_abs_error"].get(name)
-            host = m.get("wall_median_us", float("nan"))
-            lines.append(f"| {envs} | {name} | {m['median_us']:.1f} | {m['p90_us']:.1f} | "
-                         f"{m['spread_us'][0]:.1f}-{m['spread_us'][1]:.1f} | {m['median_us'] / floor:.2f} | "
-                         f"{host:.1f} | {host / host_floor:.2f} | {'-' if error is None else f'{error:.3g}'} |")
+        lines += route_rows(envs, entry["routes"], entry["max_abs_error"])
         if "floor_failed" in entry:
             lines.append(f"| {envs} | floor | capture failed: {entry['floor_failed']} | | | | | | |")
         lines.append(f"| {envs} | (nodes: {entry['nodes']}; plain-call graph {entry.get('plain_graph')}; "

@@ -13,7 +13,7 @@ import argparse
 import torch
 import warp as wp
 
-__all__ = ["add_step_arguments", "floor_route"]
+__all__ = ["add_step_arguments", "floor_route", "table_head", "route_rows"]
 
 
 def add_step_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,6 +25,29 @@ def add_step_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs per route, interleaved (the spread)")
     parser.add_argument("--out", help="export folder (default: a new temporary folder)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+
+
+def table_head(title: str, environment: dict) -> list[str]:
+    """The first lines of both scripts' Markdown table: the title with the environment, the columns."""
+    return [f"{title}: " + ", ".join(f"{k} {v}" for k, v in environment.items()), "",
+            "| robots | route | median µs | p90 µs | spread of run medians µs | × floor | host µs | host × floor "
+            "| max abs error |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+
+
+def route_rows(envs, routes: dict, errors: dict) -> list[str]:
+    """One table row per timed route (timing.measure_interleaved's results), × the ``floor`` route of the same run
+    by CUDA events and by the host clock (perf_counter around the call and its synchronisation, the issue's)."""
+    floor = routes.get("floor", {}).get("median_us", float("nan"))
+    host_floor = routes.get("floor", {}).get("wall_median_us", float("nan"))
+    rows = []
+    for name, m in routes.items():
+        error = errors.get(name)
+        host = m.get("wall_median_us", float("nan"))
+        rows.append(f"| {envs} | {name} | {m['median_us']:.1f} | {m['p90_us']:.1f} | "
+                    f"{m['spread_us'][0]:.1f}-{m['spread_us'][1]:.1f} | {m['median_us'] / floor:.2f} | "
+                    f"{host:.1f} | {host / host_floor:.2f} | {'-' if error is None else f'{error:.3g}'} |")
+    return rows
 
 
 def floor_route(module, robot, quat: torch.Tensor, joints: torch.Tensor):
