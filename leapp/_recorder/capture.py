@@ -30,16 +30,20 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import warp as wp
 
 from leapp import _warp_private as wpp
 from leapp._apic import wrp
+from leapp._apic.merge import merge_regions
 from leapp._contract.records import KernelRef, SegmentIO, SegmentRecord, TensorSpec, warp_segment_call
+from leapp.errors import TraceError
 
 from .dtypes import is_warp_array, spec_for_array, warp_dtype_name
 from .fx_graph import UNINITIALIZED_FACTORIES, PendingOutput, storage_ptr
 from .handles import LiveObjects, check_constant_handles, check_launch_handles
+from .memory import Piece, plan_pieces
 
 __all__ = ["AllocationWitness", "ClosedSegment", "CaptureAnalysis", "arg_ptr"]
 
@@ -150,51 +154,51 @@ class CaptureAnalysis:
 
     def build(self) -> SegmentRecord:
         block, rec = self.block, self.rec
+        where = f"segment {block.segment_id} (opened at {block.source}) of node '{block.node}'"
         regions = wpp.apic_regions(self.graph)
-        transient = wpp.apic_transient_regions(self.graph)
-        kinds: dict[int, str] = {}  # classified first: the allocation witness wants as few allocations as possible
-        for region_id, (ptr, _capacity, base) in sorted(regions.items()):
-            native = not wpp.views_torch_storage(base)
-            if ptr in rec.pending:
-                kinds[region_id] = "chained"
-            elif rec.live_storage(ptr):
-                kinds[region_id] = "traced"
-            elif region_id in transient or (native and block.witness.created_in_block(base)):
-                kinds[region_id] = "created"
-            else:
-                kinds[region_id] = "external"
+        transient = set(wpp.apic_transient_regions(self.graph))
+        # classified first: the allocation witness wants as few allocations as possible
+        pieces = {p.rep: p for p in sorted(plan_pieces(regions, transient, rec, block.witness, where),
+                                           key=lambda p: p.rep)}
+        kinds = {rid: p.kind for rid, p in pieces.items()}
         live = LiveObjects()
         check_launch_handles(block.launches, self._where, live)
         wrp_bytes, modules = self._save(regions)
-        ops = wrp.read_ops(wrp_bytes)
-        written = {op.dst_region for op in ops if op.dst_region is not None and op.dst_region > 0}
-        written_by_ops = set(written)
-        declared_out = {arg_ptr(a) for launch in block.launches for a in launch.args[launch.n_inputs:]}
-        arrays = self._launch_arrays()
 
         before = {}
         with rec.paused_recording():
-            for region_id, kind in kinds.items():
-                ptr, capacity, _ = regions[region_id]
-                if kind in ("traced", "chained", "external"):
-                    before[region_id] = _read_region(ptr, capacity, self.device)
-            self._check_constants(kinds, regions, before, live)
+            for rid, piece in pieces.items():
+                if piece.kind != "created":
+                    before[rid] = _read_region(piece.ptr, piece.nbytes, self.device)
+        wrp_bytes = self._merge(wrp_bytes, pieces, before)
+        ops = wrp.read_ops(wrp_bytes)
+        written = {op.dst_region for op in ops if op.dst_region is not None and op.dst_region > 0}
+        written_by_ops = set(written)
+        declared_out = {rid for launch in block.launches for a in launch.args[launch.n_inputs:]
+                        if (rid := self._piece_of(pieces, _arg_address(a))) is not None}
+        arrays = self._launch_arrays()
+
+        with rec.paused_recording():
+            self._check_constants(pieces, before, live)
             self._launch()
-            for region_id, snapshot in before.items():
-                ptr, capacity, _ = regions[region_id]
-                if kinds[region_id] == "external":
-                    continue
-                after = _read_region(ptr, capacity, self.device)
-                if after != snapshot:
-                    written.add(region_id)
-                    if ptr not in declared_out and region_id not in written_by_ops and log.isEnabledFor(logging.DEBUG):
+            after = {rid: _read_region(p.ptr, p.nbytes, self.device) for rid, p in pieces.items()}
+            for rid, snapshot in before.items():
+                if after[rid] != snapshot:
+                    written.add(rid)
+                    if (rid not in declared_out and rid not in written_by_ops and kinds[rid] != "external"
+                            and log.isEnabledFor(logging.DEBUG)):
                         log.debug("%s: region %d (%s, %#x, %d bytes) changed while the segment replayed, though no "
-                                  "launch passes it as an output: %s", block.segment_id, region_id, kinds[region_id],
-                                  ptr, capacity, _first_difference(snapshot, after))
-        written |= {rid for rid, (ptr, _, _) in regions.items() if ptr in declared_out}
+                                  "launch passes it as an output: %s", block.segment_id, rid, kinds[rid],
+                                  pieces[rid].ptr, pieces[rid].nbytes, _first_difference(snapshot, after[rid]))
+            written |= declared_out
+            state = [rid for rid in written if kinds[rid] == "external"]
+            if state:
+                self._check_write_only(pieces, state, before, after)
+                for rid in state:  # written before it is read: the segment makes it, as if allocated in it
+                    kinds[rid] = "made"
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s: regions %s; written %s (by ops %s)", block.segment_id,
-                      {rid: (kinds[rid], hex(ptr), capacity) for rid, (ptr, capacity, _) in sorted(regions.items())},
+                      {rid: (kinds[rid], hex(p.ptr), p.nbytes, sorted(p.members)) for rid, p in sorted(pieces.items())},
                       sorted(written), sorted(written_by_ops))
 
         segment = SegmentRecord(
@@ -216,7 +220,8 @@ class CaptureAnalysis:
         )
         in_nodes, writes = [], []
         for region_id, kind in kinds.items():
-            ptr, capacity, base = regions[region_id]
+            piece = pieces[region_id]
+            ptr, capacity, base = piece.ptr, piece.nbytes, piece.base
             if kind in ("traced", "chained"):
                 undefined = kind == "traced" and region_id in written and rec.is_uninitialized(ptr)
                 node, spec, tensor = self._region_value(kind, ptr, capacity, arrays.get(ptr))
@@ -233,8 +238,6 @@ class CaptureAnalysis:
                 self.constants_report.append(
                     f"{segment.id} ({segment.source}): untraced {_describe(base, capacity)} (region {region_id}) "
                     "snapshotted as a constant"
-                    + ("; the segment writes it, and that write is not part of the export" if region_id in written
-                       else "")
                 )
             else:
                 segment.scratch[region_id] = capacity
@@ -254,11 +257,12 @@ class CaptureAnalysis:
                 else:
                     rec.graph.call_function(_aten.copy_.default, (node, value))
         for region_id, kind in kinds.items():
-            if kind == "created":
-                ptr, capacity, base = regions[region_id]
-                rec.pending[ptr] = PendingOutput(
-                    segment, call, region_id, capacity, _created_spec(base, capacity), base, base.dtype
-                )
+            if kind in ("created", "made"):
+                piece = pieces[region_id]
+                spec = _created_spec(piece.base, piece.nbytes)
+                warp_dtype = piece.base.dtype if spec.warp_dtype is not None else wp.dtype_from_torch(spec.dtype)
+                rec.pending[piece.ptr] = PendingOutput(segment, call, region_id, piece.nbytes, spec, piece.base,
+                                                       warp_dtype)
         return segment
 
     # ---- steps ----
@@ -268,18 +272,82 @@ class CaptureAnalysis:
         return (f"wp.launch('{launch.kernel.key}') at {launch.caller} in segment {block.segment_id} "
                 f"(opened at {block.source}) of node '{block.node}'")
 
-    def _check_constants(self, kinds, regions, before, live: LiveObjects) -> None:
+    def _check_constants(self, pieces: dict[int, Piece], before, live: LiveObjects) -> None:
         """Refuse constant 64-bit integer arrays that hold live Mesh/BVH/HashGrid/Volume ids."""
         for launch in self.block.launches:
             labels = [a.label for a in wpp.kernel_args(launch.kernel)]
             for i, arg in enumerate(launch.args):
                 if not is_warp_array(arg) or arg.dtype not in (wp.int64, wp.uint64):
                     continue
-                base_ptr = wpp.array_base(arg)[1]
-                for region_id, (ptr, _capacity, _base) in regions.items():
-                    if ptr == base_ptr and kinds[region_id] == "external":
-                        name = f"'{labels[i] if i < len(labels) else i}' ({_describe(_base, _capacity)})"
-                        check_constant_handles(name, before[region_id], self._where(launch), live)
+                rid = self._piece_of(pieces, _arg_address(arg))
+                if rid is not None and pieces[rid].kind == "external":
+                    piece = pieces[rid]
+                    name = f"'{labels[i] if i < len(labels) else i}' ({_describe(piece.base, piece.nbytes)})"
+                    check_constant_handles(name, before[rid], self._where(launch), live)
+
+    @staticmethod
+    def _piece_of(pieces: dict[int, Piece], address: int) -> int | None:
+        return next((rid for rid, p in pieces.items() if address and p.contains(address)), None)
+
+    def _merge(self, wrp_bytes: bytes, pieces: dict[int, Piece], before: dict[int, bytes]) -> bytes:
+        """The .wrp with every piece of memory as one region (leapp/_apic/merge.py)."""
+        merges = {rid: (p.rep, offset) for p in pieces.values() for rid, offset in p.members.items() if rid != p.rep}
+        sizes = {p.rep: p.nbytes for p in pieces.values() if p.resized}
+        if not merges and not sizes:
+            return wrp_bytes
+        try:
+            return merge_regions(wrp_bytes, merges, sizes, {rid: before.get(rid) for rid in sizes})
+        except wrp.WrpError as e:
+            block = self.block
+            raise TraceError(f"segment {block.segment_id} (opened at {block.source}) of node '{block.node}': Warp "
+                             f"arrays view one allocation at several offsets, and {e}") from e
+
+    def _check_write_only(self, pieces: dict[int, Piece], state: list[int], before, after) -> None:
+        """Refuse memory the node did not trace that the segment writes but whose earlier bytes matter.
+
+        Such memory (a persistent Warp array, a buffer allocated outside the node) is exported as made by the
+        segment: that is right only when the segment's results do not depend on what it held before. The
+        segment is replayed once per such piece with the piece's bytes replaced by noise; any difference in any
+        piece means the old bytes are read (or part of the piece is left unwritten). The user's values are
+        restored by a last replay on the original bytes.
+        """
+        rng = np.random.default_rng(0x1EA99)
+        try:
+            for rid in state:
+                self._restore(pieces, before)
+                piece = pieces[rid]
+                _write_region(piece.ptr, rng.integers(0, 256, piece.nbytes, dtype=np.uint8).tobytes(), self.device)
+                self._launch()
+                changed = [other for other, p in pieces.items()
+                           if _read_region(p.ptr, p.nbytes, self.device) != after[other]]
+                if changed:
+                    raise self._state_refusal(pieces, rid)
+        finally:
+            self._restore(pieces, before)
+            self._launch()
+
+    def _restore(self, pieces: dict[int, Piece], before) -> None:
+        for rid, snapshot in before.items():
+            _write_region(pieces[rid].ptr, snapshot, self.device)
+
+    def _state_refusal(self, pieces: dict[int, Piece], rid: int) -> TraceError:
+        piece, block = pieces[rid], self.block
+        site = None
+        for launch in block.launches:
+            labels = [a.label for a in wpp.kernel_args(launch.kernel)]
+            for i, arg in enumerate(launch.args):
+                if piece.contains(_arg_address(arg)) and (site is None or i >= launch.n_inputs):
+                    site = (launch, labels[i] if i < len(labels) else f"#{i}")
+        head = (f"wp.launch('{site[0].kernel.key}') at {site[0].caller}, argument '{site[1]}'," if site
+                else f"a Warp operation of segment {block.segment_id}")
+        return TraceError(
+            f"{head} in segment {block.segment_id} (opened at {block.source}) of node '{block.node}' writes "
+            f"{_describe(piece.base, piece.nbytes)} that the node did not trace (allocated outside it: persistent "
+            "simulator state, a buffer made once), and the segment's results depend on what that memory held "
+            "before it ran (it reads it, or leaves part of it unwritten). An export would bake this trace's bytes. "
+            "Make that state a node input (wp.from_torch of a tensor passed into the node, or copied into with "
+            "torch inside the node), or write all of it in the segment before reading it."
+        )
 
     def _save(self, regions) -> tuple[bytes, dict[str, bytes]]:
         folder = tempfile.mkdtemp(prefix="leapp-segment-")
@@ -353,10 +421,26 @@ def _array_covers(arr, ptr: int, capacity: int) -> bool:
 
 
 def _created_spec(base, capacity: int) -> TensorSpec:
-    try:
-        return spec_for_array("", base)
-    except Exception:  # noqa: BLE001 - e.g. @wp.struct: refused only if it crosses the boundary
-        return TensorSpec("", torch.uint8, (capacity,), warp_dtype_name(base.dtype), tuple(base.shape))
+    """The spec a piece of memory made in a segment has as an output: its array's, when that covers it."""
+    if is_warp_array(base) and base.is_contiguous and base.capacity == capacity:
+        try:
+            spec = spec_for_array("", base)
+        except Exception:  # noqa: BLE001 - e.g. @wp.struct: refused only if it crosses the boundary
+            return TensorSpec("", torch.uint8, (capacity,), warp_dtype_name(base.dtype), tuple(base.shape))
+        if spec.dtype.itemsize * _numel(spec.shape) == capacity:
+            return spec
+    if isinstance(base, torch.Tensor) and base.is_contiguous() and base.numel() * base.element_size() == capacity:
+        return TensorSpec("", base.dtype, tuple(base.shape))
+    return TensorSpec("", torch.uint8, (capacity,))
+
+
+def _arg_address(arg) -> int:
+    """The first byte a launch argument addresses (0 for scalars and empty arrays)."""
+    if is_warp_array(arg):
+        return arg.ptr or 0
+    if isinstance(arg, torch.Tensor):
+        return arg.data_ptr()
+    return 0
 
 
 def _describe(base, capacity: int) -> str:
@@ -371,6 +455,22 @@ def _first_difference(before: bytes, after: bytes) -> str:
     at = next((i for i, (a, b) in enumerate(zip(before, after)) if a != b), min(len(before), len(after)))
     return (f"first at byte {at} of {len(before)}: {before[at:at + 8].hex() or '-'} before, "
             f"{after[at:at + 8].hex() or '-'} after; {sum(a != b for a, b in zip(before, after))} byte(s) differ")
+
+
+def _write_region(ptr: int, data: bytes, device) -> None:
+    """Write bytes into a region (the write-only check's noise and restores), in torch's stream order on CUDA."""
+    if not data:
+        return
+    if device.is_cpu:
+        import ctypes  # noqa: PLC0415
+
+        ctypes.memmove(ptr, data, len(data))
+        return
+    view = wp.array(ptr=ptr, dtype=wp.uint8, shape=(len(data),), device=device)
+    src = wp.array(np.frombuffer(data, dtype=np.uint8), dtype=wp.uint8, device="cpu")
+    stream = wp.stream_from_torch(torch.cuda.current_stream(torch.device(str(device))))
+    wp.copy(view, src, stream=stream)
+    wp.synchronize_stream(stream)
 
 
 def _read_region(ptr: int, nbytes: int, device) -> bytes:

@@ -224,6 +224,15 @@ class GraphRecorder:
                 out.append((t, b.node))
         return out
 
+    def traced_ranges(self) -> list[tuple[int, int, torch.Tensor]]:
+        """(storage pointer, storage bytes, a traced tensor over it) of every live traced storage."""
+        out = []
+        for ptr in self._by_storage:
+            live = self.live_storage(ptr)
+            if live:
+                out.append((ptr, _storage_nbytes(live[-1][0]), live[-1][0]))
+        return out
+
     def is_uninitialized(self, ptr: int) -> bool:
         """True while the storage at ``ptr`` holds only the undefined bytes of an uninitialized factory.
 

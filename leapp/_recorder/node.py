@@ -168,6 +168,7 @@ class NodeRun:
         segments: list[SegmentRecord] = list(self.segments_met)
         state.skipped = state.discovered[len(segments):]
         out_nodes = [rec.value_of(t) for _, _, t, _ in self.outputs]
+        _refuse_segments_without_outputs(self.name, segments)
         graph = rec.finish(out_nodes, class_name=f"leapp_node_{_identifier(self.name)}")
         state.record = NodeRecord(
             name=self.name,
@@ -547,3 +548,16 @@ def _declare_result(run: NodeRun, result: Any, where: str) -> None:
             f"leapp.node('{run.name}') at {where}: a traced function must return a tensor, a tuple/list of "
             f"tensors or a dict of tensors, got {type(result).__name__}."
         )
+
+
+def _refuse_segments_without_outputs(node: str, segments: list[SegmentRecord]) -> None:
+    """A segment whose writes nothing in the node uses afterwards exports as a call with no results, which
+    torch.export cannot load back and ONNX drops: refuse it while the user's code is at hand."""
+    for segment in segments:
+        if segment.captured_ops and not segment.outputs:
+            raise TraceError(
+                f"Warp segment {segment.id} opened at {segment.source} in node '{node}' writes nothing the node "
+                "uses after the block: no traced tensor, no array read later (by torch, by another segment or as a "
+                f"node output). Its operations ({', '.join(segment.captured_ops)}) would export as dead code. Read "
+                "its results after the block (wp.to_torch(array) or the tensor it wrote), or move it out of the node."
+            )

@@ -35,13 +35,14 @@ from leapp.errors import (
     SEGMENT_DIVERGED,
     WARP_OP_OWNER_TOKEN,
     SegmentDivergenceError,
+    LeappError,
     TraceError,
 )
 
 from .capture import AllocationWitness, CaptureAnalysis, ClosedSegment, arg_ptr
 from .fx_graph import BlockGuardMode, traced_tensors
 from .session import DiscoveredSegment, current_session
-from .source import frame_location, user_location
+from .source import frame_location, raised_in_warp, traceback_location, user_location
 
 if TYPE_CHECKING:
     from .node import NodeRun
@@ -71,7 +72,7 @@ class WarpOp:
     def __exit__(self, exc_type, exc, tb) -> bool:
         block = self._states.pop() if self._states else None
         if block is not None:
-            block.close(failed=exc_type is not None)
+            block.close(failed=exc_type is not None, error=exc)
         return False
 
     def __call__(self, fn):
@@ -214,8 +215,12 @@ class _Block:
             self.run.recorder.block = None
         return graph
 
-    def close(self, failed: bool) -> None:
-        """Called by the owning ``WarpOp``'s exit (or when its node / session unwinds after an error)."""
+    def close(self, failed: bool, error: BaseException | None = None) -> None:
+        """Called by the owning ``WarpOp``'s exit (or when its node / session unwinds after an error).
+
+        A Warp error raised while the block was captured is Warp's capture refusing an operation: it is
+        raised again as a TraceError that names the node, the segment and the user's line.
+        """
         if self._closed:
             return
         if self.session.block is not self:
@@ -229,11 +234,31 @@ class _Block:
             raise
         if failed:
             self._census = None
+            if self.run.capturing and isinstance(error, Exception) and not isinstance(error, LeappError) \
+                    and raised_in_warp(error.__traceback__):
+                raise self._capture_refusal(error) from error
             return
         try:
             self._record(graph)
         finally:
             self._census = None
+
+    def _capture_refusal(self, error: Exception) -> TraceError:
+        text = str(error).strip() or type(error).__name__
+        if isinstance(error, NotImplementedError) or "host" in text.lower():
+            advice = ("Copies to or from host memory cannot be captured: keep readbacks (wp.copy into a CPU array, "
+                      ".numpy()) after the block, and host data as node inputs.")
+        elif "contiguous" in text.lower():
+            advice = ("Warp captures copies between contiguous arrays only: copy with a kernel, or copy contiguous "
+                      "arrays (a torch copy_ outside the block works too).")
+        else:
+            advice = ("Everything in annotate.warp_op() is captured, as by wp.ScopedCapture: keep only "
+                      "capturable Warp work there (launches, wp.copy between device arrays, zero_/fill_).")
+        return TraceError(
+            f"Warp refused to capture an operation at {traceback_location(error.__traceback__)} in segment "
+            f"{self.segment_id} (opened at {self.source}) of node '{self.run.name}' ({self.run.pass_name}): "
+            f"{type(error).__name__}: {text}. {advice}"
+        )
 
     def _record(self, graph) -> None:
         run = self.run
@@ -292,7 +317,17 @@ class _Block:
     def on_launch(self, launch: _Launch) -> None:
         self.launches.append(launch)
         owners: dict[str, list[str]] = {}
-        labels = [a.label for a in kernel_args(launch.kernel)]
+        params = kernel_args(launch.kernel)
+        labels = [a.label for a in params]
+        for param, arg in zip(params, launch.args):
+            if arg is not None and wp.types.is_array(param.type) and not isinstance(arg, wp.array):
+                raise TraceError(
+                    f"wp.launch('{launch.kernel.key}') at {launch.caller} in segment {self.segment_id} of node "
+                    f"'{self.run.name}': argument '{param.label}' is a {type(arg).__module__}.{type(arg).__name__}, "
+                    "not a wp.array. Warp launches it through its array interface, but its capture (which leapp "
+                    "exports) records wp.array arguments only: pass wp.from_torch(tensor) for a torch tensor, or the "
+                    "wrapped wp.array (for example ProxyArray.warp)."
+                )
         for i, arg in enumerate(launch.args):
             ptr = arg_ptr(arg)
             owner = self.session.owners.owner_of(ptr) if ptr else None

@@ -37,5 +37,26 @@ def user_location(skip: int = 1) -> str:
     return "<unknown>"
 
 
+_WARP_DIR = os.path.dirname(os.path.abspath(warp.__file__)) + os.sep
+
+
+def traceback_location(tb) -> str:
+    """``path:line`` of the innermost user frame of a traceback (``<unknown>`` if none)."""
+    found = "<unknown>"
+    while tb is not None:
+        if not _is_internal(tb.tb_frame.f_code.co_filename):
+            found = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return found
+
+
+def raised_in_warp(tb) -> bool:
+    """Whether the innermost frame of a traceback is Warp's own code."""
+    last = None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    return last is not None and os.path.abspath(last.tb_frame.f_code.co_filename).startswith(_WARP_DIR)
+
+
 def frame_location(filename: str, lineno: int) -> str:
     return f"{filename}:{lineno}"
