@@ -45,7 +45,9 @@ def merge_regions(data: bytes, merges: Mapping[int, tuple[int, int]], sizes: Map
     """A copy of the ``.wrp`` ``data`` with regions folded into others.
 
     Args:
-        merges: folded region id -> (target region id, byte offset of the folded region inside the target).
+        merges: folded region id -> (target region id, byte offset of the folded region inside the target); a
+            region mapped to itself stays, and every reference to it moves by the offset (its memory starts
+            before the first byte the capture saw of it).
         sizes: target region id -> its size in bytes after the merge (at least its old size).
         snapshots: target region id -> its initial bytes (``sizes`` long), or None to save it size-only.
 
@@ -78,13 +80,13 @@ def _check_plan(parsed: w.WrpFile, merges, sizes, snapshots) -> None:
         for rid, what in ((region_id, "folded"), (target, "target")):
             if rid not in parsed.regions:
                 raise w.WrpError(f"cannot merge regions: {what} region {rid} is not in the capture")
-        if target in merges or target == region_id:
+        if target != region_id and merges.get(target, (target,))[0] != target:
             raise w.WrpError(f"cannot merge region {region_id} into {target}: the target is folded itself")
         if delta < 0 or delta > sizes.get(target, parsed.regions[target].size):
             raise w.WrpError(f"cannot merge region {region_id} into {target} at offset {delta}")
     allocated = {op.region for op in parsed.ops if isinstance(op, w.WrpAlloc)}
     for rid in set(merges) | {t for t, _ in merges.values()}:
-        if rid in allocated or parsed.regions[rid].transient and rid in merges:
+        if rid in allocated or parsed.regions[rid].transient:
             raise w.WrpError(f"cannot merge region {rid}: it is allocated inside the capture")
     for target, size in sizes.items():
         if size < parsed.regions[target].size:
@@ -127,7 +129,7 @@ def _rewrite_metadata(data: bytes, merges) -> bytes:
     for i in range(num_bindings):
         name = r.string(f"binding record {i} name")
         region = r.u32(f"binding record {i} region id")
-        if region not in merges:
+        if merges.get(region, (region,))[0] == region:
             bindings.append((name, region))
     meshes = r.take(num_meshes * w._MESH.size, "mesh records")
     locations = []
@@ -144,9 +146,10 @@ def _rewrite_metadata(data: bytes, merges) -> bytes:
 
 
 def _rewrite_memory(parsed: w.WrpFile, merges, sizes, snapshots) -> bytes:
-    out = bytearray(struct.pack("<I", len(parsed.regions) - len(merges)))
+    folded = {rid for rid, (target, _) in merges.items() if target != rid}
+    out = bytearray(struct.pack("<I", len(parsed.regions) - len(folded)))
     for region in parsed.regions.values():
-        if region.id in merges:
+        if region.id in folded:
             continue
         size, snapshot = region.size, region.snapshot
         if region.id in sizes:

@@ -3,7 +3,9 @@
 Steps: check every node's backend first (nothing is written when one is
 unsupported), build each node's exportable module (segments -> bundles ->
 ``leapp::warp_segment``), export it, write ``pipeline.yaml``, then validate
-every artifact in a fresh process that loads it as ``leapp.load`` does.
+every artifact in a fresh process that loads it as ``leapp.load`` does; an artifact that no
+validation process opened is opened here (``load_check``), so a file that cannot load is never
+reported as written.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from pathlib import Path
 from leapp._contract.backends import BACKENDS, SEGMENT_BACKENDS
 from leapp._contract.records import NodeRecord, SessionRecord
 from leapp._export.exportable import BundleProvider, build_exportable
+from leapp._export.load_check import check_artifact_loads
 from leapp._export.paths import artifact_path
 from leapp._export.pipeline_yaml import NodeArtifact, describe_pipeline, write_pipeline_yaml
 from leapp._export.report import CompileReport, NodeReport
 from leapp._export.validate import (
+    NEEDS_CUDA,
     SKIPPED,
     VALIDATION_TIMEOUT_S,
     NodeArtifactJob,
@@ -123,6 +127,9 @@ def compile_session(
                  time.perf_counter() - checked, ", ".join(f"{r.node} {r.status}" for r in results))
     else:
         results = [NodeValidation(art.record.name, SKIPPED, samples=len(art.record.samples)) for art in artifacts]
+    for art, result in zip(artifacts, results):
+        if result.status in (SKIPPED, NEEDS_CUDA):  # not loaded by a validation process: open it here
+            check_artifact_loads(art.record.name, art.backend, art.path)
     for art, result in zip(artifacts, results):
         report.nodes.append(
             NodeReport(

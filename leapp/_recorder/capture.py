@@ -172,6 +172,7 @@ class CaptureAnalysis:
                     before[rid] = _read_region(piece.ptr, piece.nbytes, self.device)
         wrp_bytes = self._merge(wrp_bytes, pieces, before)
         ops = wrp.read_ops(wrp_bytes)
+        self._check_observed(ops)
         written = {op.dst_region for op in ops if op.dst_region is not None and op.dst_region > 0}
         written_by_ops = set(written)
         declared_out = {rid for launch in block.launches for a in launch.args[launch.n_inputs:]
@@ -285,13 +286,37 @@ class CaptureAnalysis:
                     name = f"'{labels[i] if i < len(labels) else i}' ({_describe(piece.base, piece.nbytes)})"
                     check_constant_handles(name, before[rid], self._where(launch), live)
 
+    def _check_observed(self, ops) -> None:
+        """Refuse launches the capture recorded but leapp's launch observer did not see.
+
+        ``wp.launch(..., record_cmd=True)`` returns a ``wp.Launch`` without launching, and its ``launch()``
+        bypasses the tape that observes ``wp.launch``: discovery and the later passes cannot check such a
+        launch, and the exporter does not know its kernel object.
+        """
+        seen: dict[str, int] = {}
+        for launch in self.block.launches:
+            seen[launch.kernel.key] = seen.get(launch.kernel.key, 0) + 1
+        for op in ops:
+            if op.kind != "launch":
+                continue
+            if seen.get(op.kernel_key, 0) == 0:
+                block = self.block
+                raise TraceError(
+                    f"segment {block.segment_id} (opened at {block.source}) of node '{block.node}' launched kernel "
+                    f"'{op.kernel_key}' through a recorded launch (wp.launch(..., record_cmd=True) and then "
+                    "Launch.launch(), as launch caches do), which leapp does not observe. Call wp.launch directly "
+                    "inside annotate.warp_op() (Isaac Lab's _WarpLaunchCache does when the device is capturing)."
+                )
+            seen[op.kernel_key] -= 1
+
     @staticmethod
     def _piece_of(pieces: dict[int, Piece], address: int) -> int | None:
         return next((rid for rid, p in pieces.items() if address and p.contains(address)), None)
 
     def _merge(self, wrp_bytes: bytes, pieces: dict[int, Piece], before: dict[int, bytes]) -> bytes:
         """The .wrp with every piece of memory as one region (leapp/_apic/merge.py)."""
-        merges = {rid: (p.rep, offset) for p in pieces.values() for rid, offset in p.members.items() if rid != p.rep}
+        merges = {rid: (p.rep, offset) for p in pieces.values() for rid, offset in p.members.items()
+                  if rid != p.rep or offset}
         sizes = {p.rep: p.nbytes for p in pieces.values() if p.resized}
         if not merges and not sizes:
             return wrp_bytes

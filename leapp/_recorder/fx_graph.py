@@ -178,6 +178,9 @@ class GraphRecorder:
     _n_constants: int = 0
     _uninitialized: dict[int, weakref.ref] = field(default_factory=dict)  # storage ptr -> the factory's tensor
     _truncated: set[int] = field(default_factory=set)  # storage ptrs whose binding bucket dropped live aliases
+    # tensors that in-place ops wrote, kept alive for the execution: ``wp.to_torch(state).copy_(x)`` writes
+    # persistent memory through a temporary, and the storage must stay traced after the temporary is gone
+    _written: list[torch.Tensor] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.build and self.graph is None:
@@ -373,6 +376,9 @@ class GraphRecorder:
         node = self.graph.call_function(func, tuple(fx_args), dict(fx_kwargs)) if self.build else None
         if isinstance(out, torch.Tensor):
             self._bind(out, node)
+            schema = getattr(func, "_schema", None)
+            if schema is not None and schema.is_mutable:
+                self._written.append(out)
             if self.build and func in UNINITIALIZED_FACTORIES:
                 ptr = storage_ptr(out)
                 if ptr:

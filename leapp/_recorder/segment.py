@@ -244,13 +244,14 @@ class _Block:
             self._census = None
 
     def _capture_refusal(self, error: Exception) -> TraceError:
-        text = str(error).strip() or type(error).__name__
-        if isinstance(error, NotImplementedError) or "host" in text.lower():
-            advice = ("Copies to or from host memory cannot be captured: keep readbacks (wp.copy into a CPU array, "
-                      ".numpy()) after the block, and host data as node inputs.")
-        elif "contiguous" in text.lower():
+        text = (str(error).strip() or type(error).__name__).rstrip(".")
+        low = text.lower()
+        if "contiguous" in low:
             advice = ("Warp captures copies between contiguous arrays only: copy with a kernel, or copy contiguous "
                       "arrays (a torch copy_ outside the block works too).")
+        elif "host" in low or "d2h" in low or "cpu" in low and "cuda" in low:
+            advice = ("Copies to or from host memory cannot be captured: keep readbacks (wp.copy into a CPU array, "
+                      ".numpy()) after the block, and host data as node inputs.")
         else:
             advice = ("Everything in annotate.warp_op() is captured, as by wp.ScopedCapture: keep only "
                       "capturable Warp work there (launches, wp.copy between device arrays, zero_/fill_).")
