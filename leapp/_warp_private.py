@@ -29,9 +29,12 @@ __all__ = [
     "is_struct_type",
     "scalar_types",
     "kernel_args",
+    "written_args",
     "array_base",
     "views_torch_storage",
     "launch_observer",
+    "recorded_launch_observer",
+    "recorded_launch_args",
     "apic_regions",
     "apic_transient_regions",
     "apic_kernels",
@@ -100,6 +103,37 @@ def scalar_types():
 def kernel_args(kernel) -> list:
     """The kernel's parameters (``.label``, ``.type``), in launch order."""
     return kernel.adj.args
+
+
+def written_args(kernel, block_dim: int) -> set[int]:
+    """Indices of the kernel's parameters its code writes (array elements, also through @wp.func calls and
+    struct fields).
+
+    Warp's codegen marks written array arguments (``Var.is_write``) only when the builder option
+    ``verify_autograd_array_access`` is on, so the kernel's module is code-generated once more here with
+    that option in leapp's own copy of the options (CPU target, nothing compiled; ``wp.config`` and the
+    module's options are not touched, its caches are restored, the verifier's warnings are dropped). The
+    result is the same for every kernel of a module and is cached per module variant.
+    """
+    import warnings  # noqa: PLC0415
+
+    module = kernel.module
+    with preserved_module_state(module):
+        key = (id(module), module_variant_hash(module, block_dim))
+        cached = _WRITTEN.get(key)
+        if cached is None or cached[0] is not module:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                module._run_codegen(resolved_options(module, block_dim) | {"verify_autograd_array_access": True},
+                                    True)
+            kernels = [o for k in module._get_live_kernels()
+                       for o in (k.overloads.values() if getattr(k, "is_generic", False) else (k,))]
+            cached = _WRITTEN[key] = (module, {k: {i for i, a in enumerate(k.adj.args) if a.is_write}
+                                               for k in kernels})
+    return cached[1].get(kernel, set())  # a kernel codegen did not build: its writes are seen by value only
+
+
+_WRITTEN: dict = {}  # (id(module), variant hash) -> (module, {kernel: written parameter indices})
 
 
 def needs_deterministic(kernel) -> bool:
@@ -199,6 +233,56 @@ def launch_observer(on_launch):
     launch, with the caller's file and line in ``metadata`` (Warp 1.19's hook).
     """
     return _launch_observer_class()(on_launch)
+
+
+class _RecordedLaunchProfile:
+    """A per-thread profile function that reports calls of ``wp.Launch.launch`` (see below)."""
+
+    def __init__(self, on_launch) -> None:
+        import warp as wp  # noqa: PLC0415
+
+        self._code = wp.Launch.launch.__code__
+        self._on_launch = on_launch
+        self._previous = None
+
+    def __call__(self, frame, event, arg):
+        if event == "call" and frame.f_code is self._code:
+            launch = frame.f_locals.get("self")
+            caller = frame.f_back
+            self._on_launch(launch, caller.f_code.co_filename if caller else "<unknown>",
+                            caller.f_lineno if caller else 0)
+
+    def __enter__(self):
+        import sys  # noqa: PLC0415
+
+        self._previous = sys.getprofile()
+        if self._previous is None:  # a profiler of the user's is left alone (the launch is then refused later)
+            sys.setprofile(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import sys  # noqa: PLC0415
+
+        if self._previous is None and sys.getprofile() is self:
+            sys.setprofile(None)
+
+
+def recorded_launch_observer(on_launch):
+    """A context manager that reports ``Launch.launch()`` calls of this thread: ``on_launch(launch, file, line)``.
+
+    ``wp.launch(..., record_cmd=True)`` returns a ``wp.Launch`` and its ``launch()`` goes straight to the
+    native launcher, past the tape ``launch_observer`` uses (launch caches such as Isaac Lab's do this). A
+    profile function (``sys.setprofile``: this thread only, removed on exit) sees those calls; the
+    ``wp.Launch`` attributes read are ``kernel``, ``device``, ``block_dim`` and ``fwd_args`` (Warp 1.19).
+    """
+    return _RecordedLaunchProfile(on_launch)
+
+
+def recorded_launch_args(launch) -> list | None:
+    """The argument values a ``wp.Launch`` was recorded with (inputs then outputs), or None when Warp kept
+    none (its parameters were set by index): Warp's capture then cannot record the launch."""
+    args = getattr(launch, "fwd_args", None)
+    return None if args is None else list(args)
 
 
 def apic_regions(graph) -> dict[int, tuple[int, int, object]]:

@@ -175,8 +175,9 @@ class CaptureAnalysis:
         self._check_observed(ops)
         written = {op.dst_region for op in ops if op.dst_region is not None and op.dst_region > 0}
         written_by_ops = set(written)
-        declared_out = {rid for launch in block.launches for a in launch.args[launch.n_inputs:]
-                        if (rid := self._piece_of(pieces, _arg_address(a))) is not None}
+        declared_out = {rid for launch in block.launches for i, a in enumerate(launch.args)
+                        if (i >= launch.n_inputs or i in wpp.written_args(launch.kernel, launch.block_dim or 1))
+                        and (rid := self._piece_of(pieces, _arg_address(a))) is not None}
         arrays = self._launch_arrays()
 
         with rec.paused_recording():

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import warp as wp
 
-from leapp._warp_private import kernel_args, launch_observer
+from leapp._warp_private import kernel_args, launch_observer, recorded_launch_args, recorded_launch_observer
 from leapp.errors import (
     LINUX_ONLY,
     MIXED_TRACE_CONTEXTS,
@@ -130,6 +130,25 @@ def _launch_observer(block: _Block):
     return launch_observer(on_launch)
 
 
+def _recorded_launch_observer(block: _Block):
+    """Reports ``Launch.launch()`` calls (recorded launches, launch caches) of this thread to ``block``."""
+
+    def on_recorded(launch, file, line) -> None:
+        caller = frame_location(file, line)
+        args = recorded_launch_args(launch)
+        if args is None:
+            raise TraceError(
+                f"Launch.launch() of kernel '{launch.kernel.key}' at {caller} in segment {block.segment_id} of node "
+                f"'{block.run.name}': its arguments were set by index (set_param_at_index), so Warp's capture "
+                "cannot record it. Record it with wp.launch(..., record_cmd=True) and its inputs/outputs, or call "
+                "wp.launch inside the block."
+            )
+        block.on_launch(_Launch(launch.kernel, str(launch.device), int(launch.block_dim or 0), caller, args,
+                                len(args)))
+
+    return recorded_launch_observer(on_recorded)
+
+
 class _Block:
     """The state of one open segment; ``session.block`` holding it is the owner token."""
 
@@ -143,6 +162,7 @@ class _Block:
         self.discovered: DiscoveredSegment | None = None
         self.device: str | None = None
         self._observer = None  # the launch-observing tape while the block is open
+        self._recorded = None  # the profile function that sees Launch.launch() while the block is open
         self._guard: BlockGuardMode | None = None
         self._capturing = False
         self._stream = None
@@ -170,6 +190,7 @@ class _Block:
                 f"{self.segment_id} at {self.source}: leapp observes Warp launches with a tape, but another "
                 f"wp.Tape is active ({e}). Close it before the segment."
             ) from e
+        self._recorded = _recorded_launch_observer(self).__enter__()
         self._guard = BlockGuardMode(run.recorder, self.check_torch_op)
         self._guard.__enter__()
         self.session.block = self
@@ -210,6 +231,9 @@ class _Block:
             if self._observer is not None:
                 self._observer.__exit__(None, None, None)
                 self._observer = None
+            if self._recorded is not None:
+                self._recorded.__exit__(None, None, None)
+                self._recorded = None
             if self.session.block is self:
                 self.session.block = None
             self.run.recorder.block = None

@@ -209,17 +209,53 @@ def test_array_interface_wrapper_is_refused_by_name(device):
         trace(w, torch.ones(4, device=device), passes=2)
 
 
-def test_recorded_launch_is_refused_by_name():
+class _LaunchCache:
+    """Isaac Lab's _WarpLaunchCache in miniature: record a launch once, replay it with Launch.launch()."""
+
+    def __init__(self):
+        self.commands = {}
+
+    def launch(self, key, kernel, dim, inputs, outputs, device):
+        command = self.commands.get(key)
+        if command is None:
+            command = self.commands[key] = wp.launch(kernel, dim=dim, inputs=inputs, outputs=outputs, device=device,
+                                                     record_cmd=True)
+        command.launch()
+
+
+def test_recorded_launches_are_captured_like_wp_launch():
+    state_in = wp.zeros(4, dtype=wp.float32, device="cpu")
+    state_out = wp.zeros(4, dtype=wp.float32, device="cpu")
+    cache = _LaunchCache()
+
     @leapp.node("r")
     def r(x):
-        y = torch.empty_like(x)
+        wp.to_torch(state_in).copy_(x)
         with annotate.warp_op():
-            cmd = wp.launch(double, dim=4, inputs=[wp.from_torch(x)], outputs=[wp.from_torch(y)], device="cpu",
-                            record_cmd=True)
-            cmd.launch()
-        return y
+            cache.launch("double", double, 4, [state_in], [state_out], "cpu")
+        return wp.to_torch(state_out).clone()
 
-    with pytest.raises(TraceError, match=r"launched kernel 'double' through a recorded launch"):
+    record, _ = trace(r, torch.ones(4), passes=3)
+    (segment,) = record.nodes["r"].segments
+    assert segment.ops == ["launch:double"] and [k.key for k in segment.kernels] == ["double"]
+    fresh = torch.randn(4)
+    torch.testing.assert_close(run_node_graph(record.nodes["r"], [fresh])[0], fresh * 2)
+
+
+def test_recorded_launch_without_its_arguments_is_refused_by_name():
+    y = wp.zeros(4, dtype=wp.float32, device="cpu")
+
+    @leapp.node("r")
+    def r(x):
+        command = wp.Launch(double, device=wp.get_device("cpu"))  # parameters set by index: Warp keeps no arguments
+        command.set_dim(4)
+        command.set_param_at_index(0, wp.from_torch(x))
+        command.set_param_at_index(1, y)
+        with annotate.warp_op():
+            command.launch()
+        return wp.to_torch(y).clone()
+
+    with pytest.raises(TraceError, match=r"Launch.launch\(\) of kernel 'double' at .*test_real_warp_patterns.py:\d+"):
         trace(r, torch.ones(4), passes=2)
 
 

@@ -262,11 +262,9 @@ def test_inplace_write_to_a_traced_input_is_an_output(device, caplog):
         record, _ = trace(step, torch.arange(4.0, device=device))
     (seg,) = record.nodes["n"].segments
     assert len(seg.inputs) == 1 and [o.region_id for o in seg.outputs] == [seg.inputs[0].region_id]
-    # the write check names a change through an input argument (legal Warp, and what a racing read would look like)
-    (line,) = {r.getMessage() for r in caplog.records if "no launch passes it as an output" in r.getMessage()}
-    assert line.startswith(f"n/warp_segment_0: region {seg.inputs[0].region_id} (traced, 0x") and \
-        "16 bytes) changed while the segment replayed" in line and "first at byte 6 of 16" in line and \
-        "4 byte(s) differ" in line, line
+    # Warp's codegen says add_one writes its argument, so the change is expected: no "changed though no launch
+    # passes it as an output" line (that line is kept for changes nothing declared, e.g. a read racing its producer)
+    assert not [r for r in caplog.records if "no launch passes it as an output" in r.getMessage()]
     assert seg.inputs[0].spec.shape == (4,)
     torch.testing.assert_close(record.nodes["n"].samples[0].outputs[0], torch.tensor([0.0, 2, 3, 4], device=device))
     assert_graphs_replay_samples(record)
