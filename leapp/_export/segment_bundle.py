@@ -298,8 +298,9 @@ class _Builder:
         if region_id in self.region_buffer:
             return self.region_buffer[region_id]
         region = self.region(region_id, what)
-        if region_id in self.constants and region_id in self.op_written:
-            # a copy/fill writes it: replay on a scratch copy seeded every call, the constant stays read-only
+        if region_id in self.constants and (region_id in self.op_written or region_id in self.scratch):
+            # a copy/fill or a kernel writes it: replay on a scratch copy seeded every call, the constant stays
+            # read-only (memory a segment writes in part, whose other bytes keep their trace values)
             src = self.add_constant(region_id)
             b = self.add_buffer(region.size, "scratch", "none")
             self.prelude.append({"op": "copy", "dst": b, "dst_offset": 0, "src": src, "src_offset": 0,

@@ -195,9 +195,7 @@ class CaptureAnalysis:
             written |= declared_out
             state = [rid for rid in written if kinds[rid] == "external"]
             if state:
-                self._check_write_only(pieces, state, before, after)
-                for rid in state:  # written before it is read: the segment makes it, as if allocated in it
-                    kinds[rid] = "made"
+                kinds.update(self._classify_state(pieces, state, before, after))
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s: regions %s; written %s (by ops %s)", block.segment_id,
                       {rid: (kinds[rid], hex(p.ptr), p.nbytes, sorted(p.members)) for rid, p in sorted(pieces.items())},
@@ -235,12 +233,15 @@ class CaptureAnalysis:
                     rebind = rec.sole_binding(ptr, tensor) if undefined and tensor is not None else None
                     writes.append((region_id, capacity, spec, node, undefined, rebind))
                     rec.mark_written(ptr)
-            elif kind == "external":
+            elif kind == "external" or kind == "seeded":
                 segment.constants[region_id] = before[region_id]
                 self.constants_report.append(
                     f"{segment.id} ({segment.source}): untraced {_describe(base, capacity)} (region {region_id}) "
-                    "snapshotted as a constant"
+                    + ("snapshotted as a constant" if kind == "external" else
+                       "written by the segment; the bytes it never writes keep their trace values")
                 )
+                if kind == "seeded":
+                    segment.scratch[region_id] = capacity
             else:
                 segment.scratch[region_id] = capacity
 
@@ -259,7 +260,7 @@ class CaptureAnalysis:
                 else:
                     rec.graph.call_function(_aten.copy_.default, (node, value))
         for region_id, kind in kinds.items():
-            if kind in ("created", "made"):
+            if kind in ("created", "made", "seeded"):
                 piece = pieces[region_id]
                 spec = _created_spec(piece.base, piece.nbytes)
                 warp_dtype = piece.base.dtype if spec.warp_dtype is not None else wp.dtype_from_torch(spec.dtype)
@@ -328,51 +329,73 @@ class CaptureAnalysis:
             raise TraceError(f"segment {block.segment_id} (opened at {block.source}) of node '{block.node}': Warp "
                              f"arrays view one allocation at several offsets, and {e}") from e
 
-    def _check_write_only(self, pieces: dict[int, Piece], state: list[int], before, after) -> None:
-        """Refuse memory the node did not trace that the segment writes but whose earlier bytes matter.
+    def _classify_state(self, pieces: dict[int, Piece], state: list[int], before, after) -> dict[int, str]:
+        """Untraced memory the segment writes: "made" by it, "seeded" (bytes it never writes keep their trace
+        values), or refused.
 
-        Such memory (a persistent Warp array, a buffer allocated outside the node) is exported as made by the
-        segment: that is right only when the segment's results do not depend on what it held before. The
-        segment is replayed once per such piece with the piece's bytes replaced by noise; any difference in any
-        piece means the old bytes are read (or part of the piece is left unwritten). The user's values are
+        Such memory (a persistent Warp array, a buffer allocated outside the node) is exported as the segment's
+        own: that is right when the segment's results do not depend on what the bytes it writes held before.
+        Per piece, the segment is replayed twice with the piece filled with noise: bytes that still hold the
+        noise afterwards are bytes the segment never writes (MuJoCo Warp's world-body row); they keep their
+        trace values, like any constant. Then it is replayed once more with those bytes as traced and noise in
+        all the others: if anything in any piece comes out different, the segment reads bytes before it writes
+        them (``out[i] += x[i]``), and the trace is refused naming every such piece. The user's values are
         restored by a last replay on the original bytes.
         """
         rng = np.random.default_rng(0x1EA99)
+        found, refused = {}, []
         try:
             for rid in state:
-                self._restore(pieces, before)
                 piece = pieces[rid]
-                _write_region(piece.ptr, rng.integers(0, 256, piece.nbytes, dtype=np.uint8).tobytes(), self.device)
-                self._launch()
-                changed = [other for other, p in pieces.items()
-                           if _read_region(p.ptr, p.nbytes, self.device) != after[other]]
-                if changed:
-                    raise self._state_refusal(pieces, rid)
+                noise = [rng.integers(0, 256, piece.nbytes, dtype=np.uint8) for _ in range(3)]
+                kept = np.ones(piece.nbytes, dtype=bool)
+                for pattern in noise[:2]:
+                    result = self._replay_with(pieces, before, rid, pattern.tobytes())
+                    kept &= np.frombuffer(result[rid], dtype=np.uint8) == pattern
+                seeded = np.where(kept, np.frombuffer(before[rid], dtype=np.uint8), noise[2])
+                result = self._replay_with(pieces, before, rid, seeded.tobytes())
+                if any(result[other] != after[other] for other in pieces):
+                    refused.append(rid)
+                else:
+                    found[rid] = "seeded" if kept.any() else "made"
         finally:
             self._restore(pieces, before)
             self._launch()
+        if refused:
+            raise self._state_refusal(pieces, refused)
+        return found
+
+    def _replay_with(self, pieces: dict[int, Piece], before, rid: int, data: bytes) -> dict[int, bytes]:
+        """Every piece's bytes after one replay from the traced bytes, with piece ``rid`` holding ``data``."""
+        self._restore(pieces, before)
+        _write_region(pieces[rid].ptr, data, self.device)
+        self._launch()
+        return {other: _read_region(p.ptr, p.nbytes, self.device) for other, p in pieces.items()}
 
     def _restore(self, pieces: dict[int, Piece], before) -> None:
         for rid, snapshot in before.items():
             _write_region(pieces[rid].ptr, snapshot, self.device)
 
-    def _state_refusal(self, pieces: dict[int, Piece], rid: int) -> TraceError:
-        piece, block = pieces[rid], self.block
-        site = None
-        for launch in block.launches:
-            labels = [a.label for a in wpp.kernel_args(launch.kernel)]
-            for i, arg in enumerate(launch.args):
-                if piece.contains(_arg_address(arg)) and (site is None or i >= launch.n_inputs):
-                    site = (launch, labels[i] if i < len(labels) else f"#{i}")
-        head = (f"wp.launch('{site[0].kernel.key}') at {site[0].caller}, argument '{site[1]}'," if site
-                else f"a Warp operation of segment {block.segment_id}")
+    def _state_refusal(self, pieces: dict[int, Piece], refused: list[int]) -> TraceError:
+        block = self.block
+        where = []
+        for rid in refused:
+            piece, site = pieces[rid], None
+            for launch in block.launches:
+                labels = [a.label for a in wpp.kernel_args(launch.kernel)]
+                for i, arg in enumerate(launch.args):
+                    if piece.contains(_arg_address(arg)) and (site is None or i >= launch.n_inputs):
+                        site = (launch, labels[i] if i < len(labels) else f"#{i}")
+            what = _describe(piece.base, piece.nbytes)
+            where.append(f"wp.launch('{site[0].kernel.key}') at {site[0].caller}, argument '{site[1]}' ({what})"
+                         if site else f"{what} (written by a Warp operation of the segment)")
         return TraceError(
-            f"{head} in segment {block.segment_id} (opened at {block.source}) of node '{block.node}' writes "
-            f"{_describe(piece.base, piece.nbytes)} that the node did not trace (allocated outside it: persistent "
-            "simulator state, a buffer made once), and the segment's results depend on what that memory held "
-            "before it ran (it reads it, or leaves part of it unwritten). An export would bake this trace's bytes. "
-            "Make that state a node input (wp.from_torch of a tensor passed into the node, or copied into with "
-            "torch inside the node), or write all of it in the segment before reading it."
+            f"segment {block.segment_id} (opened at {block.source}) of node '{block.node}' writes memory the node "
+            "did not trace (allocated outside it: persistent simulator state, a buffer made once), and its results "
+            "depend on what that memory held before it ran (it reads bytes before writing them): "
+            + "; ".join(where) + ". An export would bake this trace's bytes. Make that state a node input "
+            "(wp.from_torch of a tensor passed into the node, or copy the input into it with torch inside the "
+            "node), or write it in the segment before reading it."
         )
 
     def _save(self, regions) -> tuple[bytes, dict[str, bytes]]:

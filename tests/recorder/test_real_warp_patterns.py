@@ -151,6 +151,30 @@ def test_persistent_state_the_segment_writes_is_its_output(device):
     torch.testing.assert_close(run_node_graph(record.nodes["sim"], [fresh])[0], fresh * 2)
 
 
+@wp.kernel
+def fill_tail_then_shift(x: wp.array(dtype=wp.float32), state: wp.array(dtype=wp.float32)):
+    i = wp.tid()
+    state[i + 1] = x[i] + state[0]  # state[0] is never written: MuJoCo Warp's world-body row
+
+
+def test_bytes_the_segment_never_writes_keep_their_trace_values(device):
+    state = wp.array(np.array([10.0, 0, 0, 0, 0], dtype=np.float32), device=device)
+
+    @leapp.node("seeded")
+    def seeded(x):
+        with annotate.warp_op():
+            wp.launch(fill_tail_then_shift, dim=4, inputs=[wp.from_torch(x)], outputs=[state], device=device)
+        return wp.to_torch(state).clone()
+
+    with leapp.trace("s") as session:
+        for _ in range(3):
+            seeded(torch.randn(4, device=device))
+    assert any("never writes keep their trace values" in line for line in session.constants_report)
+    fresh = torch.randn(4, device=device)
+    expected = torch.cat([torch.tensor([10.0], device=device), fresh + 10.0])
+    torch.testing.assert_close(run_node_graph(session.record.nodes["seeded"], [fresh])[0], expected)
+
+
 def test_state_whose_old_bytes_matter_is_refused_by_name(device):
     total = wp.zeros(4, dtype=wp.float32, device=device)  # a running sum kept outside the node
 

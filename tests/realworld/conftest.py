@@ -1,0 +1,16 @@
+"""Real simulator packages (Isaac Lab 3.0's Warp-first MDP terms, MuJoCo Warp) traced by leapp on the CPU.
+
+Every test here is marked ``realworld`` and skips with a reason when its package is absent;
+``bash scripts/install-realworld.sh`` installs them. The recorder's replay helpers (``tests/recorder``)
+check what leapp recorded.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_RECORDER_TESTS = str(Path(__file__).resolve().parents[1] / "recorder")
+if _RECORDER_TESTS not in sys.path:  # recorder_helpers / warp_replay, as tests/recorder imports them
+    sys.path.insert(0, _RECORDER_TESTS)
+

@@ -1,0 +1,126 @@
+"""MuJoCo Warp forward kinematics and centre-of-mass positions, traced by leapp on the CPU.
+
+``hopper.xml`` is a floating base with a three-hinge leg and two sites. ``put_model`` / ``put_data`` make
+the model and a 4-world Data on device "cpu"; the node copies qpos into ``d.qpos`` with torch
+(``wp.to_torch(d.qpos).copy_(qpos)``) and runs ``kinematics`` and ``com_pos`` in one segment.
+``kinematics`` never writes the world body's row (body 0) of ``d.xpos`` / ``d.xquat`` but its later kernels
+read it: those bytes keep their trace values in the export (put_data's, which nothing changes), while every
+byte kinematics writes is the segment's own. The node is traced as MuJoCo Warp users write it, and also with
+the world rows copied in with torch (state that is then part of the node).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.realworld
+mujoco = pytest.importorskip("mujoco", reason="mujoco 4.0.0 is not installed (bash scripts/install-realworld.sh)")
+mjw = pytest.importorskip("mujoco_warp",
+                          reason="mujoco-warp 4.0.0 is not installed (bash scripts/install-realworld.sh)")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import warp as wp  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from realworld_helpers import assert_graph_matches_eager, check_recording, trace_passes  # noqa: E402
+from warp_replay import run_node_graph  # noqa: E402
+
+import leapp  # noqa: E402
+from leapp import annotate  # noqa: E402
+
+NWORLD = 4
+MJCF = Path(__file__).with_name("hopper.xml")
+
+
+def _model():
+    mjm = mujoco.MjModel.from_xml_path(str(MJCF))
+    with wp.ScopedDevice("cpu"):
+        m = mjw.put_model(mjm)
+        d = mjw.put_data(mjm, mujoco.MjData(mjm), nworld=NWORLD)
+    assert d.qpos.device.is_cpu and d.qpos.shape == (NWORLD, mjm.nq)
+    return mjm, m, d
+
+
+def make_forward(world_rows: bool = True):
+    """A fresh model and Data, and the FK node; ``world_rows=False`` leaves out the copy of body 0's rows."""
+    mjm, m, d = _model()
+    world_xpos, world_xquat = wp.to_torch(d.xpos).clone(), wp.to_torch(d.xquat).clone()
+
+    @leapp.node("fk")
+    def forward(qpos):
+        wp.to_torch(d.qpos).copy_(qpos)
+        if world_rows:
+            wp.to_torch(d.xpos).copy_(world_xpos)
+            wp.to_torch(d.xquat).copy_(world_xquat)
+        with annotate.warp_op():
+            mjw.kinematics(m, d)
+            mjw.com_pos(m, d)
+        return wp.to_torch(d.site_xpos).clone(), wp.to_torch(d.subtree_com).clone()
+
+    return forward, mjm
+
+
+def _qpos(mjm, seed: int) -> torch.Tensor:
+    """Random configurations around qpos0: base position and orientation, joint angles within +-1 rad."""
+    g = torch.Generator().manual_seed(seed)
+    qpos = torch.as_tensor(mjm.qpos0, dtype=torch.float32).repeat(NWORLD, 1)
+    qpos[:, :3] += 0.5 * torch.randn(NWORLD, 3, generator=g)
+    qpos[:, 3:7] = torch.nn.functional.normalize(torch.randn(NWORLD, 4, generator=g), dim=-1)
+    qpos[:, 7:] = 2.0 * torch.rand(NWORLD, mjm.nq - 7, generator=g) - 1.0
+    return qpos
+
+
+def _mujoco_c(mjm, qpos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """site_xpos and subtree_com per world from MuJoCo's C library (mj_kinematics + mj_comPos)."""
+    data = mujoco.MjData(mjm)
+    sites, coms = [], []
+    for world in qpos.double().numpy():
+        data.qpos[:] = world
+        mujoco.mj_kinematics(mjm, data)
+        mujoco.mj_comPos(mjm, data)
+        sites.append(data.site_xpos.copy())
+        coms.append(data.subtree_com.copy())
+    return torch.as_tensor(np.stack(sites), dtype=torch.float32), torch.as_tensor(np.stack(coms), dtype=torch.float32)
+
+
+@pytest.fixture(scope="module")
+def traced():
+    forward, mjm = make_forward()
+    return trace_passes(forward, [[_qpos(mjm, seed)] for seed in (1, 2, 3)]), forward, mjm
+
+
+def test_fk_follows_new_qpos(traced):
+    """The recorded graph replays its samples and equals eager MuJoCo Warp, and MuJoCo's C library, on a qpos
+    it was not traced with."""
+    record, forward, mjm = traced
+    qpos = _qpos(mjm, 7)
+    check_recording(record, "fk", forward, [qpos])
+    for got, expected in zip(forward(qpos), _mujoco_c(mjm, qpos)):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_graph_equals_eager_on_random_qpos(traced, seed):
+    record, forward, mjm = traced
+    assert_graph_matches_eager(record, "fk", forward, [_qpos(mjm, seed)], atol=1e-5)
+
+
+def test_fk_as_written_keeps_the_world_rows_of_the_trace():
+    """Without the world body's rows as node state: the bytes kinematics never writes keep put_data's values
+    (listed in the constants report), everything it writes follows the new qpos."""
+    forward, mjm = make_forward(world_rows=False)
+    with leapp.trace("fk_as_written") as session:
+        for seed in (1, 2, 3):
+            forward(_qpos(mjm, seed))
+    record = session.record
+    assert any("bytes it never writes keep their trace values" in line for line in session.constants_report)
+    qpos = _qpos(mjm, 11)
+    check_recording(record, "fk", forward, [qpos])
+    sites, coms = _mujoco_c(mjm, qpos)
+    got_sites, got_coms = run_node_graph(record.nodes["fk"], [qpos])
+    torch.testing.assert_close(got_sites, sites, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got_coms, coms, atol=1e-5, rtol=1e-5)
