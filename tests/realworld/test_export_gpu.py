@@ -1,0 +1,131 @@
+"""The real-world nodes exported on a GPU: PT2 and ONNX, validated, loaded in a fresh process, equal to eager.
+
+Isaac Lab's observation manager at two batch sizes (a trace each) and MuJoCo Warp's kinematics with
+``dynamic_batch``, checked at batch sizes the trace never ran. A fresh process loads each export with
+``leapp.load`` and runs it on inputs the trace never saw; this process runs the eager code on the same inputs.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.realworld, pytest.mark.cuda]
+pytest.importorskip("isaaclab_experimental", reason="Isaac Lab 3.0 is not installed (bash scripts/install-realworld.sh)")
+mujoco = pytest.importorskip("mujoco", reason="mujoco 4.0.0 is not installed (bash scripts/install-realworld.sh)")
+mjw = pytest.importorskip("mujoco_warp", reason="mujoco-warp 4.0.0 is not installed (bash scripts/install-realworld.sh)")
+
+import torch  # noqa: E402
+import warp as wp  # noqa: E402
+from isaaclab_experimental.managers import ObservationManager  # noqa: E402
+from isaaclab_standin import make_env, random_root_and_joints  # noqa: E402
+from test_isaaclab_observations import JOINTS, _policy_group  # noqa: E402
+from test_mujoco_warp import MJCF, _qpos  # noqa: E402
+
+import leapp  # noqa: E402
+from leapp import annotate  # noqa: E402
+
+DEVICE = "cuda:0"
+_LOAD = textwrap.dedent("""
+    import sys, torch, leapp
+    inputs = torch.load(sys.argv[2])
+    pipeline = leapp.load(sys.argv[1])
+    out = pipeline(**{k: v.to("cuda:0") for k, v in inputs.items()})
+    torch.save({k: v.cpu() for k, v in out.items()}, sys.argv[3])
+""")
+
+
+def _fresh_process_outputs(folder: Path, inputs: dict[str, torch.Tensor], tmp_path: Path) -> dict[str, torch.Tensor]:
+    src, dst = tmp_path / "in.pt", tmp_path / "out.pt"
+    torch.save({k: v.cpu() for k, v in inputs.items()}, src)
+    run = subprocess.run([sys.executable, "-c", _LOAD, str(folder), str(src), str(dst)], capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return torch.load(dst)
+
+
+def _observe_node(n: int, backend: str):
+    env = make_env(n, JOINTS, num_actions=len(JOINTS), device=DEVICE)
+    manager = ObservationManager({"policy": _policy_group()}, env)
+    data = env.scene["robot"].data
+
+    @leapp.node("policy_obs", export_with=backend)
+    def observe(root_pose, root_vel, joint_pos, joint_vel):
+        data.root_link_pose_w.torch.copy_(root_pose)
+        data.root_com_vel_w.torch.copy_(root_vel)
+        data.joint_pos.torch.copy_(joint_pos)
+        data.joint_vel.torch.copy_(joint_vel)
+        with annotate.warp_op():
+            group = manager.compute_group("policy")
+        return group.clone()
+
+    return observe
+
+
+def _state(n: int, seed: int) -> list[torch.Tensor]:
+    return [t.to(DEVICE) for t in random_root_and_joints(n, len(JOINTS), seed)]
+
+
+@pytest.mark.parametrize("backend", ["pt2", "onnx"])
+@pytest.mark.parametrize("n", [6, 64])
+def test_isaaclab_observations_export(tmp_path, backend, n):
+    observe = _observe_node(n, backend)
+    with leapp.trace("obs", save_path=str(tmp_path)) as session:
+        for seed in (1, 2, 3):
+            observe(*_state(n, seed))
+    report = session.compile(validate=True)
+    assert all(node.validation.status == "passed" for node in report.nodes), str(report)
+    new = _state(n, 11)
+    expected = observe(*new)
+    names = ["root_pose", "root_vel", "joint_pos", "joint_vel"]
+    got = _fresh_process_outputs(tmp_path / "obs", dict(zip(names, new)), tmp_path)
+    (value,) = got.values()
+    torch.testing.assert_close(value, expected.cpu(), rtol=1e-5, atol=1e-5)
+
+
+def _fk_node(backend: str):
+    mjm = mujoco.MjModel.from_xml_path(str(MJCF))
+    with wp.ScopedDevice(DEVICE):
+        m = mjw.put_model(mjm)
+    datas = {}
+
+    @leapp.node("fk", export_with=backend, dynamic_batch=(1, 16))
+    def forward(qpos):
+        n = qpos.shape[0]
+        if n not in datas:
+            with wp.ScopedDevice(DEVICE):
+                datas[n] = mjw.put_data(mjm, mujoco.MjData(mjm), nworld=n)
+        d = datas[n]
+        wp.to_torch(d.qpos).copy_(qpos)
+        with annotate.warp_op():
+            mjw.kinematics(m, d)
+            mjw.com_pos(m, d)
+        return wp.to_torch(d.site_xpos).clone(), wp.to_torch(d.subtree_com).clone()
+
+    return forward, mjm
+
+
+def _qpos_n(mjm, n: int, seed: int) -> torch.Tensor:
+    q = _qpos(mjm, seed)
+    return q.repeat((n + q.shape[0] - 1) // q.shape[0], 1)[:n].to(DEVICE)
+
+
+@pytest.mark.parametrize("backend", ["pt2", "onnx"])
+def test_mujoco_warp_kinematics_export_with_dynamic_batch(tmp_path, backend):
+    forward, mjm = _fk_node(backend)
+    with leapp.trace("fk", save_path=str(tmp_path)) as session:
+        for seed in (1, 2, 3):
+            forward(_qpos_n(mjm, 8, seed))
+    report = session.compile(validate=True)
+    assert all(node.validation.status == "passed" for node in report.nodes), str(report)
+    for n in (3, 16):  # batch sizes the trace never ran at
+        qpos = _qpos_n(mjm, n, 20 + n)
+        sites, coms = forward(qpos)
+        got = _fresh_process_outputs(tmp_path / "fk", {"qpos": qpos}, tmp_path)
+        values = list(got.values())
+        torch.testing.assert_close(values[0], sites.cpu(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(values[1], coms.cpu(), rtol=1e-5, atol=1e-5)
