@@ -183,7 +183,8 @@ class CaptureAnalysis:
         with rec.paused_recording():
             self._check_constants(pieces, before, live)
             self._launch()
-            after = {rid: _read_region(p.ptr, p.nbytes, self.device) for rid, p in pieces.items()}
+            # memory allocated in the block is not read: on CUDA a graph may free it before the graph ends
+            after = {rid: _read_region(pieces[rid].ptr, pieces[rid].nbytes, self.device) for rid in before}
             for rid, snapshot in before.items():
                 if after[rid] != snapshot:
                     written.add(rid)
@@ -347,14 +348,17 @@ class CaptureAnalysis:
         try:
             for rid in state:
                 piece = pieces[rid]
-                noise = [rng.integers(0, 256, piece.nbytes, dtype=np.uint8) for _ in range(3)]
-                kept = np.ones(piece.nbytes, dtype=bool)
+                size = _element_size(piece.base, piece.nbytes)
+                noise = [_noise(piece.base, before[rid], k, rng) for k in range(3)]
+                kept = np.ones(piece.nbytes // size, dtype=bool)  # per element: floats share bytes by chance
                 for pattern in noise[:2]:
                     result = self._replay_with(pieces, before, rid, pattern.tobytes())
-                    kept &= np.frombuffer(result[rid], dtype=np.uint8) == pattern
+                    same = np.frombuffer(result[rid], dtype=np.uint8) == pattern
+                    kept &= same.reshape(-1, size).all(axis=1)
+                kept = np.repeat(kept, size)
                 seeded = np.where(kept, np.frombuffer(before[rid], dtype=np.uint8), noise[2])
                 result = self._replay_with(pieces, before, rid, seeded.tobytes())
-                if any(result[other] != after[other] for other in pieces):
+                if any(result[other] != after[other] for other in result):
                     refused.append(rid)
                 else:
                     found[rid] = "seeded" if kept.any() else "made"
@@ -370,7 +374,7 @@ class CaptureAnalysis:
         self._restore(pieces, before)
         _write_region(pieces[rid].ptr, data, self.device)
         self._launch()
-        return {other: _read_region(p.ptr, p.nbytes, self.device) for other, p in pieces.items()}
+        return {other: _read_region(pieces[other].ptr, pieces[other].nbytes, self.device) for other in before}
 
     def _restore(self, pieces: dict[int, Piece], before) -> None:
         for rid, snapshot in before.items():
@@ -504,6 +508,42 @@ def _first_difference(before: bytes, after: bytes) -> str:
     at = next((i for i, (a, b) in enumerate(zip(before, after)) if a != b), min(len(before), len(after)))
     return (f"first at byte {at} of {len(before)}: {before[at:at + 8].hex() or '-'} before, "
             f"{after[at:at + 8].hex() or '-'} after; {sum(a != b for a, b in zip(before, after))} byte(s) differ")
+
+
+_FLOATS = {wp.float16: np.float16, wp.float32: np.float32, wp.float64: np.float64,
+           torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64}
+
+
+def _element_size(base, nbytes: int) -> int:
+    """Bytes of one scalar of the memory's dtype (1 when unknown or when it does not divide the piece)."""
+    dtype = getattr(base, "dtype", None)
+    if is_warp_array(base):
+        size = wp.types.type_size_in_bytes(getattr(dtype, "_wp_scalar_type_", dtype))
+    else:
+        size = getattr(base, "itemsize", 1)
+    size = int(size) if isinstance(size, int) and size > 0 else 1
+    return size if nbytes % size == 0 else 1
+
+
+def _noise(base, before: bytes, k: int, rng) -> np.ndarray:
+    """Bytes that differ from ``before`` in every element, and that a kernel reading them cannot misuse.
+
+    Floating-point memory gets values in [-1, 1] (no NaN, no huge magnitudes); anything else (indices,
+    counts, flags, structs) gets one low bit of each element's first byte flipped, so an index read by
+    mistake moves by one instead of anywhere in the address space.
+    """
+    raw = np.frombuffer(before, dtype=np.uint8).copy()
+    dtype = getattr(base, "dtype", None)
+    scalar = _FLOATS.get(getattr(dtype, "_wp_scalar_type_", dtype))
+    if scalar is not None:
+        size = np.dtype(scalar).itemsize
+        count = len(raw) // size
+        values = rng.uniform(-1.0, 1.0, count).astype(scalar)
+        raw[: count * size] = np.frombuffer(values.tobytes(), dtype=np.uint8)
+        raw[count * size:] ^= 1 << k
+        return raw
+    raw[::_element_size(base, len(raw))] ^= 1 << k
+    return raw
 
 
 def _write_region(ptr: int, data: bytes, device) -> None:
