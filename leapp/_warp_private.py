@@ -37,6 +37,7 @@ __all__ = [
     "recorded_launch_args",
     "apic_regions",
     "apic_transient_regions",
+    "clamp_apic_region",
     "apic_kernels",
     "nvrtc_toolkit",
     "native_library_path",
@@ -292,6 +293,20 @@ def apic_regions(graph) -> dict[int, tuple[int, int, object]]:
         if region_id not in regions or capacity > regions[region_id][1]:
             regions[region_id] = (ptr, capacity, base)
     return regions
+
+
+def clamp_apic_region(graph, region_id: int, capacity: int) -> None:
+    """Shrink the capacity a capture records for one region before ``wp.capture_save`` snapshots it.
+
+    A view made with ``wp.array(ptr=..., shape, strides)`` gets ``shape[0] * strides[0]`` bytes as its
+    capacity, which for a column view reaches past the end of the allocation it views: the snapshot's
+    device-to-host copy then fails on CUDA (and reads past the buffer on the CPU). Only leapp's own capture
+    object is changed (``APICapture._regions``, read by ``capture_save``), before it is saved.
+    """
+    regions = graph._apic_capture._regions
+    for key, (rid, ptr, cap, base) in list(regions.items()):
+        if rid == region_id and cap > capacity:
+            regions[key] = (rid, ptr, capacity, base)
 
 
 def apic_transient_regions(graph):

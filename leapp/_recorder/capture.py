@@ -163,6 +163,12 @@ class CaptureAnalysis:
         kinds = {rid: p.kind for rid, p in pieces.items()}
         live = LiveObjects()
         check_launch_handles(block.launches, self._where, live)
+        for piece in pieces.values():  # views reaching past the allocation they view: snapshot what exists
+            for rid in piece.members:
+                ptr, capacity, _ = regions[rid]
+                if ptr + capacity > piece.end:
+                    wpp.clamp_apic_region(self.graph, rid, piece.end - ptr)
+                    piece.resized |= rid == piece.rep
         wrp_bytes, modules = self._save(regions)
 
         before = {}
