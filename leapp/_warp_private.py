@@ -46,6 +46,7 @@ __all__ = [
     "preserved_module_state",
     "module_variant_hash",
     "kernel_variant_names",
+    "unique_kernel_names",
     "hashed_variant_hash",
     "hashed_variant_name",
     "module_identifier",
@@ -53,6 +54,7 @@ __all__ = [
     "EXPORT_OPTION_OVERRIDES",
     "export_options",
     "compile_module_variant",
+    "nvrtc_refusal",
     "nvrtc_job",
     "native_include_dir",
     "mathdx_enabled",
@@ -384,6 +386,12 @@ def kernel_variant_names(module, block_dim: int) -> dict:
     return {k: k.get_mangled_name(kernel_hash=h) for k, h in module.hashers[block_dim].kernel_hashes.items()}
 
 
+def unique_kernel_names(module, block_dim: int) -> set[str]:
+    """Mangled names of the kernels Warp's codegen builds for the variant (the hasher's ``unique_kernels``:
+    live kernels, overloads of generic ones, duplicates once); hash the variant first."""
+    return {k.get_mangled_name(kernel_hash=h) for h, k in module.hashers[block_dim].unique_kernels.items()}
+
+
 def hashed_variant_hash(kernel, block_dim: int) -> str | None:
     """Hex hash of a module variant Warp already hashed (None when it never did: no side effects)."""
     hasher = kernel.module.hashers.get(block_dim)
@@ -433,25 +441,74 @@ def compile_module_variant(module, options: dict, out_dir: str, arch: int, use_p
     module._compile(None, out_dir, output_arch=arch, use_ptx=use_ptx, options=options)
 
 
-def nvrtc_job(module, options: dict, arch: int, use_ptx: bool) -> dict | None:
-    """What compiling one target of a variant outside this process needs, or None when it must be compiled
-    here (by ``compile_module_variant``): {"source": generated CUDA source, "meta": the .meta dict,
-    "program": "<name>.cu", "args": the arguments ``warp._src.build.build_cuda`` passes to
-    ``wp_cuda_compile_program`` (``leapp/_export/nvrtc_worker.py`` makes that call)}.
+def nvrtc_refusal(options: dict) -> str:
+    """Why a variant with these (resolved) options cannot be compiled by the plain ``wp_cuda_compile_program``
+    call ``nvrtc_job`` describes ("" when it can); device code linked at build time shows only in codegen's
+    output, so ``nvrtc_job`` also returns None for it."""
+    import warp  # noqa: PLC0415
 
-    Runs Warp's codegen (``Module._run_codegen``, what ``Module._compile`` runs first; hash the variant
-    first so it uses the variant's names). None for what the worker's plain call cannot express: device
-    code linked at build time (MathDx LTO-IR, fatbins), the LLVM CUDA path, extra include folders, a
-    precompiled-header folder (NVRTC before 13) or an arch suffix.
+    if options.get("llvm_cuda"):
+        return "it is compiled by the LLVM CUDA path (llvm_cuda)"
+    if options.get("extra_cuda_include_dirs"):
+        return "it has extra_cuda_include_dirs"
+    if warp.config.cuda_arch_suffix:
+        return "wp.config.cuda_arch_suffix is set"
+    if options.get("use_precompiled_headers") and _context().runtime.get_nvrtc_pch_dir() is not None:
+        return "it uses a precompiled-header folder (NVRTC before 13)"
+    return ""
+
+
+class _KernelSubset:
+    """A variant's cached ``ModuleHasher`` seen through some of its kernels: the two things ``ModuleBuilder``
+    reads of a hasher (``unique_kernels``, ``get_unique_kernels()``), restricted to those kernels. The hashes,
+    hence the mangled names, stay the variant's; the builder then generates those kernels and the
+    ``@wp.func`` functions and structs they use, nothing else."""
+
+    def __init__(self, hasher, names: frozenset[str]) -> None:
+        self.unique_kernels = {h: k for h, k in hasher.unique_kernels.items()
+                               if k.get_mangled_name(kernel_hash=h) in names}
+        missing = names - {k.get_mangled_name(kernel_hash=h) for h, k in self.unique_kernels.items()}
+        if missing:
+            raise ExportError(f"kernels {sorted(missing)} are not in the module variant Warp hashed")
+
+    def get_unique_kernels(self):
+        return self.unique_kernels.values()
+
+
+def _cuda_codegen(module, options: dict, kernels: frozenset[str] | None) -> tuple[str, str, dict, list, list]:
+    """``Module._run_codegen(options, False)``, or, given mangled names, the same for just those kernels: a
+    ``ModuleBuilder`` on a ``_KernelSubset`` of the variant's cached hasher, under Warp's codegen lock, as
+    ``_run_codegen`` builds one (Warp 1.19's ``context.py``)."""
+    if kernels is None:
+        return module._run_codegen(options, False)
+    ctx = _context()
+    with ctx._codegen_lock:
+        hasher = _KernelSubset(module.hashers[options["block_dim"]], kernels)
+        builder = ctx.ModuleBuilder(module, options, hasher=hasher, target="cuda")
+        source = builder.codegen("cuda")
+        meta = builder.build_meta()
+        ltoirs, fatbins = builder.get_link_inputs()
+    return source, "cu", meta, ltoirs, fatbins
+
+
+def nvrtc_job(module, options: dict, arch: int, use_ptx: bool, kernels: frozenset[str] | None = None) -> dict | None:
+    """What compiling one target of a variant with one NVRTC call needs (in a worker process, or in this one
+    for a kernel subset), or None when only ``compile_module_variant`` can build it: {"source": generated
+    CUDA source, "meta": the .meta dict, "program": "<name>.cu", "args": the arguments
+    ``warp._src.build.build_cuda`` passes to ``wp_cuda_compile_program`` (``leapp/_export/nvrtc_worker.py``
+    makes that call)}.
+
+    ``kernels``: mangled names of the variant's kernels to generate (default: all of them, the module as
+    Warp builds it). Runs Warp's codegen (what ``Module._compile`` runs first; hash the variant first so it
+    uses the variant's names). None for what the plain call cannot express (``nvrtc_refusal``) and for
+    device code linked at build time (MathDx LTO-IR, fatbins).
     """
     import warp  # noqa: PLC0415
     import warp._src.build as build  # noqa: PLC0415
 
-    if options.get("llvm_cuda") or options.get("extra_cuda_include_dirs") or warp.config.cuda_arch_suffix:
+    if nvrtc_refusal(options):
         return None
-    if options.get("use_precompiled_headers") and _context().runtime.get_nvrtc_pch_dir() is not None:
-        return None
-    source, ext, meta, ltoirs, fatbins = module._run_codegen(options | {"output_arch": arch}, False)
+    source, ext, meta, ltoirs, fatbins = _cuda_codegen(module, options | {"output_arch": arch}, kernels)
     if ltoirs or fatbins or ext != "cu":
         return None
     opt = options["optimization_level"]

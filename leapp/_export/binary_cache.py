@@ -15,7 +15,9 @@ reads them from here instead (docs/export-cuda.md, "The binary cache").
   version, the module's name and Warp's hash of the variant (the kernels'
   source and every resolved module option, block_dim included), the options
   leapp overrides in its own copy of them (``enable_backward=False``, which
-  Warp's hash does not see), the kind (PTX/cubin) and the arch. The file name is the sha256 of the key; the
+  Warp's hash does not see), the kernels compiled (a segment's launched
+  kernels, or the whole module: a subset never serves another), the kind
+  (PTX/cubin) and the arch. The file name is the sha256 of the key; the
   entry also stores the key itself, compared byte for byte when read.
 - **Hostile input.** An entry is read only when the cache folder and the
   file belong to this user and are not writable by others; it must be a
@@ -111,6 +113,7 @@ class CacheKey:
     arch: int
     bundle_format: int
     overrides: str = ""  # JSON of the options leapp's copy overrides (not part of Warp's module hash)
+    kernels: str = ""  # the compiled kernels' mangled names, sorted, comma-separated; "" the whole module
 
     def encoded(self) -> bytes:
         fields = dataclasses.asdict(self) | {"cache": CACHE_VERSION}

@@ -4,7 +4,12 @@ A bundle replays kernels through the CUDA driver, so export needs the exact
 PTX/cubin of each module variant a segment launches. Warp's NVRTC compiles them
 on machines without a driver. We compile one variant (module content + block_dim)
 for PTX sm_75 plus cubins for sm_75/80/86/90/100/110/120 into a temporary
-directory and read the files back. The targets compile concurrently (this
+directory and read the files back. A segment that launches some of a module's
+kernels gets a binary of just those (and the functions and structs they use):
+Warp's codegen of the variant restricted to them, the same entry names, compiled
+by the NVRTC call of ``nvrtc_worker``; where that call cannot build the module
+(device code linked at build time, LLVM CUDA, extra include folders) the whole
+module is compiled, as ``$LEAPP_BUNDLE_WHOLE_MODULES=1`` asks for every module. The targets compile concurrently (this
 process and worker processes, one per CPU this process may use: NVRTC in Warp
 compiles one program at a time per process), and every binary goes into the
 persistent binary cache (``binary_cache``: the user's cache folder, keyed by
@@ -35,7 +40,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from leapp import _warp_private as wpp
-from leapp._export import binary_cache, ptx_compat
+from leapp._export import binary_cache, nvrtc_worker, ptx_compat
 from leapp.runtime.binary_choice import DEFAULT_CUBIN_ARCHS
 from leapp.errors import ExportError
 
@@ -45,8 +50,10 @@ __all__ = [
     "PTX_ARCH",
     "ARCHS_ENV",
     "JOBS_ENV",
+    "WHOLE_MODULES_ENV",
     "CompiledModule",
     "cubin_archs",
+    "whole_modules",
     "compile_module",
     "toolkit_version",
     "clear_cache",
@@ -59,6 +66,9 @@ PTX_ARCH = 75  # driver-JIT fallback for GPUs newer than every cubin
 KNOWN_CUBIN_ARCHS = (75, 80, 86, 87, 88, 89, 90, 100, 103, 107, 110, 120, 121)
 JOBS_ENV = "LEAPP_NVRTC_JOBS"  # at most this many processes compile a module's targets (default: the CPUs usable)
 ARCHS_ENV = "LEAPP_CUDA_ARCHS"  # e.g. "90" or "75,90": the cubins to build (tests, one-GPU exports); PTX sm_75 always
+# "1": every bundle carries the whole module of each kernel it launches (leapp's behaviour before kernel subsets;
+# for comparisons such as benchmarks/bundle_subset.py, and as a way back should a subset ever misbehave)
+WHOLE_MODULES_ENV = "LEAPP_BUNDLE_WHOLE_MODULES"
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +77,8 @@ _PTX_VERSION = re.compile(rb"^\s*\.version\s+(\d+\.\d+)", re.MULTILINE)
 
 @dataclass
 class CompiledModule:
-    """The CUDA code of one Warp module variant (module content, options, block_dim)."""
+    """The CUDA code of one Warp module variant (module content, options, block_dim): of all its kernels, or of
+    the ``kernels`` a segment launches (then ``entry`` knows only those)."""
 
     name: str  # "wp_<module>_<hash7>", as Warp names the variant's files
     module_hash: str  # full hex hash of the variant
@@ -78,6 +89,7 @@ class CompiledModule:
     ptx_isa: str  # ".version" of the PTX, e.g. "9.4"
     toolkit: str  # NVRTC / CUDA toolkit version, e.g. "13.4"
     ptx_toolkit: str = ""  # the NVRTC version that wrote the PTX: toolkit, or an older one (ptx_compat)
+    kernels: tuple[str, ...] = ()  # mangled names of the kernels asked for, sorted; () the whole module
     _kernel_names: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary, repr=False)
 
     def entry(self, kernel) -> str:
@@ -100,7 +112,8 @@ class CompiledModule:
         return out
 
 
-# (module name, module hash, block_dim) -> every binary compiled so far for that variant;
+# (module name, module hash, block_dim, PTX compiler, kernels) -> every binary compiled so far for that variant
+# (kernels: the sorted mangled names of a subset, () the whole module; one subset never serves another);
 # (..., archs) -> the CompiledModule handed out for one set of cubin targets.
 _store: dict[tuple, CompiledModule] = {}
 _cache: dict[tuple, CompiledModule] = {}
@@ -146,13 +159,28 @@ def cubin_archs() -> tuple[int, ...]:
     return archs
 
 
-def compile_module(kernel, block_dim: int, archs: tuple[int, ...] | None = None) -> CompiledModule:
-    """Compile the module of ``kernel`` for CUDA at ``block_dim`` (cached per module hash and block_dim).
+def whole_modules() -> bool:
+    """Whether ``$LEAPP_BUNDLE_WHOLE_MODULES`` asks for whole modules instead of the launched kernels."""
+    value = os.environ.get(WHOLE_MODULES_ENV, "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise ExportError(f"{WHOLE_MODULES_ENV}={value!r}: expected 1 (bundles carry whole Warp modules) or 0 "
+                      "(the default: only the kernels a segment launches)")
+
+
+def compile_module(kernel, block_dim: int, archs: tuple[int, ...] | None = None,
+                   kernels=None) -> CompiledModule:
+    """Compile the module of ``kernel`` for CUDA at ``block_dim`` (cached per module hash, block_dim and kernels).
 
     Args:
-        kernel: a (resolved, non-generic) ``wp.Kernel``; its whole module is compiled.
+        kernel: a (resolved, non-generic) ``wp.Kernel``.
         block_dim: the CUDA block size of the variant (Warp compiles it in).
         archs: cubin targets; default ``cubin_archs()``. PTX is always built for sm_75.
+        kernels: the kernels of ``kernel``'s module to compile (it among them): what a segment launches at
+            this block_dim. Default None: the whole module. Every kernel of the variant, or
+            ``$LEAPP_BUNDLE_WHOLE_MODULES=1``, also compiles the whole module.
 
     Raises:
         ExportError: unsupported Warp, no NVRTC, a kernel option that cannot be
@@ -183,9 +211,12 @@ def compile_module(kernel, block_dim: int, archs: tuple[int, ...] | None = None)
 
     with _cache_lock, wpp.preserved_module_state(module):
         module_hash = wpp.module_variant_hash(module, block_dim)
-        if kernel not in wpp.kernel_variant_names(module, block_dim):
-            raise ExportError(f"kernel '{kernel.key}' is not a live kernel of module '{module.name}'")
-        variant = (module.name, module_hash, block_dim, compat.identity if compat else "")
+        names = wpp.kernel_variant_names(module, block_dim)
+        for k in (kernel, *(kernels or ())):
+            if k not in names or k.module is not module:
+                raise ExportError(f"kernel '{k.key}' is not a live kernel of module '{module.name}'")
+        subset = _subset(module, block_dim, names, kernels)
+        variant = (module.name, module_hash, block_dim, compat.identity if compat else "", subset)
         compiled = _cache.get((*variant, archs))
         if compiled is not None:
             log.debug("module '%s' (%s, block_dim %d): compiled code reused", module.name, module_hash[:7], block_dim)
@@ -194,7 +225,7 @@ def compile_module(kernel, block_dim: int, archs: tuple[int, ...] | None = None)
             missing = tuple(a for a in archs if store is None or a not in store.cubins)
             if store is None or missing:
                 fresh = _compile_variant(module, block_dim, missing, module_hash, toolkit, ptx=store is None,
-                                         compat=compat)
+                                         compat=compat, subset=subset)
                 if store is None:
                     store = _store[variant] = fresh
                 store.cubins.update(fresh.cubins)
@@ -204,7 +235,7 @@ def compile_module(kernel, block_dim: int, archs: tuple[int, ...] | None = None)
             compiled = dataclasses.replace(store, cubins={a: store.cubins[a] for a in archs})
             compiled._kernel_names = store._kernel_names
             _cache[(*variant, archs)] = compiled
-        compiled._kernel_names.update(wpp.kernel_variant_names(module, block_dim))
+        compiled._kernel_names.update({k: n for k, n in names.items() if not subset or n in subset})
         if wpp.needs_deterministic(kernel):
             raise ExportError(
                 f"kernel '{kernel.key}' runs in Warp's deterministic mode (hidden reduction buffers); "
@@ -213,12 +244,22 @@ def compile_module(kernel, block_dim: int, archs: tuple[int, ...] | None = None)
     return compiled
 
 
+def _subset(module, block_dim: int, names: dict, kernels) -> tuple[str, ...]:
+    """The sorted mangled names of ``kernels`` in the variant; () for the whole module (kernels None, all of the
+    variant's kernels, or ``$LEAPP_BUNDLE_WHOLE_MODULES``)."""
+    if kernels is None or whole_modules():
+        return ()
+    subset = tuple(sorted({names[k] for k in kernels}))
+    return () if set(subset) == wpp.unique_kernel_names(module, block_dim) else subset
+
+
 def _compile_variant(
     module, block_dim: int, archs: tuple[int, ...], module_hash: str, toolkit: str, ptx: bool = True,
-    compat: ptx_compat.CompatNvrtc | None = None,
+    compat: ptx_compat.CompatNvrtc | None = None, subset: tuple[str, ...] = (),
 ) -> CompiledModule:
-    """The PTX (unless ``ptx`` is False) and the cubins of ``archs`` for one variant: read from the binary cache
-    (``binary_cache``) where it has them, the rest compiled concurrently and added to it."""
+    """The PTX (unless ``ptx`` is False) and the cubins of ``archs`` for one variant, of the kernels ``subset``
+    names (() all): read from the binary cache (``binary_cache``) where it has them, the rest compiled
+    concurrently and added to it."""
     options = wpp.export_options(module, block_dim)  # a copy, forward kernels only (backward is never replayed)
     name = wpp.module_identifier(module, block_dim)
     targets = [("ptx", PTX_ARCH)] * ptx + [("cubin", a) for a in archs]
@@ -227,8 +268,8 @@ def _compile_variant(
         log.debug("module '%s': extra_cuda_include_dirs are not part of Warp's hash, binary cache not used", module.name)
         cache = None
     ptx_nvrtc = f"{toolkit}; PTX by {compat.identity}" if compat else toolkit
-    keys = {t: _cache_key(module.name, module_hash, block_dim, ptx_nvrtc if t[0] == "ptx" else toolkit, *t)
-            for t in targets} if cache else {}
+    keys = {t: _cache_key(module.name, module_hash, block_dim, ptx_nvrtc if t[0] == "ptx" else toolkit, *t,
+                          kernels=subset) for t in targets} if cache else {}
     found = {}
     for t in keys:
         entry = cache.get(keys[t])
@@ -236,14 +277,15 @@ def _compile_variant(
             found[t] = entry
     missing = [t for t in targets if t not in found]
     start = time.perf_counter()
-    fresh, processes = _compile_targets(module, options, name, block_dim, missing, compat)
+    fresh, processes = _compile_targets(module, options, name, block_dim, missing, compat, subset)
+    what = f"{len(subset)} launched kernel(s) of " if subset else ""
     if fresh:
-        log.info("module '%s' (%s, block_dim %d): compiled %s in %.2f s (%d process(es))%s", module.name,
+        log.info("%smodule '%s' (%s, block_dim %d): compiled %s in %.2f s (%d process(es))%s", what, module.name,
                  module_hash[:7], block_dim, _names(fresh), time.perf_counter() - start, processes,
                  f"; {_names(found)} from the binary cache" if found else "")
     if found:
-        log.info("module '%s' (%s, block_dim %d): %s read from the binary cache %s", module.name, module_hash[:7],
-                 block_dim, _names(found), cache.folder)
+        log.info("%smodule '%s' (%s, block_dim %d): %s read from the binary cache %s", what, module.name,
+                 module_hash[:7], block_dim, _names(found), cache.folder)
     if cache is not None and fresh:
         for t, entry in fresh.items():
             cache.put(keys[t], entry)
@@ -259,7 +301,7 @@ def _compile_variant(
     return CompiledModule(
         name=name, module_hash=module_hash, block_dim=block_dim, ptx=ptx_text, cubins=cubins, smem_bytes=smem,
         ptx_isa=match.group(1).decode() if match else "", toolkit=toolkit,
-        ptx_toolkit=(compat.version_text if compat else toolkit) if ptx else "",
+        ptx_toolkit=(compat.version_text if compat else toolkit) if ptx else "", kernels=subset,
     )
 
 
@@ -290,29 +332,39 @@ WORKER_TIMEOUT_S = 1800  # one NVRTC target of a large module takes minutes at m
 
 
 def _compile_targets(module, options: dict, name: str, block_dim: int, targets: list[tuple[str, int]],
-                     compat: ptx_compat.CompatNvrtc | None = None) -> tuple[dict, int]:
+                     compat: ptx_compat.CompatNvrtc | None = None, subset: tuple[str, ...] = ()) -> tuple[dict, int]:
     """((kind, arch) -> binary_cache.Entry, processes used), compiled by Warp's NVRTC, each target in its own
     temporary folder.
 
     NVRTC inside Warp compiles one program at a time per process (threads calling it finish one after
     another), so the targets are split into one share per usable CPU: this process compiles the first
-    share (the PTX first) through Warp's own ``Module._compile``, and each other share runs in a worker
-    process (``nvrtc_worker.py``: warp.so through ctypes, the call Warp's ``build_cuda`` makes, on the
-    source Warp's codegen generated here). Modules the worker cannot build (``_warp_private.nvrtc_job``
-    returns None: LTO-IR, LLVM CUDA, extra include folders) and one-CPU machines compile every target here,
-    one after another. The caller holds ``_cache_lock`` and ``preserved_module_state``, so no other leapp
-    compile touches the module meanwhile. With ``compat``, the PTX is then compiled again from the ``.cu``
-    Warp wrote, by that older NVRTC (``ptx_compat``).
+    share (the PTX first), and each other share runs in a worker process (``nvrtc_worker.py``: warp.so
+    through ctypes, the call Warp's ``build_cuda`` makes, on the source Warp's codegen generated here).
+    The whole module compiles here through Warp's own ``Module._compile``; a ``subset`` of its kernels,
+    which ``Module._compile`` cannot generate alone, through the worker's NVRTC call made in this process.
+    Modules that call cannot build (``_warp_private.nvrtc_job`` returns None: LTO-IR, LLVM CUDA, extra
+    include folders) compile whole, every target here, one after another, as on one-CPU machines. The
+    caller holds ``_cache_lock`` and ``preserved_module_state``, so no other leapp compile touches the module
+    meanwhile. With ``compat``, the PTX is then compiled again from the generated ``.cu`` by that older
+    NVRTC (``ptx_compat``).
     """
     if not targets:
         return {}, 0
     targets = sorted(targets, key=lambda t: t[0] != "ptx")  # the PTX (and its compat step) stays here
+    jobs = _subset_jobs(module, options, name, block_dim, targets, subset) if subset else {}
+    by_call = bool(jobs)  # the subset's codegen compiled by the NVRTC call, here too; else Module._compile here
     with tempfile.TemporaryDirectory(prefix="leapp-cuda-") as tmp:
 
         def here(target: tuple[str, int]) -> binary_cache.Entry:
             kind, arch = target
             out_dir = os.path.join(tmp, f"{kind}{arch}", name)
             start = time.perf_counter()
+            if by_call:
+                entry = _nvrtc_here(module, out_dir, name, block_dim, target, jobs[target], options, compat)
+                log.debug("module '%s': %s sm_%d of %d kernel(s) built in %.3f s (codegen before, NVRTC in this "
+                          "process)", module.name, "PTX" if kind == "ptx" else "cubin", arch, len(subset),
+                          time.perf_counter() - start)
+                return entry
             try:
                 wpp.compile_module_variant(module, options, out_dir, arch, kind == "ptx")
             except Exception as e:
@@ -326,8 +378,7 @@ def _compile_targets(module, options: dict, name: str, block_dim: int, targets: 
             return binary_cache.Entry(payload, _smem(meta))
 
         shares = _threads(len(targets))
-        jobs = {}
-        if shares > 1 and sys.executable:
+        if shares > 1 and sys.executable and not jobs:
             for target in targets[1:]:
                 job = wpp.nvrtc_job(module, options, target[1], target[0] == "ptx")
                 if job is None:
@@ -336,7 +387,7 @@ def _compile_targets(module, options: dict, name: str, block_dim: int, targets: 
                     jobs = {}
                     break
                 jobs[target] = job
-        if not jobs:
+        if shares == 1 or not sys.executable or not jobs:
             return {t: here(t) for t in targets}, 1
         local = targets[::shares]
         workers = []
@@ -361,6 +412,38 @@ def _compile_targets(module, options: dict, name: str, block_dim: int, targets: 
         return out, 1 + len(workers)
 
 
+def _subset_jobs(module, options: dict, name: str, block_dim: int, targets: list[tuple[str, int]],
+                 subset: tuple[str, ...]) -> dict:
+    """target -> ``nvrtc_job`` of the ``subset`` kernels, or {} when the NVRTC call cannot build the module: it
+    is then compiled whole (logged at DEBUG with the reason)."""
+    jobs = {}
+    for kind, arch in targets:
+        job = wpp.nvrtc_job(module, options, arch, kind == "ptx", frozenset(subset))
+        if job is None:
+            why = wpp.nvrtc_refusal(options) or "it links device code at build time (MathDx LTO-IR or fatbins)"
+            log.debug("module '%s' (%s, block_dim %d): compiling the whole module, not just the %d launched "
+                      "kernel(s): %s, which only Warp's own build handles", module.name, name, block_dim,
+                      len(subset), why)
+            return {}
+        jobs[(kind, arch)] = job
+    return jobs
+
+
+def _nvrtc_here(module, out_dir: str, name: str, block_dim: int, target: tuple[str, int], job: dict,
+                options: dict, compat: ptx_compat.CompatNvrtc | None) -> binary_cache.Entry:
+    """One target of ``job`` compiled in this process by the worker's NVRTC call (``nvrtc_worker``)."""
+    kind, arch = target
+    (entry,) = _job_targets(out_dir, name, [target], {target: job})
+    results, ok = nvrtc_worker.compile_targets({"library": wpp.native_library_path(), "targets": [entry]})
+    if not ok:
+        raise _compile_error(module, name, block_dim, target, f"NVRTC error {results[0]['error']} in this process "
+                             "(NVRTC printed its log to this process's output)")
+    payload = _read(out_dir, f"{name}.sm{arch}.{kind}")
+    if kind == "ptx" and compat is not None:
+        payload = ptx_compat.compile_ptx(compat, job["source"].encode("utf-8"), name, options, arch, payload)
+    return binary_cache.Entry(payload, _smem(job["meta"]))
+
+
 def _smem(meta: dict) -> dict[str, int]:
     return {k.removesuffix("_smem_bytes"): int(v) for k, v in meta.items() if k.endswith("_smem_bytes")}
 
@@ -371,10 +454,9 @@ def _compile_error(module, name: str, block_dim: int, target: tuple[str, int], w
                        f"to {'PTX' if kind == 'ptx' else 'cubin'} sm_{arch} failed: {why}")
 
 
-def _start_worker(tmp: str, index: int, name: str, share: list[tuple[str, int]], jobs: dict) -> dict:
-    """Writes the sources and the job file of one share and starts its worker process."""
-    folder = os.path.join(tmp, f"worker{index}")
-    os.makedirs(folder)
+def _job_targets(folder: str, name: str, share: list[tuple[str, int]], jobs: dict) -> list[dict]:
+    """The ``nvrtc_worker`` targets of ``share``, their sources written under ``folder``, outputs in it."""
+    os.makedirs(folder, exist_ok=True)
     entries, sources = [], {}
     for kind, arch in share:
         job = jobs[(kind, arch)]
@@ -386,6 +468,13 @@ def _start_worker(tmp: str, index: int, name: str, share: list[tuple[str, int]],
                 f.write(job["source"])
         entries.append({**job["args"], "source": source, "program": job["program"],
                         "output": os.path.join(folder, f"{name}.sm{arch}.{kind}")})
+    return entries
+
+
+def _start_worker(tmp: str, index: int, name: str, share: list[tuple[str, int]], jobs: dict) -> dict:
+    """Writes the sources and the job file of one share and starts its worker process."""
+    folder = os.path.join(tmp, f"worker{index}")
+    entries = _job_targets(folder, name, share, jobs)
     job_file = os.path.join(folder, "job.json")
     with open(job_file, "w", encoding="utf-8") as f:
         json.dump({"library": wpp.native_library_path(), "results": os.path.join(folder, "results.json"),
@@ -441,13 +530,15 @@ def _warp_native() -> str:
     return f"{st.st_size}:{st.st_mtime_ns}"
 
 
-def _cache_key(module: str, module_hash: str, block_dim: int, toolkit: str, kind: str, arch: int):
+def _cache_key(module: str, module_hash: str, block_dim: int, toolkit: str, kind: str, arch: int,
+               kernels: tuple[str, ...] = ()):
     from leapp.bundle.format import FORMAT_VERSION  # noqa: PLC0415
 
     return binary_cache.CacheKey(
         warp=wpp.installed_warp_version(), warp_native=_warp_native(), nvrtc=toolkit, module=module,
         module_hash=module_hash, block_dim=block_dim, kind=kind, arch=arch, bundle_format=FORMAT_VERSION,
         overrides=json.dumps(wpp.EXPORT_OPTION_OVERRIDES, sort_keys=True, separators=(",", ":")),
+        kernels=",".join(kernels),
     )
 
 

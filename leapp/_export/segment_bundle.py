@@ -4,8 +4,8 @@ The ``.wrp`` of a segment says what ran (launches with exact argument bytes and
 relocations, copies, memsets); the recorder says which memory regions are the
 segment's inputs, outputs, constants and scratch. This module maps regions to
 bundle buffers, launches to ``launch`` ops with CUDA grids and packed
-parameters, compiles each module variant with Warp's NVRTC and writes the
-bundle of docs/bundle-format.md.
+parameters, compiles the kernels each module variant launches with Warp's
+NVRTC and writes the bundle of docs/bundle-format.md.
 
 NOTE: a CPU capture records CPU launch facts (block_dim 1, no grid). The CUDA
 replay uses the block_dim of the variant we compile (the module hash depends
@@ -198,6 +198,8 @@ class _Builder:
     compiled: list[cuda_code.CompiledModule] = field(default_factory=list)
     # per launch op (by identity of its dict): what the dynamic-batch rules need (size, grid kind, kernel, site)
     launch_facts: dict[int, dict] = field(default_factory=dict)
+    # (id(module), CUDA block_dim) -> the kernels the segment launches from that variant: what its binaries hold
+    launched: dict[tuple[int, int], list] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.where = _where(self.segment_id, self.source)
@@ -329,6 +331,7 @@ class _Builder:
         self.allocated = {op.region for op in self.wrp.ops if isinstance(op, WrpAlloc)}
         self.op_written = {op.region for op in self.wrp.ops if isinstance(op, (WrpMemset, WrpMemtile))}
         self.op_written |= {op.dst_region for op in self.wrp.ops if isinstance(op, WrpMemcpy)}
+        self.launched = self.launched_kernels()
         for op in self.wrp.ops:
             what = f"{op.op_name} (operation {op.index})"
             if isinstance(op, WrpLaunch):
@@ -388,6 +391,23 @@ class _Builder:
                             f"(hash {captured[:7]}, captured {op.module_hash[:7]})")
         return kernel, record
 
+    def launched_kernels(self) -> dict[tuple[int, int], list]:
+        """(id(module), CUDA block_dim) -> the kernels of that module variant the capture launches (non-empty
+        forward launches), in launch order: each variant is compiled once, for all of them. A launch whose
+        kernel cannot be resolved is left to ``add_launch``, which reports it in the order of the ops."""
+        launched: dict[tuple[int, int], list] = {}
+        for op in self.wrp.ops:
+            if not isinstance(op, WrpLaunch) or not op.is_forward or op.size == 0:
+                continue
+            try:
+                kernel, record = self.live_kernel(op)
+            except ExportError:
+                continue
+            kernels = launched.setdefault((id(kernel.module), self.cuda_block_dim_for(record, op)), [])
+            if kernel not in kernels:
+                kernels.append(kernel)
+        return launched
+
     def cuda_block_dim_for(self, record, op: WrpLaunch) -> int:
         if self.wrp.device == "cuda":
             return op.block_dim if op.block_dim > 0 else record.block_dim
@@ -401,7 +421,10 @@ class _Builder:
             raise self.fail(f"{what} is a backward (adjoint) launch; only forward kernels are exportable")
         kernel, record = self.live_kernel(op)
         block_dim = self.cuda_block_dim_for(record, op)
-        compiled = cuda_code.compile_module(kernel, block_dim, self.archs)
+        if op.size == 0:
+            return  # Warp skips empty launches: nothing of it is replayed or compiled
+        compiled = cuda_code.compile_module(kernel, block_dim, self.archs,
+                                            kernels=self.launched[(id(kernel.module), block_dim)])
         if self.wrp.device == "cpu" and record.block_dim <= 1 and wpp.uses_tiles(kernel):
             raise self.fail(f"{what}: kernel '{kernel.key}' uses tiles and was captured on CPU with block_dim=1, "
                             "so its CUDA block size is unknown; capture it on a CUDA device, or launch it with "
@@ -410,8 +433,6 @@ class _Builder:
             raise self.fail(f"{what}: recompiling module '{kernel.module.name}' at block_dim {block_dim} gives "
                             f"hash {compiled.module_hash[:7]}, the capture ran {op.module_hash[:7]} "
                             "(module or wp.config changed since the capture)")
-        if op.size == 0:
-            return  # Warp skips empty launches
         k = self.kernel_entry(compiled, kernel, block_dim)
         params, relocs = self.pack_params(op, kernel, what)
         grid_stride = bool(op.grid_stride) if self.wrp.device == "cuda" else bool(kernel.grid_stride)

@@ -299,5 +299,7 @@ def test_cache_location(monkeypatch, tmp_path):
 def test_key_names_what_changes_the_bytes():
     fields = set(json.loads(_key(0).encoded()))
     assert fields == {"cache", "warp", "warp_native", "nvrtc", "module", "module_hash", "block_dim", "kind", "arch",
-                      "bundle_format", "overrides"}
+                      "bundle_format", "overrides", "kernels"}
     assert len({_key(i).filename() for i in range(3)} | {bc.CacheKey(**{**_key(0).__dict__, "arch": 80}).filename()}) == 4
+    subset = bc.CacheKey(**{**_key(0).__dict__, "kernels": "k_a_01234567"})  # a segment's kernels, not the module
+    assert subset.filename() != _key(0).filename()
