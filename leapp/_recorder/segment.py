@@ -345,6 +345,13 @@ class _Block:
         params = kernel_args(launch.kernel)
         labels = [a.label for a in params]
         for param, arg in zip(params, launch.args):
+            if isinstance(arg, wp.array) and arg.ptr and str(arg.device) != launch.device:
+                raise TraceError(
+                    f"wp.launch('{launch.kernel.key}') at {launch.caller} in segment {self.segment_id} of node "
+                    f"'{self.run.name}' runs on {launch.device}, but its argument '{param.label}' is an array on "
+                    f"{arg.device}. Warp's capture leaves such an argument out; launch on the arrays' device "
+                    "(device=..., or wp.ScopedDevice around the block for code that launches on the current device)."
+                )
             if arg is not None and wp.types.is_array(param.type) and not isinstance(arg, wp.array):
                 raise TraceError(
                     f"wp.launch('{launch.kernel.key}') at {launch.caller} in segment {self.segment_id} of node "

@@ -1,7 +1,7 @@
 """The real-world nodes exported on a GPU: PT2 and ONNX, validated, loaded in a fresh process, equal to eager.
 
-Isaac Lab's observation manager at two batch sizes (a trace each) and MuJoCo Warp's kinematics with
-``dynamic_batch``, checked at batch sizes the trace never ran. A fresh process loads each export with
+Isaac Lab's observation manager and MuJoCo Warp's kinematics at two batch sizes (a trace each); with
+``dynamic_batch`` MuJoCo Warp's per-world bytes that kinematics never writes are refused by name. A fresh process loads each export with
 ``leapp.load`` and runs it on inputs the trace never saw; this process runs the eager code on the same inputs.
 """
 
@@ -87,21 +87,16 @@ def test_isaaclab_observations_export(tmp_path, backend, n):
     torch.testing.assert_close(value, expected.cpu(), rtol=1e-5, atol=1e-5)
 
 
-def _fk_node(backend: str):
+def _fk_node(backend: str, nworld: int):
     mjm = mujoco.MjModel.from_xml_path(str(MJCF))
     with wp.ScopedDevice(DEVICE):
         m = mjw.put_model(mjm)
-    datas = {}
+        d = mjw.put_data(mjm, mujoco.MjData(mjm), nworld=nworld)
 
-    @leapp.node("fk", export_with=backend, dynamic_batch=(1, 16))
+    @leapp.node("fk", export_with=backend)
     def forward(qpos):
-        n = qpos.shape[0]
-        if n not in datas:
-            with wp.ScopedDevice(DEVICE):
-                datas[n] = mjw.put_data(mjm, mujoco.MjData(mjm), nworld=n)
-        d = datas[n]
         wp.to_torch(d.qpos).copy_(qpos)
-        with annotate.warp_op():
+        with wp.ScopedDevice(DEVICE), annotate.warp_op():
             mjw.kinematics(m, d)
             mjw.com_pos(m, d)
         return wp.to_torch(d.site_xpos).clone(), wp.to_torch(d.subtree_com).clone()
@@ -115,17 +110,46 @@ def _qpos_n(mjm, n: int, seed: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("backend", ["pt2", "onnx"])
-def test_mujoco_warp_kinematics_export_with_dynamic_batch(tmp_path, backend):
-    forward, mjm = _fk_node(backend)
+@pytest.mark.parametrize("nworld", [4, 16])
+def test_mujoco_warp_kinematics_export(tmp_path, backend, nworld):
+    forward, mjm = _fk_node(backend, nworld)
     with leapp.trace("fk", save_path=str(tmp_path)) as session:
         for seed in (1, 2, 3):
-            forward(_qpos_n(mjm, 8, seed))
+            forward(_qpos_n(mjm, nworld, seed))
     report = session.compile(validate=True)
     assert all(node.validation.status == "passed" for node in report.nodes), str(report)
-    for n in (3, 16):  # batch sizes the trace never ran at
-        qpos = _qpos_n(mjm, n, 20 + n)
-        sites, coms = forward(qpos)
-        got = _fresh_process_outputs(tmp_path / "fk", {"qpos": qpos}, tmp_path)
-        values = list(got.values())
-        torch.testing.assert_close(values[0], sites.cpu(), rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(values[1], coms.cpu(), rtol=1e-5, atol=1e-5)
+    qpos = _qpos_n(mjm, nworld, 20)
+    sites, coms = forward(qpos)
+    values = list(_fresh_process_outputs(tmp_path / "fk", {"qpos": qpos}, tmp_path).values())
+    torch.testing.assert_close(values[0], sites.cpu(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(values[1], coms.cpu(), rtol=1e-5, atol=1e-5)
+
+
+def test_mujoco_warp_dynamic_batch_names_the_per_world_constant(tmp_path):
+    """MJWarp's Data holds per-world bytes kinematics never writes (the world body's rows): with dynamic_batch
+    they would be a constant whose size follows the batch, which an export cannot hold; the export says so."""
+    from leapp.errors import ExportError
+
+    mjm = mujoco.MjModel.from_xml_path(str(MJCF))
+    with wp.ScopedDevice(DEVICE):
+        m = mjw.put_model(mjm)
+    datas = {}
+
+    @leapp.node("fk", export_with="pt2", dynamic_batch=(1, 16))
+    def forward(qpos):  # one Data per batch size, as the probes at batch 1 and 16 need
+        n = qpos.shape[0]
+        if n not in datas:
+            with wp.ScopedDevice(DEVICE):
+                datas[n] = mjw.put_data(mjm, mujoco.MjData(mjm), nworld=n)
+        d = datas[n]
+        wp.to_torch(d.qpos).copy_(qpos)
+        with wp.ScopedDevice(DEVICE), annotate.warp_op():
+            mjw.kinematics(m, d)
+            mjw.com_pos(m, d)
+        return wp.to_torch(d.site_xpos).clone(), wp.to_torch(d.subtree_com).clone()
+
+    with leapp.trace("fkdyn", save_path=str(tmp_path)) as session:
+        for seed in (1, 2, 3):
+            forward(_qpos_n(mjm, 8, seed))
+    with pytest.raises(ExportError, match="a constant would have to change size"):
+        session.compile(validate=True)

@@ -55,7 +55,7 @@ def make_forward(world_rows: bool = True):
         if world_rows:
             wp.to_torch(d.xpos).copy_(world_xpos)
             wp.to_torch(d.xquat).copy_(world_xquat)
-        with annotate.warp_op():
+        with wp.ScopedDevice("cpu"), annotate.warp_op():  # MJWarp launches on the current device
             mjw.kinematics(m, d)
             mjw.com_pos(m, d)
         return wp.to_torch(d.site_xpos).clone(), wp.to_torch(d.subtree_com).clone()

@@ -55,6 +55,12 @@ def double(x: wp.array(dtype=wp.float32), y: wp.array(dtype=wp.float32)):
     y[i] = x[i] * 2.0
 
 
+@wp.kernel
+def double_ignoring(unused: wp.array(dtype=wp.float32), x: wp.array(dtype=wp.float32), y: wp.array(dtype=wp.float32)):
+    i = wp.tid()
+    y[i] = x[i] * 2.0
+
+
 def _column_views(group, widths):
     """Isaac Lab's observation-manager layout: one persistent (N, D) buffer, a view per term at a column offset."""
     views, start = [], 0
@@ -383,3 +389,20 @@ def test_noise_check_restores_the_users_values():
     _, results = trace(n, x, passes=2)
     for r in results:
         np.testing.assert_array_equal(r.numpy(), (x * 2).numpy())
+
+
+@pytest.mark.cuda
+def test_an_array_on_another_device_is_refused_by_name():
+    """MuJoCo Warp launches on the current device: CPU arrays launched on cuda:0 are refused, not captured."""
+    held = wp.zeros(4, dtype=wp.float32, device="cpu")
+
+    @leapp.node("d")
+    def d(x):
+        y = torch.empty_like(x)
+        with annotate.warp_op():  # the kernel never reads `unused`, so the eager launch does not fault
+            wp.launch(double_ignoring, dim=4, inputs=[held, wp.from_torch(x)], outputs=[wp.from_torch(y)],
+                      device="cuda:0")
+        return y
+
+    with pytest.raises(TraceError, match=r"runs on cuda:0, but its argument 'unused' is an array on cpu"):
+        trace(d, torch.ones(4, device="cuda:0"), passes=2)
