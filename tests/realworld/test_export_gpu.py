@@ -21,9 +21,8 @@ mjw = pytest.importorskip("mujoco_warp", reason="mujoco-warp 4.0.0 is not instal
 
 import torch  # noqa: E402
 import warp as wp  # noqa: E402
-from isaaclab_experimental.managers import ObservationManager  # noqa: E402
-from isaaclab_standin import make_env, random_root_and_joints  # noqa: E402
-from test_isaaclab_observations import JOINTS, _policy_group  # noqa: E402
+from isaaclab_standin import random_root_and_joints  # noqa: E402
+from test_isaaclab_observations import JOINTS, make_observe  # noqa: E402
 from test_mujoco_warp import MJCF, _qpos  # noqa: E402
 
 import leapp  # noqa: E402
@@ -48,24 +47,6 @@ def _fresh_process_outputs(folder: Path, inputs: dict[str, torch.Tensor], tmp_pa
     return torch.load(dst)
 
 
-def _observe_node(n: int, backend: str):
-    env = make_env(n, JOINTS, num_actions=len(JOINTS), device=DEVICE)
-    manager = ObservationManager({"policy": _policy_group()}, env)
-    data = env.scene["robot"].data
-
-    @leapp.node("policy_obs", export_with=backend)
-    def observe(root_pose, root_vel, joint_pos, joint_vel):
-        data.root_link_pose_w.torch.copy_(root_pose)
-        data.root_com_vel_w.torch.copy_(root_vel)
-        data.joint_pos.torch.copy_(joint_pos)
-        data.joint_vel.torch.copy_(joint_vel)
-        with annotate.warp_op():
-            group = manager.compute_group("policy")
-        return group.clone()
-
-    return observe
-
-
 def _state(n: int, seed: int) -> list[torch.Tensor]:
     return [t.to(DEVICE) for t in random_root_and_joints(n, len(JOINTS), seed)]
 
@@ -73,7 +54,7 @@ def _state(n: int, seed: int) -> list[torch.Tensor]:
 @pytest.mark.parametrize("backend", ["pt2", "onnx"])
 @pytest.mark.parametrize("n", [6, 64])
 def test_isaaclab_observations_export(tmp_path, backend, n):
-    observe = _observe_node(n, backend)
+    observe, _ = make_observe(n=n, device=DEVICE, backend=backend)
     with leapp.trace("obs", save_path=str(tmp_path)) as session:
         for seed in (1, 2, 3):
             observe(*_state(n, seed))

@@ -57,13 +57,13 @@ def _policy_group(with_last_action: bool = False) -> ObservationGroupCfg:
     return group
 
 
-def make_observe(with_last_action: bool = False):
+def make_observe(with_last_action: bool = False, n: int = N, device: str = "cpu", backend: str = "onnx"):
     """A fresh env and manager, and the node that runs the manager's policy group on given state."""
-    env = make_env(N, JOINTS, num_actions=len(JOINTS))
+    env = make_env(n, JOINTS, num_actions=len(JOINTS), device=device)
     manager = ObservationManager({"policy": _policy_group(with_last_action)}, env)
     data = env.scene["robot"].data
 
-    @leapp.node("policy_obs")
+    @leapp.node("policy_obs", export_with=backend)
     def observe(root_pose, root_vel, joint_pos, joint_vel):
         data.root_link_pose_w.torch.copy_(root_pose)
         data.root_com_vel_w.torch.copy_(root_vel)
