@@ -406,3 +406,21 @@ def test_an_array_on_another_device_is_refused_by_name():
 
     with pytest.raises(TraceError, match=r"runs on cuda:0, but its argument 'unused' is an array on cpu"):
         trace(d, torch.ones(4, device="cuda:0"), passes=2)
+
+
+@pytest.mark.cuda
+def test_device_to_host_copy_in_a_block_is_refused_with_the_line():
+    host = wp.zeros(4, dtype=wp.float32, device="cpu")
+
+    @leapp.node("h")
+    def h(x):
+        y = torch.empty_like(x)
+        with annotate.warp_op():
+            wp.launch(double, dim=4, inputs=[wp.from_torch(x)], outputs=[wp.from_torch(y)], device="cuda:0")
+            wp.copy(host, wp.from_torch(y))  # a readback: Warp cannot capture it
+        return y
+
+    with pytest.raises(TraceError) as info:
+        trace(h, torch.ones(4, device="cuda:0"), passes=2)
+    text = str(info.value)
+    assert "Warp refused to capture" in text and "node 'h'" in text and "test_real_warp_patterns.py:" in text
