@@ -253,19 +253,24 @@ class _Block:
         try:
             graph = self._release()
         except BaseException:
-            if failed:
-                return  # the body's exception is the one the user needs
+            if failed:  # the body's exception is the one the user needs (a refused op also ends the capture)
+                self._census = None
+                self._raise_capture_refusal(error)
+                return
             raise
         if failed:
             self._census = None
-            if self.run.capturing and isinstance(error, Exception) and not isinstance(error, LeappError) \
-                    and raised_in_warp(error.__traceback__):
-                raise self._capture_refusal(error) from error
+            self._raise_capture_refusal(error)
             return
         try:
             self._record(graph)
         finally:
             self._census = None
+
+    def _raise_capture_refusal(self, error: BaseException | None) -> None:
+        if self.run.capturing and isinstance(error, Exception) and not isinstance(error, LeappError) \
+                and raised_in_warp(error.__traceback__):
+            raise self._capture_refusal(error) from error
 
     def _capture_refusal(self, error: Exception) -> TraceError:
         text = (str(error).strip() or type(error).__name__).rstrip(".")
