@@ -419,3 +419,16 @@ def test_find_package_leapp_builds_a_program(export, tmp_path, cmake_build_with_
         assert f"in {name} float32 {int(np.prod(spec.shape)) * 4}" in r.stdout
     # run() without its output buffers is refused with leapp.load's wording for missing names
     assert r.returncode == 3 and "Pipeline 'mlp': outputs missing ['output']; expected ['output']" in r.stdout, r.stdout
+
+
+def test_device_cuda_without_a_gpu_is_an_error_not_an_abort(export, tmp_path):
+    """Opening with device buffers where no CUDA EP or driver is usable fails with exit 1 and the reason; the
+    pipeline's destructor used to call the driver loader while that error unwound and abort (exit 134)."""
+    from leapp import _native
+
+    if _native.driver_status()["available"]:
+        pytest.skip("this machine has a CUDA driver: the refusal needs a machine without one")
+    _write_inputs(leapp.load(export), tmp_path / "in")
+    r = _leapp_run(export, "--in", tmp_path / "in", "--out", tmp_path / "out", "--device", "cuda")
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert r.stderr.startswith("leapp-run: ") and ("CUDA execution provider" in r.stderr or "CUDA driver" in r.stderr)

@@ -160,12 +160,16 @@ struct Pipeline::Impl {
   CUcontext context = nullptr;
   int64_t batch = 0;  // set_batch: 0 = the traced shapes
 
+  // Never throws: device buffers exist only once the driver gave a context, and a destructor that threw
+  // while an error from open() unwinds would end the process (exit 134) instead of reporting that error.
   ~Impl() {
     nodes.clear();
-    if (options.memory == Memory::kDevice) {
+    if (options.memory != Memory::kDevice || context == nullptr) return;
+    try {
       const CudaDriver& d = driver();
       for (auto& kv : values)
         if (kv.second.device) d.cuMemFree(kv.second.device);
+    } catch (...) {  // the driver failed after the buffers were made: nothing left to free them with
     }
   }
 
