@@ -158,10 +158,10 @@ class CaptureAnalysis:
         regions = wpp.apic_regions(self.graph)
         transient = set(wpp.apic_transient_regions(self.graph))
         # classified first: the allocation witness wants as few allocations as possible
-        pieces = {p.rep: p for p in sorted(plan_pieces(regions, transient, rec, block.witness, where),
+        live = LiveObjects()  # one heap scan, on first use, for views' owners and baked handles alike
+        pieces = {p.rep: p for p in sorted(plan_pieces(regions, transient, rec, block.witness, live, where),
                                            key=lambda p: p.rep)}
         kinds = {rid: p.kind for rid, p in pieces.items()}
-        live = LiveObjects()
         check_launch_handles(block.launches, self._where, live)
         for piece in pieces.values():  # views reaching past the allocation they view: snapshot what exists
             for rid in piece.members:

@@ -87,6 +87,7 @@ class _Range:
     start: int
     end: int
     what: str
+    owner: object = None  # the array or tensor, when it owns the memory (not a view made from a pointer)
 
 
 class LiveObjects:
@@ -111,17 +112,18 @@ class LiveObjects:
                     ids[int(handle)] = f"wp.{cls.__name__} on {getattr(obj, 'device', '?')}"
             elif issubclass(cls, wp.array):
                 ptr, nbytes = getattr(obj, "ptr", None), getattr(obj, "capacity", 0) or 0
-                if ptr and nbytes and ptr not in ranges:
+                owns = getattr(obj, "deleter", None) is not None
+                if ptr and nbytes and (ptr not in ranges or owns and ranges[ptr].owner is None):
                     ranges[ptr] = _Range(ptr, ptr + nbytes, f"wp.array {getattr(obj.dtype, '__name__', obj.dtype)} "
-                                                           f"{tuple(obj.shape)} on {obj.device}")
+                                                           f"{tuple(obj.shape)} on {obj.device}", obj if owns else None)
             elif issubclass(cls, torch.Tensor):
                 try:
                     storage = obj.untyped_storage()
                     ptr, nbytes = storage.data_ptr(), storage.nbytes()
                 except Exception:  # noqa: BLE001 - meta, sparse, fake, ...: no memory of their own to point into
                     continue
-                if ptr and nbytes and ptr not in ranges:
-                    ranges[ptr] = _Range(ptr, ptr + nbytes, f"torch storage ({nbytes} bytes) on {obj.device}")
+                if ptr and nbytes and (ptr not in ranges or ranges[ptr].owner is None):
+                    ranges[ptr] = _Range(ptr, ptr + nbytes, f"torch storage ({nbytes} bytes) on {obj.device}", obj)
         self._ids = ids
         self._ranges = sorted(ranges.values(), key=lambda r: r.start)
         self._starts = [r.start for r in self._ranges]
@@ -137,6 +139,17 @@ class LiveObjects:
         if i >= 0 and value < self._ranges[i].end:
             r = self._ranges[i]
             return f"an address inside a live {r.what} (offset {value - r.start})"
+        return None
+
+    def allocation_containing(self, ptr: int) -> tuple[int, int, object] | None:
+        """(start, end, owner) of the live Warp array that owns, or torch storage that holds, ``ptr``; or None."""
+        if self._ids is None:
+            self._scan()
+        i = bisect.bisect_right(self._starts, ptr) - 1
+        for k in range(i, max(i - 64, -1), -1):  # owners never nest deeply: a few neighbours suffice
+            r = self._ranges[k]
+            if r.owner is not None and r.start <= ptr < r.end:
+                return r.start, r.end, r.owner
         return None
 
     def ids(self) -> np.ndarray:

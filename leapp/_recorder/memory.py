@@ -23,12 +23,9 @@ the rules.
 from __future__ import annotations
 
 import bisect
-import gc
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-import warp as wp
 
 from leapp import _warp_private as wpp
 from leapp.errors import TraceError
@@ -74,56 +71,18 @@ def _owns_memory(arr) -> bool:
             or getattr(arr, "_ref", None) is not None)
 
 
-class _Allocations:
-    """Live Warp arrays that own memory and live torch storages, by address (one heap scan, on first use)."""
-
-    def __init__(self) -> None:
-        self._spans: list[tuple[int, int, Any]] | None = None
-        self._starts: list[int] = []
-
-    def containing(self, ptr: int) -> tuple[int, int, Any] | None:
-        """(start, end, owner) of the live allocation holding ``ptr``, or None."""
-        if self._spans is None:
-            self._scan()
-        i = bisect.bisect_right(self._starts, ptr) - 1
-        for k in range(i, max(i - 64, -1), -1):  # owners never nest deeply: a few neighbours suffice
-            start, end, obj = self._spans[k]
-            if start <= ptr < end:
-                return self._spans[k]
-        return None
-
-    def _scan(self) -> None:
-        found: dict[int, tuple[int, int, Any]] = {}
-        for obj in gc.get_objects():
-            cls = type(obj)  # not isinstance: some module proxies warn when their __class__ is read
-            if issubclass(cls, wp.array):
-                ptr, capacity = getattr(obj, "ptr", None), getattr(obj, "capacity", 0)
-                if ptr and capacity and getattr(obj, "deleter", None) is not None:
-                    found.setdefault(ptr, (ptr, ptr + capacity, obj))
-            elif issubclass(cls, torch.Tensor):
-                try:
-                    storage = obj.untyped_storage()
-                    start, nbytes = storage.data_ptr(), storage.nbytes()
-                except Exception:  # noqa: BLE001 - meta, sparse, fake: no memory to point into
-                    continue
-                if start and nbytes:
-                    found.setdefault(start, (start, start + nbytes, obj))
-        self._spans = sorted(found.values(), key=lambda s: s[0])
-        self._starts = [s[0] for s in self._spans]
-
-
-def plan_pieces(regions: dict[int, tuple[int, int, Any]], transient: set[int], recorder, witness,
+def plan_pieces(regions: dict[int, tuple[int, int, Any]], transient: set[int], recorder, witness, live,
                 where: str) -> list[Piece]:
     """Group the regions of one capture (id -> (base pointer, capacity, base object)) into pieces.
 
     ``recorder``: the node's GraphRecorder (traced storages, pending arrays); ``witness``: the block's
-    AllocationWitness; ``where``: names the segment in errors.
+    AllocationWitness; ``live``: the segment's ``handles.LiveObjects`` (its heap scan finds the owner of a view
+    made from a pointer); ``where``: names the segment in errors.
     """
     traced = recorder.traced_ranges()  # [(start, nbytes, tensor)]
     pending = [(ptr, p.nbytes, p.array) for ptr, p in recorder.pending.items()]
     known = sorted([(s, s + n, "traced", t) for s, n, t in traced] + [(s, s + n, "chained", a) for s, n, a in pending])
     starts = [k[0] for k in known]
-    allocations = _Allocations()
 
     def span_of(region_id: int, ptr: int, capacity: int, base) -> _Span:
         i = bisect.bisect_right(starts, ptr) - 1
@@ -131,7 +90,7 @@ def plan_pieces(regions: dict[int, tuple[int, int, Any]], transient: set[int], r
             s, e, kind, obj = known[i]
             return _Span(s, e, kind, obj)
         if region_id not in transient and not _owns_memory(base):
-            found = allocations.containing(ptr)
+            found = live.allocation_containing(ptr)
             if found is not None:
                 return _Span(found[0], found[1], None, found[2])
         return _Span(ptr, ptr + capacity, None, base)
