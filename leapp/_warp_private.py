@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import functools
+import threading
 from collections.abc import Iterator
 
 from leapp.errors import ExportError
@@ -121,7 +122,7 @@ def written_args(kernel, block_dim: int) -> set[int]:
     import warnings  # noqa: PLC0415
 
     module = kernel.module
-    with preserved_module_state(module):
+    with _WRITTEN_LOCK, preserved_module_state(module):  # two tracing threads must not interleave the restore
         key = (id(module), module_variant_hash(module, block_dim))
         cached = _WRITTEN.get(key)
         if cached is None or cached[0] is not module:
@@ -137,6 +138,7 @@ def written_args(kernel, block_dim: int) -> set[int]:
 
 
 _WRITTEN: dict = {}  # (id(module), variant hash) -> (module, {kernel: written parameter indices})
+_WRITTEN_LOCK = threading.Lock()
 
 
 def needs_deterministic(kernel) -> bool:
