@@ -43,7 +43,12 @@ def test_quick_gpu_run(tmp_path):
     nodes = {f"node:{n}{suffix}" for n in ("obs", "policy", "action") for suffix in ("", "-no-node-graph")}
     assert set(entry["routes"]) >= {"eager", "leapp.load", "leapp.load-copies", "leapp.load-node-graphs",
                                     "leapp.load-no-node-graphs", "leapp.load-graphs", *nodes}, entry
-    assert entry["plain_graph"] == "on", entry["plain_graph"]
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        assert entry["plain_graph"] == "on", entry["plain_graph"]
+    else:  # the ONNX node runs on the CPU EP: no whole-step graph, and the reason says so
+        assert entry["plain_graph"].startswith("off:") and "CUDA EP" in entry["plain_graph"], entry["plain_graph"]
     for name, error in entry["max_abs_error"].items():
         assert error < 1e-4, (name, error)
     print(proc.stdout)
