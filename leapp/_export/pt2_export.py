@@ -66,6 +66,7 @@ def export_pt2(node: ExportableNode, out_dir: Path) -> Path:
     path = artifact_path(out_dir, node.record.name, ".pt2", f"node '{node.record.name}' ({node.record.source})")
     program = to_exported_program(node)  # a fresh program of ours: clearing its inputs touches nothing of the user's
     program.example_inputs = None  # torch's setter accepts None; the archive then holds an empty sample-inputs file
+    _drop_provenance(program)
     torch.export.save(program, path)
     return path
 
@@ -97,3 +98,17 @@ def _concrete(sizes) -> list[int]:
             d = hint if hint is not None else 2  # a symbol without a hint: the smallest size torch.export keeps dynamic
         out.append(int(d))
     return out
+
+
+def _drop_provenance(program: torch.export.ExportedProgram) -> None:
+    """Removes torch's ``from_node`` provenance from the program's nodes before it is saved.
+
+    It names the graphs a node passed through by ``id()`` of the graph object, an address of the exporting
+    process, so the same node exported twice gave two archives; it is debug information that loading never
+    reads. Without it an export is reproducible, and the validation cache (keyed by the artifact's sha256)
+    answers a node exported again.
+    """
+    for module in program.graph_module.modules():
+        graph = getattr(module, "graph", None)
+        for fx_node in graph.nodes if isinstance(graph, torch.fx.Graph) else ():
+            fx_node.meta.pop("from_node", None)
