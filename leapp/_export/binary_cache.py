@@ -53,6 +53,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Protocol
 
 __all__ = [
     "CACHE_DIR_ENV",
@@ -61,6 +62,8 @@ __all__ = [
     "CACHE_VERSION",
     "BinaryCache",
     "CacheKey",
+    "Entry",
+    "EntryKey",
     "default_cache",
     "cache_root",
 ]
@@ -122,6 +125,25 @@ class CacheKey:
     def filename(self) -> str:
         return hashlib.sha256(self.encoded()).hexdigest() + ".bin"
 
+    def describe(self) -> str:
+        return f"{self.kind} sm_{self.arch} of module '{self.module}'"
+
+    def check_payload(self, payload: bytes) -> None:
+        _check_binary(self, payload)
+
+
+class EntryKey(Protocol):
+    """What a cache folder needs of a key: its bytes (stored in the entry and compared when read), the
+    entry's file name, a description for log lines, and a check of the payload it stands for."""
+
+    def encoded(self) -> bytes: ...
+
+    def filename(self) -> str: ...
+
+    def describe(self) -> str: ...
+
+    def check_payload(self, payload: bytes) -> None: ...
+
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
@@ -133,7 +155,7 @@ class CacheEntryError(ValueError):
     """A cache entry that is not what its key says (the reason names the check)."""
 
 
-def encode_entry(key: CacheKey, entry: Entry) -> bytes:
+def encode_entry(key: EntryKey, entry: Entry) -> bytes:
     key_bytes = key.encoded()
     meta = json.dumps(entry.meta, sort_keys=True, separators=(",", ":")).encode()
     body = _HEADER.pack(_MAGIC, CACHE_VERSION, 0, len(key_bytes), len(meta), len(entry.payload))
@@ -141,7 +163,7 @@ def encode_entry(key: CacheKey, entry: Entry) -> bytes:
     return body + hashlib.sha256(body).digest()
 
 
-def decode_entry(key: CacheKey, data: bytes) -> Entry:
+def decode_entry(key: EntryKey, data: bytes) -> Entry:
     """The entry in ``data`` if it is a sound entry for ``key``; else ``CacheEntryError`` naming the check."""
     if len(data) < _HEADER.size + _DIGEST:
         raise CacheEntryError(f"{len(data)} bytes, shorter than a header")
@@ -166,7 +188,7 @@ def decode_entry(key: CacheKey, data: bytes) -> Entry:
     if not isinstance(meta, dict) or not all(isinstance(k, str) and type(v) is int and v >= 0 for k, v in meta.items()):
         raise CacheEntryError("meta is not an object of non-negative integers")
     payload = bytes(data[at + nmeta : at + nmeta + npayload])
-    _check_binary(key, payload)
+    key.check_payload(payload)
     return Entry(payload, meta)
 
 
@@ -194,11 +216,13 @@ def _check_binary(key: CacheKey, payload: bytes) -> None:
 
 
 class BinaryCache:
-    """Entries under ``root/cuda-v1``; ``get`` returns None on a miss or on an entry it refuses (logged)."""
+    """Entries under ``root/<subdir>`` (``cuda-v1``: compiled binaries); ``get`` returns None on a miss or
+    on an entry it refuses (logged). Other caches of leapp (``validation_cache``) use their own subdir with
+    the same entry layout and the same checks."""
 
-    def __init__(self, root: Path, max_bytes: int) -> None:
+    def __init__(self, root: Path, max_bytes: int, subdir: str = SUBDIR) -> None:
         self.root = Path(root)
-        self.folder = self.root / SUBDIR
+        self.folder = self.root / subdir
         self.max_bytes = max_bytes
         self._usable: bool | None = None
         self._lock = threading.Lock()
@@ -215,34 +239,34 @@ class BinaryCache:
             self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             st = os.stat(self.folder)
         except OSError as e:
-            log.warning("binary cache %s unusable (%s): compiling without it", self.folder, e)
+            log.warning("cache %s unusable (%s): going on without it", self.folder, e)
             return False
         problem = _foreign(st)
         if problem:
-            log.warning("binary cache %s %s: compiling without it (set %s to a folder of your own, or %s=1)",
+            log.warning("cache %s %s: going on without it (set %s to a folder of your own, or %s=1)",
                         self.folder, problem, CACHE_DIR_ENV, DISABLE_ENV)
             return False
-        log.debug("binary cache %s in use (limit %d MB)", self.folder, self.max_bytes >> 20)
+        log.debug("cache %s in use (limit %d MB)", self.folder, self.max_bytes >> 20)
         return True
 
-    def get(self, key: CacheKey) -> Entry | None:
+    def get(self, key: EntryKey) -> Entry | None:
         if not self.usable():
             return None
         path = self.folder / key.filename()
         try:
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         except FileNotFoundError:
-            log.debug("binary cache: %s sm_%d of module '%s' not cached", key.kind, key.arch, key.module)
+            log.debug("cache %s: %s not cached", self.folder.name, key.describe())
             return None
         except OSError as e:
-            log.warning("binary cache entry %s unreadable (%s): compiling it again", path, e)
+            log.warning("cache entry %s unreadable (%s): making it again", path, e)
             return None
         try:
             st = os.fstat(fd)
             problem = _foreign(st) or ("not a regular file" if not stat.S_ISREG(st.st_mode) else "")
             problem = problem or (f"{st.st_size} bytes, over {MAX_ENTRY_BYTES}" if st.st_size > MAX_ENTRY_BYTES else "")
             if problem:
-                log.warning("binary cache entry %s refused: %s; compiling it again", path, problem)
+                log.warning("cache entry %s refused: %s; making it again", path, problem)
                 return None
             with os.fdopen(fd, "rb", closefd=False) as f:
                 data = f.read(MAX_ENTRY_BYTES + 1)
@@ -251,17 +275,16 @@ class BinaryCache:
         try:
             entry = decode_entry(key, data)
         except CacheEntryError as e:
-            log.warning("binary cache entry %s (%s sm_%d of %s) refused: %s; compiling it again", path, key.kind,
-                        key.arch, key.module, e)
+            log.warning("cache entry %s (%s) refused: %s; making it again", path, key.describe(), e)
             return None
         try:
             os.utime(path)  # least recently used goes first when the folder is trimmed
         except OSError:
             pass
-        log.debug("binary cache: %s sm_%d of module '%s' read from %s", key.kind, key.arch, key.module, path.name)
+        log.debug("cache %s: %s read from %s", self.folder.name, key.describe(), path.name)
         return entry
 
-    def put(self, key: CacheKey, entry: Entry) -> None:
+    def put(self, key: EntryKey, entry: Entry) -> None:
         """Writes the entry atomically; a failure is logged and otherwise ignored (the export goes on)."""
         if not self.usable():
             return
@@ -275,10 +298,9 @@ class BinaryCache:
                 os.fsync(f.fileno())
             os.replace(tmp, self.folder / key.filename())
             tmp = None
-            log.debug("binary cache: %s sm_%d of module '%s' written to %s", key.kind, key.arch, key.module,
-                      key.filename())
+            log.debug("cache %s: %s written to %s", self.folder.name, key.describe(), key.filename())
         except OSError as e:
-            log.warning("binary cache %s: could not write an entry (%s)", self.folder, e)
+            log.warning("cache %s: could not write an entry (%s)", self.folder, e)
         finally:
             if tmp is not None:
                 try:
@@ -305,7 +327,7 @@ class BinaryCache:
                         entries.append((st.st_mtime, st.st_size, item.path))
                         total += st.st_size
         except OSError as e:
-            log.warning("binary cache %s: could not list it (%s)", self.folder, e)
+            log.warning("cache %s: could not list it (%s)", self.folder, e)
             return
         if total <= self.max_bytes:
             return
@@ -316,7 +338,7 @@ class BinaryCache:
             if _unlink(path):
                 total -= size
                 removed += 1
-        log.info("binary cache %s: removed %d least recently used entries (limit %d MB)", self.folder, removed,
+        log.info("cache %s: removed %d least recently used entries (limit %d MB)", self.folder, removed,
                  self.max_bytes >> 20)
 
     def clear(self) -> None:
@@ -347,8 +369,9 @@ def _foreign(st: os.stat_result) -> str:
     return ""
 
 
-def default_cache() -> BinaryCache | None:
-    """The cache the exporter uses, from the environment now; None when ``LEAPP_NO_CACHE`` is set."""
+def default_cache(subdir: str = SUBDIR) -> BinaryCache | None:
+    """The cache folder ``subdir`` the exporter uses, from the environment now; None when ``LEAPP_NO_CACHE``
+    is set."""
     if _truthy(os.environ.get(DISABLE_ENV)):
         log.debug("binary cache off (%s=%s): compiling every binary", DISABLE_ENV, os.environ.get(DISABLE_ENV))
         return None
@@ -362,11 +385,11 @@ def default_cache() -> BinaryCache | None:
         max_mb = DEFAULT_MAX_MB
     root = cache_root()
     with _caches_lock:
-        cache = _caches.get((root, max_mb))
+        cache = _caches.get((root, max_mb, subdir))
         if cache is None:
-            cache = _caches[(root, max_mb)] = BinaryCache(root, max_mb << 20)
+            cache = _caches[(root, max_mb, subdir)] = BinaryCache(root, max_mb << 20, subdir)
     return cache
 
 
-_caches: dict[tuple[Path, int], BinaryCache] = {}
+_caches: dict[tuple[Path, int, str], BinaryCache] = {}
 _caches_lock = threading.Lock()

@@ -89,10 +89,10 @@ def test_binary_cache_logs_each_decision(tmp_path, monkeypatch, caplog):
         monkeypatch.setenv(bc.DISABLE_ENV, "1")
         assert bc.default_cache() is None
     assert _messages(caplog, "leapp._export.binary_cache") == [
-        f"binary cache {tmp_path / 'cache' / bc.SUBDIR} in use (limit 1 MB)",
-        "binary cache: ptx sm_75 of module 'm' not cached",
-        f"binary cache: ptx sm_75 of module 'm' written to {key.filename()}",
-        f"binary cache: ptx sm_75 of module 'm' read from {key.filename()}",
+        f"cache {tmp_path / 'cache' / bc.SUBDIR} in use (limit 1 MB)",
+        "cache cuda-v1: ptx sm_75 of module 'm' not cached",
+        f"cache cuda-v1: ptx sm_75 of module 'm' written to {key.filename()}",
+        f"cache cuda-v1: ptx sm_75 of module 'm' read from {key.filename()}",
         "binary cache off (LEAPP_NO_CACHE=1): compiling every binary",
     ]
 
