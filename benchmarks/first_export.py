@@ -10,7 +10,10 @@ and how many binaries NVRTC compiled or the binary cache served.
               processes (one per CPU) compiling a share each
   cold-1cpu   the same with the process pinned to one CPU (os.sched_setaffinity): the targets
               compile one after another in the process itself
-  warm        the cache folder a cold run filled: the binaries are read, nothing is compiled
+  warm        the cache folder a cold run filled: the binaries are read, nothing is compiled, and the
+              validation cache answers (the same node on the same seeded samples: no worker runs)
+  warm-revalidate  the same binaries from the cache, the validation cache emptied first: the node is
+              validated in a fresh process (what a re-export with new samples or a changed node pays)
   off         LEAPP_NO_CACHE=1: compiled, nothing read or written
   MODE+prewarm  MODE with LEAPP_EXPORT_PREWARM=1 (the exporter's imports made in a thread during the trace,
               leapp/_export/prewarm.py), e.g. --modes cold,cold+prewarm,warm,warm+prewarm
@@ -30,6 +33,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -37,7 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
-MODES = ("cold", "cold-1cpu", "warm", "off")
+MODES = ("cold", "cold-1cpu", "warm", "warm-revalidate", "off")
 
 
 def gravity_node():
@@ -101,7 +105,7 @@ def child(n: int, device: str, validate: bool, out: str) -> dict:
         for _ in range(3):
             observe(torch.nn.functional.normalize(torch.randn(n, 4, generator=gen), dim=-1).to(device))
     traced = time.perf_counter()
-    session.compile(validate=validate)
+    report = session.compile(validate=validate)
     done = time.perf_counter()
 
     def seconds(pattern: str) -> float:
@@ -122,6 +126,7 @@ def child(n: int, device: str, validate: bool, out: str) -> dict:
         "targets": {f"{m.group(1)} sm_{m.group(2)}": float(m.group(3)) for line in messages
                     for m in [re.search(r"(PTX|cubin) sm_(\d+) built in ([\d.]+) s", line)] if m},
         "bundle_bytes": _bundle_bytes(out),
+        "validation_cached": sum(n.validation.cached for n in report),
         "threads": max([int(m.group(1)) for line in compiled for m in [re.search(r"\((\d+) process", line)] if m],
                        default=0),
     }
@@ -147,6 +152,8 @@ def run_child(mode: str, cache: Path, args) -> dict:
     env["LEAPP_EXPORT_PREWARM"] = "1" if extra == "prewarm" else "0"
     if mode == "off":
         env["LEAPP_NO_CACHE"] = "1"
+    if mode == "warm-revalidate":
+        shutil.rmtree(cache / "validation-v1", ignore_errors=True)
     cmd = [sys.executable, __file__, "--child", "--n", str(args.n), "--device", args.device]
     cmd += ["--validate"] if args.validate else []
     with tempfile.TemporaryDirectory(prefix="leapp-first-export-") as out:
@@ -188,8 +195,8 @@ def main() -> None:
             cold_cache = Path(root) / f"cold-{r}"
             for mode in modes:
                 base = mode.partition("+")[0]
-                cache = Path(root) / f"{mode}-{r}" if base != "warm" else Path(root) / "warm"
-                if base == "warm" and not cache.exists():
+                cache = Path(root) / f"{mode}-{r}" if not base.startswith("warm") else Path(root) / "warm"
+                if base.startswith("warm") and not cache.exists():
                     run_child("cold", cache, args)  # fills it; not counted
                 results[mode].append(run_child(mode, cold_cache if mode == "cold" else cache, args))
 
@@ -199,14 +206,15 @@ def main() -> None:
           f"bytecode: {env['bytecode']}")
     print()
     print("| mode | session.compile() s: median (min-max) | NVRTC s | validation s | binaries compiled / from cache "
-          "| processes | trace s | imports s | bundle B |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| validations cached | processes | trace s | imports s | bundle B |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for mode in modes:
         rows = results[mode]
         total = [r["compile_s"] for r in rows]
         med = lambda key: statistics.median(r[key] for r in rows)  # noqa: E731
         print(f"| {mode} | {statistics.median(total):.2f} ({min(total):.2f}-{max(total):.2f}) | {med('nvrtc_s'):.2f} "
-              f"| {med('validation_s'):.2f} | {rows[0]['compiled']} / {rows[0]['from_cache']} | {rows[0]['threads']} "
+              f"| {med('validation_s'):.2f} | {rows[0]['compiled']} / {rows[0]['from_cache']} "
+              f"| {sum(r['validation_cached'] for r in rows)}/{len(rows)} | {rows[0]['threads']} "
               f"| {med('trace_s'):.2f} | {med('import_s'):.2f} | {', '.join(map(str, rows[0]['bundle_bytes']))} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"environment": env, "n": args.n, "device": args.device,

@@ -57,7 +57,8 @@ class CompileReport:
         """Table rows (header first): one per output, node columns only on a node's first row."""
         rows = [["node", "backend", "artifact", "segments", "validation", "output", "max abs", "max rel"]]
         for n in self.nodes:
-            head = [n.node, n.backend, n.artifact, ", ".join(n.segments) or "-", n.status]
+            status = n.status + (" (cached)" if n.validation.cached else "")
+            head = [n.node, n.backend, n.artifact, ", ".join(n.segments) or "-", status]
             outputs = n.validation.outputs
             if not outputs:
                 rows.append(head + ["-", "-", "-"])

@@ -22,7 +22,11 @@ from pathlib import Path
 
 import torch
 
+import yaml
+
+from leapp._export import validation_cache
 from leapp._export.validate_process import VALIDATION_TIMEOUT_S, run_in_fresh_process
+from leapp._export.validate_process import job_entry
 from leapp._contract.records import NodeRecord
 from leapp.errors import VALIDATION_FAILED, LeappError, ValidationError
 
@@ -39,6 +43,8 @@ __all__ = [
     "NEEDS_CUDA",
     "cuda_problem",
 ]
+
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 PASSED = "passed"
 FAILED = "failed"  # ran, outputs differ
@@ -68,6 +74,7 @@ class NodeValidation:
     source: str = ""
     samples: int = 0
     outputs: list[OutputCheck] = field(default_factory=list)
+    cached: bool = False  # the outputs compared came from the validation cache (validation_cache)
 
     @property
     def ok(self) -> bool:
@@ -195,13 +202,46 @@ def validate_nodes(jobs: list[NodeArtifactJob], rtol: float, atol: float, *, fol
     if not runnable:
         return results
     by_job = {id(job): result for job, result in zip(jobs, results)}
-    for job, outcome in zip(runnable, run_in_fresh_process(runnable, folder, timeout)):
+    cache = validation_cache.default_cache()
+    keys = _cache_keys(cache, runnable, folder) if cache is not None else {}
+    fresh = []
+    for job in runnable:
+        key = keys.get(id(job))
+        outputs = cache.get(key) if key is not None else None
+        if outputs is None:
+            fresh.append(job)
+            continue
+        result = by_job[id(job)]
+        result.cached = True
+        _compare_samples(job.record, outputs, result, rtol, atol)
+    if not fresh:
+        return results
+    for job, outcome in zip(fresh, run_in_fresh_process(fresh, folder, timeout)):
         result = by_job[id(job)]
         if isinstance(outcome, str):
             result.status, result.reason = ERROR, outcome
         else:
             _compare_samples(job.record, outcome, result, rtol, atol)
+            if result.status == PASSED and keys.get(id(job)) is not None:  # a failure is always run again
+                cache.put(keys[id(job)], outcome)
     return results
+
+
+def _cache_keys(cache, jobs: list[NodeArtifactJob], folder: Path | None) -> dict[int, object]:
+    """id(job) -> its validation cache key, for the jobs whose entry and files can be read here."""
+    if folder is not None:
+        try:
+            description = yaml.load((Path(folder) / "pipeline.yaml").read_bytes(), Loader=_YAML_LOADER)
+            entries = {str(e.get("name")): e for e in description.get("nodes") or [] if isinstance(e, dict)}
+        except (OSError, yaml.YAMLError, AttributeError):
+            return {}
+    keys = {}
+    for job in jobs:
+        entry = entries.get(job.record.name) if folder is not None else job_entry(job)
+        key = cache.key(job, entry, folder) if entry is not None else None
+        if key is not None:
+            keys[id(job)] = key
+    return keys
 
 
 def _compare_samples(record: NodeRecord, outputs: list[list[torch.Tensor]], result: NodeValidation,

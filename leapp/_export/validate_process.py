@@ -48,7 +48,8 @@ import leapp
 from leapp._export.validate_worker import MARK, on_cpu
 from leapp.runtime.pipeline import dtype_name
 
-__all__ = ["PRESTART_ENV", "VALIDATION_TIMEOUT_S", "prestart", "run_in_fresh_process", "stop_kept_worker"]
+__all__ = ["PRESTART_ENV", "VALIDATION_TIMEOUT_S", "WORKER_KEY_IGNORES", "job_entry", "prestart", "run_in_fresh_process",
+           "stop_kept_worker", "worker_env"]
 
 PRESTART_ENV = "LEAPP_VALIDATION_PRESTART"  # "1": start the worker when a trace begins; "0": never
 
@@ -61,7 +62,7 @@ def _spec(spec) -> dict:
     return {"name": spec.name, "dtype": dtype_name(spec.dtype), "shape": [int(d) for d in spec.shape]}
 
 
-def _entry(job) -> dict:
+def job_entry(job) -> dict:
     """A pipeline.yaml-like entry for an artifact outside a pipeline folder."""
     record = job.record
     first = record.samples[0].inputs if record.samples else []
@@ -76,7 +77,7 @@ def _entry(job) -> dict:
     }
 
 
-def _worker_env() -> dict[str, str]:
+def worker_env() -> dict[str, str]:
     env = dict(os.environ)
     root = str(Path(leapp.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
@@ -173,12 +174,12 @@ def _kill_all() -> None:
 # os.environ on the export's first use (its own default, which a fresh worker computes alike), after a worker
 # may have been started; pytest sets PYTEST_CURRENT_TEST to the running test's name, so in a test suite every
 # test would otherwise start a worker of its own (seconds each) instead of taking the kept one.
-_KEY_IGNORES = frozenset({"TORCHINDUCTOR_CACHE_DIR", "PYTEST_CURRENT_TEST"})
+WORKER_KEY_IGNORES = frozenset({"TORCHINDUCTOR_CACHE_DIR", "PYTEST_CURRENT_TEST"})
 
 
 def _worker_key(env: dict[str, str]) -> tuple:
     """What a kept worker must have been started with to take a job: interpreter, environment, leapp."""
-    kept = tuple(sorted((k, v) for k, v in env.items() if k not in _KEY_IGNORES))
+    kept = tuple(sorted((k, v) for k, v in env.items() if k not in WORKER_KEY_IGNORES))
     return (sys.executable, kept, str(Path(leapp.__file__).resolve().parent))
 
 
@@ -194,7 +195,7 @@ def prestart() -> bool:
     with _LOCK:
         if _KEPT is not None:
             return False
-    env = _worker_env()
+    env = worker_env()
     log = Path(tempfile.mkdtemp(prefix="leapp-validate-prestart-")) / "worker.log"
     worker = _Worker(_worker_key(env), env, log)
     worker.extra_dirs.append(log.parent)
@@ -216,7 +217,7 @@ class _Run:
         self.timed_out = False
 
     def run(self) -> None:
-        env = _worker_env()
+        env = worker_env()
         key = _worker_key(env)
         worker = _take(key)
         if worker is not None:
@@ -333,7 +334,7 @@ def run_in_fresh_process(jobs: list, folder: Path | None, timeout: float = VALID
         job_dir = Path(tmp)
         nodes = [{
             "name": job.record.name,
-            "entry": None if folder is not None else _entry(job),
+            "entry": None if folder is not None else job_entry(job),
             "samples": [[on_cpu(t) for t in sample.inputs] for sample in job.record.samples],
         } for job in jobs]
         torch.save({"leapp": str(Path(leapp.__file__).resolve().parent),

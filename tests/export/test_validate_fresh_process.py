@@ -35,6 +35,12 @@ from leapp.runtime.pipeline import IOSpec, make_runner
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 
 
+@pytest.fixture(autouse=True)
+def _fresh_every_time(monkeypatch):
+    """These tests are about the worker: no answer may come from the validation cache."""
+    monkeypatch.setenv("LEAPP_NO_CACHE", "1")
+
+
 @torch.library.custom_op("leapp_isolation_test::twice", mutates_args=())
 def twice(x: torch.Tensor) -> torch.Tensor:
     """An op that exists only in processes that imported this test module."""
