@@ -144,7 +144,7 @@ def package(export_dir: str | Path, node: str, out: str | Path | None = None, *,
     import torch._inductor.config as inductor_config
     from torch._inductor import aoti_compile_and_package
 
-    from leapp.runtime.pipeline import verify_file
+    from leapp.pipeline_format import read_checked
     from leapp.runtime.artifact_safety import UnsafeArtifact
     from leapp.runtime.runners import load_pt2
 
@@ -153,14 +153,15 @@ def package(export_dir: str | Path, node: str, out: str | Path | None = None, *,
     index, entry = _find_node(folder, desc, node)
     where = f"pipeline '{desc['name']}' node '{node}'"
     yaml_file = folder / PIPELINE_FILE
-    artifact = verify_file(folder, entry["artifact"], entry["sha256"], where, f"{yaml_file}: nodes[{index}].artifact")
+    checked = read_checked(folder, entry["artifact"], entry["sha256"], where, f"{yaml_file}: nodes[{index}].artifact")
+    artifact = checked.path
     target = package_path(folder, node, out)
     configs = compiler_configs(inductor_configs)
     # torch writes the package's device and platform into aot_inductor.metadata in place (2.13:
     # _inductor/codecache.py), so the global dict would keep them: the compile gets its own copy
     configs["aot_inductor.metadata"] = dict(configs.get("aot_inductor.metadata", inductor_config.aot_inductor.metadata))
     try:
-        program = load_pt2(artifact)
+        program = load_pt2(artifact, checked.data)
     except UnsafeArtifact as e:  # refused before torch opened it
         raise PipelineError(f"{where}: {e}") from e
     except Exception as e:  # torch, zipfile and pickle errors have no common base

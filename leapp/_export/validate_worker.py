@@ -43,7 +43,8 @@ from pathlib import Path
 import torch
 
 import leapp
-from leapp.runtime.pipeline import IOSpec, check_inputs, make_runner, read_description, verify_file
+from leapp.pipeline_format import CheckedFile, read_checked
+from leapp.runtime.pipeline import IOSpec, check_inputs, make_runner, read_description
 
 __all__ = ["MARK", "STOPPED", "WRONG_LEAPP", "main", "on_cpu"]
 
@@ -75,8 +76,9 @@ class _Progress:
         print(f"{MARK} {line}", file=sys.stderr, flush=True)
 
 
-def _entry(node: dict, folder: Path, description: dict | None) -> tuple[dict, Path, list[Path]]:
-    """The node's pipeline.yaml entry, its artifact and its extra files, digests checked as ``leapp.load`` checks them."""
+def _entry(node: dict, folder: Path, description: dict | None) -> tuple[dict, Path | CheckedFile, list]:
+    """The node's pipeline.yaml entry, its artifact and its extra files, read and digests checked as ``leapp.load``
+    reads and checks them (an artifact outside a pipeline, whose entry the parent made, as paths)."""
     if node["entry"] is not None:
         entry = node["entry"]
         return entry, folder / entry["artifact"], [folder / f["path"] for f in entry.get("files") or []]
@@ -86,8 +88,8 @@ def _entry(node: dict, folder: Path, description: dict | None) -> tuple[dict, Pa
         raise LookupError(f"pipeline.yaml in {folder} has no node {name!r}")
     entry = entries[0]
     where = f"pipeline '{description.get('name', folder.name)}' node '{name}'"
-    artifact = verify_file(folder, entry["artifact"], entry["sha256"], where)
-    files = [verify_file(folder, extra["path"], extra["sha256"], where) for extra in entry.get("files") or []]
+    artifact = read_checked(folder, entry["artifact"], entry["sha256"], where)
+    files = [read_checked(folder, extra["path"], extra["sha256"], where) for extra in entry.get("files") or []]
     return entry, artifact, files
 
 

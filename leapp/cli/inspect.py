@@ -10,6 +10,7 @@ is printed as an ``error:`` line and makes the exit status 1.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from leapp.cli.inspect_archive import inspect_pt2, inspect_torchscript
 from leapp.cli.inspect_bundle import inspect_bundle_file
 from leapp.cli.inspect_onnx import inspect_onnx
 from leapp.cli.report import Report
-from leapp.pipeline_format import PIPELINE_FILE, PipelineError, contained_path, is_regular_file, read_pipeline, sha256_file
+from leapp.pipeline_format import PIPELINE_FILE, PipelineError, contained_path, is_regular_file, read_bounded, read_pipeline
 
 __all__ = ["inspect_path"]
 
@@ -99,14 +100,19 @@ def _inspect_pipeline_node(folder: Path, index: int, node: dict, report: Report,
         if not is_regular_file(file):
             report.problem(f"node {name}: {rel} is missing", indent + 1)
             continue
-        if sha256_file(file) != expected:
+        try:  # read once, bounded: the digest and the safety checks look at the same bytes, as leapp.load's do
+            data = read_bounded(file, f"node {name}")
+        except PipelineError as e:
+            report.problem(str(e), indent + 1)
+            continue
+        if hashlib.sha256(data).hexdigest() != expected:
             report.problem(f"node {name}: {rel} sha256 differs from pipeline.yaml's {expected}", indent + 1)
         if number == 0:
-            artifact = file
+            artifact, artifact_data = file, data
         else:
             files.append(file)
     if artifact is not None:
-        _check_safety(name, node["backend"], artifact, files, report, indent + 1)
+        _check_safety(name, node["backend"], artifact, artifact_data, files, report, indent + 1)
         before = report.problems
         digests = _inspect_file(artifact, report, indent + 1)
         for seg in node["segments"]:
@@ -116,15 +122,16 @@ def _inspect_pipeline_node(folder: Path, index: int, node: dict, report: Report,
                 )
 
 
-def _check_safety(name: str, backend: str, artifact: Path, files: list[Path], report: Report, indent: int) -> None:
+def _check_safety(name: str, backend: str, artifact: Path, data: bytes, files: list[Path], report: Report,
+                  indent: int) -> None:
     """What leapp.load would refuse before its loader opens the artifact (leapp.runtime.artifact_safety)."""
-    from leapp.runtime.artifact_safety import UnsafeArtifact, check_onnx_external_data, check_pt2_archive
+    from leapp.runtime.artifact_safety import UnsafeArtifact, canonical_pt2, check_onnx_external_data
 
     try:
         if backend == "pt2":
-            check_pt2_archive(artifact)
+            canonical_pt2(data, artifact.name)
         elif backend == "onnx":
-            check_onnx_external_data(artifact, files)
+            check_onnx_external_data(artifact, files, data)
     except UnsafeArtifact as e:
         report.problem(f"node {name}: unsafe to load: {e}", indent)
     except PipelineError:

@@ -11,9 +11,10 @@ from __future__ import annotations
 from .format import *  # noqa: F403 - the constants, limits, PipelineError and schema helpers
 from .format import __all__ as _FORMAT_NAMES
 from .metadata import MAX_METADATA_BYTES, MAX_METADATA_DEPTH, metadata_problem
-from .paths import contained_path, is_regular_file
+from .paths import CheckedFile, contained_path, is_regular_file, max_artifact_bytes, read_bounded, read_checked
 from .reader import field_path, parse_description, read_pipeline, validate_description
 from .twin import TWIN_DIGEST_KEY, TWIN_FILE, twin_text, write_twin
 
-__all__ = [*_FORMAT_NAMES, "MAX_METADATA_BYTES", "MAX_METADATA_DEPTH", "metadata_problem", "contained_path", "is_regular_file", "field_path", "parse_description", "read_pipeline",
+__all__ = [*_FORMAT_NAMES, "MAX_METADATA_BYTES", "MAX_METADATA_DEPTH", "metadata_problem", "CheckedFile", "contained_path", "is_regular_file", "max_artifact_bytes",
+           "read_bounded", "read_checked", "field_path", "parse_description", "read_pipeline",
            "validate_description", "TWIN_DIGEST_KEY", "TWIN_FILE", "twin_text", "write_twin"]

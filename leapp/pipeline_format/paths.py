@@ -11,11 +11,19 @@ or not its target exists.
 
 from __future__ import annotations
 
+import hashlib
+import os
+import stat
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from .format import PipelineError
 
-__all__ = ["contained_path", "is_regular_file"]
+__all__ = ["MAX_ARTIFACT_BYTES_ENV", "DEFAULT_MAX_ARTIFACT_BYTES", "CheckedFile", "contained_path", "is_regular_file",
+           "max_artifact_bytes", "read_bounded", "read_checked"]
+
+MAX_ARTIFACT_BYTES_ENV = "LEAPP_MAX_ARTIFACT_BYTES"
+DEFAULT_MAX_ARTIFACT_BYTES = 4 << 30  # per file a node names; a PT2 node briefly holds it twice (canonical copy)
 
 
 def contained_path(folder: str | Path, rel: str, where: str) -> Path:
@@ -50,3 +58,63 @@ def is_regular_file(path: Path) -> bool:
         return path.is_file()
     except (OSError, ValueError):
         return False
+
+
+def max_artifact_bytes() -> int:
+    """The largest file a node may name (``LEAPP_MAX_ARTIFACT_BYTES``, default 4 GiB)."""
+    raw = os.environ.get(MAX_ARTIFACT_BYTES_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_ARTIFACT_BYTES
+    if not raw.isdigit() or int(raw) <= 0:
+        raise PipelineError(f"{MAX_ARTIFACT_BYTES_ENV}={raw!r} is not a positive number of bytes")
+    return int(raw)
+
+
+def read_bounded(path: Path, where: str, limit: int | None = None) -> bytes:
+    """The bytes of the regular file ``path``, read once through one descriptor, refused (PipelineError naming
+    ``where``) before reading when it holds more than ``limit`` (default ``max_artifact_bytes()``)."""
+    limit = max_artifact_bytes() if limit is None else limit
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise PipelineError(f"{where}: cannot open {path}: {e.strerror or e}") from e
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise PipelineError(f"{where}: {path} is not a regular file")
+        if st.st_size > limit:
+            raise PipelineError(f"{where}: {path} has {st.st_size} bytes, more than the limit of {limit} "
+                                f"({MAX_ARTIFACT_BYTES_ENV})")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise PipelineError(f"{where}: {path} grew past the limit of {limit} bytes ({MAX_ARTIFACT_BYTES_ENV}) "
+                            "while it was read")
+    return data
+
+
+@dataclass(frozen=True)
+class CheckedFile:
+    """A file a node names, as read once: ``data`` is what was hashed and what the loaders get."""
+
+    path: Path
+    data: bytes
+
+
+def read_checked(folder: Path, rel: str, expected: str, where: str, field: str = "artifact") -> CheckedFile:
+    """``folder/rel`` after checking it stays in the folder (before any open), read once (bounded) and its
+    bytes' sha256 compared with ``expected``. Loaders open ``data``, never the path again: what runs is what
+    was hashed, whatever happens to the file afterwards."""
+    path = contained_path(folder, rel, f"{field} ({where})")
+    if not is_regular_file(path):
+        raise PipelineError(f"{where}: artifact {path} is missing")
+    data = read_bounded(path, where)
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != expected:
+        raise PipelineError(
+            f"{where}: artifact {path} has sha256 {actual} but pipeline.yaml records {expected}; "
+            "the file changed after export"
+        )
+    return CheckedFile(path, data)

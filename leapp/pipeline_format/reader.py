@@ -25,6 +25,8 @@ same functions, so a file leapp wrote always reads back equal.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import reprlib
 from collections.abc import Iterable
 from pathlib import Path
@@ -60,8 +62,9 @@ def field_path(parts: Iterable[str | int]) -> str:
     return out or "(top level)"
 
 
-def read_pipeline(path: str | Path) -> tuple[Path, dict]:
-    """(folder, checked description) for a pipeline folder or its pipeline.yaml.
+def read_pipeline(path: str | Path, twin: bool = True) -> tuple[Path, dict]:
+    """(folder, checked description) for a pipeline folder or its pipeline.yaml; ``twin``: also refuse a
+    ``pipeline.json`` beside it that disagrees (``check_twin``; off only to rewrite the twin).
 
     Raises:
         FileNotFoundError: the folder has no pipeline.yaml.
@@ -76,7 +79,87 @@ def read_pipeline(path: str | Path) -> tuple[Path, dict]:
     contained_path(folder, PIPELINE_FILE, str(file))
     with open(file, "rb") as f:
         data = f.read(MAX_FILE_BYTES + 1)
-    return folder, parse_description(data, file)
+    description = parse_description(data, file)
+    if twin:
+        check_twin(folder, data, description)
+    return folder, description
+
+
+TWIN_FILE = "pipeline.json"  # leapp.pipeline_format.twin writes it; named here, where it is read
+TWIN_DIGEST_KEY = "pipeline_yaml_sha256"
+
+
+def check_twin(folder: Path, yaml_bytes: bytes, description: dict) -> None:
+    """Refuses a folder whose ``pipeline.json`` (the twin leapp-run reads) says something else than its
+    ``pipeline.yaml`` (``yaml_bytes``, read once, parsed into ``description``): leapp.load, leapp inspect and the
+    validation worker then act on the document leapp-run acts on, or on none. No twin (exports made before
+    it existed): nothing to compare. The digest text is the C++ reader's (ext/pipeline/src/description.cpp)."""
+    file = folder / TWIN_FILE
+    try:
+        if not file.is_file():
+            return
+        contained_path(folder, TWIN_FILE, str(file))
+        with open(file, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+    except OSError as e:
+        raise PipelineError(f"{file}: cannot be read: {e}") from e
+    hint = f"run `leapp write-json {folder}` to write it from pipeline.yaml (docs/pipeline-format.md, 'pipeline.json')"
+    if len(raw) > MAX_FILE_BYTES:
+        raise PipelineError(f"{file}: larger than {MAX_FILE_BYTES} bytes (leapp writes a few KiB per node)")
+
+    def pairs(items):
+        keys = [k for k, _ in items]
+        if len(set(keys)) != len(keys):
+            raise PipelineError(f"{file}: a key appears twice in one object")
+        return dict(items)
+
+    def constant(name):
+        raise PipelineError(f"{file}: {name} is not a JSON number")
+
+    try:
+        twin = json.loads(raw.decode("utf-8"), object_pairs_hook=pairs, parse_constant=constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise PipelineError(f"{file}: not JSON leapp could have written: {e}") from e
+    if not isinstance(twin, dict):
+        raise PipelineError(f"{file}: expected an object at the top level")
+    actual = hashlib.sha256(yaml_bytes).hexdigest()
+    digest = twin.pop(TWIN_DIGEST_KEY, None)
+    yaml_file = folder / PIPELINE_FILE
+    if not isinstance(digest, str):
+        raise PipelineError(f"{file}: {TWIN_DIGEST_KEY}: missing (the sha256 of the pipeline.yaml it was made from): "
+                            f"{hint}")
+    if digest != actual:
+        raise PipelineError(f"{file}: {TWIN_DIGEST_KEY}: {_short.repr(digest)} is not the sha256 of {yaml_file} ({actual}): "
+                            f"pipeline.yaml changed after pipeline.json was written; {hint}")
+    if twin != description or _floats_differ(twin, description):
+        where = field_path(_first_difference(description, twin))
+        raise PipelineError(f"{file} and {yaml_file} disagree at {where}: the two descriptions of one export must "
+                            f"say the same (leapp-run reads pipeline.json, leapp.load pipeline.yaml); {hint}")
+
+
+def _floats_differ(a: Any, b: Any) -> bool:
+    """1 == 1.0 and True == 1 in Python: equal values of other types still differ here."""
+    if type(a) is not type(b):
+        return True
+    if isinstance(a, dict):
+        return any(_floats_differ(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return any(_floats_differ(x, y) for x, y in zip(a, b))
+    return False
+
+
+def _first_difference(a: Any, b: Any, at: tuple = ()) -> tuple:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b), key=str):
+            if key not in a or key not in b:
+                return (*at, key)
+            if a[key] != b[key] or _floats_differ(a[key], b[key]):
+                return _first_difference(a[key], b[key], (*at, key))
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y or _floats_differ(x, y):
+                return _first_difference(x, y, (*at, i))
+    return at
 
 
 def parse_description(data: bytes | str, file: str | Path = PIPELINE_FILE) -> dict:

@@ -6,8 +6,10 @@ parser instead of a YAML library. The twin holds exactly the description that
 ``pipeline_yaml_sha256``: the sha256 of the ``pipeline.yaml`` it was made from. A
 native reader refuses a twin whose recorded digest is not that of the
 ``pipeline.yaml`` next to it, so the two cannot disagree unnoticed (an edited
-``pipeline.yaml`` needs ``leapp write-json`` again). Python's ``leapp.load`` reads
-``pipeline.yaml`` only.
+``pipeline.yaml`` needs ``leapp write-json`` again). Python's readers (``leapp.load``,
+``leapp inspect``, the validation worker) read ``pipeline.yaml`` and, where a twin exists,
+refuse the folder unless the twin holds that digest and the same description
+(``reader.check_twin``).
 """
 
 from __future__ import annotations
@@ -16,12 +18,9 @@ import json
 from pathlib import Path
 
 from .format import PIPELINE_FILE, sha256_file
-from .reader import read_pipeline
+from .reader import TWIN_DIGEST_KEY, TWIN_FILE, read_pipeline
 
 __all__ = ["TWIN_FILE", "TWIN_DIGEST_KEY", "twin_text", "write_twin"]
-
-TWIN_FILE = "pipeline.json"
-TWIN_DIGEST_KEY = "pipeline_yaml_sha256"
 
 
 def twin_text(description: dict, yaml_sha256: str) -> str:
@@ -41,7 +40,7 @@ def write_twin(folder: str | Path, description: dict | None = None) -> Path:
     this is how an export made before the twin existed gets one (``leapp write-json``).
     """
     if description is None:
-        folder, description = read_pipeline(folder)
+        folder, description = read_pipeline(folder, twin=False)  # the twin there may be the stale one replaced
     folder = Path(folder)
     path = folder / TWIN_FILE
     text = twin_text(description, sha256_file(folder / PIPELINE_FILE))

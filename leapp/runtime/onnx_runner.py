@@ -221,10 +221,13 @@ class OnnxRunner(NodeRunner):
 
     backend = "onnx"
 
-    def __init__(self, path, inputs, outputs, device, needs_library: bool, stream: torch.cuda.Stream | None = None):
+    def __init__(self, path, inputs, outputs, device, needs_library: bool, stream: torch.cuda.Stream | None = None,
+                 model: bytes | None = None):
         """``stream``: the torch stream the CUDA EP session runs on (a whole-pipeline graph's); by default
-        torch's current stream at load, or a private one for a node replayed from its own graph."""
+        torch's current stream at load, or a private one for a node replayed from its own graph. ``model``:
+        the model's bytes, self-contained, that the session opens (None: the file at ``path``)."""
         super().__init__(path, inputs, outputs, device)
+        self._model = model
         import onnxruntime as ort
 
         from leapp.runtime import libraries
@@ -334,7 +337,8 @@ class OnnxRunner(NodeRunner):
         providers = onnx_providers(self.device, available, self.ort_stream if cuda else None)
         options = session_options(ort, providers[0] != "CPUExecutionProvider", self._library)
         try:  # enable_fallback=0: a CUDA EP that fails must raise, not silently become the CPU EP
-            return ort.InferenceSession(str(self.path), options, providers=providers, enable_fallback=0)
+            source = self._model if self._model is not None else str(self.path)
+            return ort.InferenceSession(source, options, providers=providers, enable_fallback=0)
         except Exception as e:  # ORT raises its own Fail/InvalidGraph types
             raise PipelineError(f"onnxruntime could not load {self.path}: {e}") from e
 

@@ -36,9 +36,8 @@ from leapp.pipeline_format import (
     PIPELINE_FORMAT,
     PIPELINE_VERSION,
     PipelineError,
-    contained_path,
     dtype_name,
-    is_regular_file,
+    read_checked,
     read_pipeline,
     sha256_file,
 )
@@ -219,20 +218,6 @@ def read_description(path: str | Path) -> tuple[Path, dict]:
     return read_pipeline(path)
 
 
-def verify_file(folder: Path, rel: str, expected: str, where: str, field: str = "artifact") -> Path:
-    """``folder/rel`` after checking it stays in the folder (before any open), exists and has sha256 ``expected``."""
-    path = contained_path(folder, rel, f"{field} ({where})")
-    if not is_regular_file(path):
-        raise PipelineError(f"{where}: artifact {path} is missing")
-    actual = sha256_file(path)
-    if actual != expected:
-        raise PipelineError(
-            f"{where}: artifact {path} has sha256 {actual} but pipeline.yaml records {expected}; "
-            "the file changed after export"
-        )
-    return path
-
-
 def _binaries(backend: str, runner: NodeRunner, has_segments: bool) -> str:
     """What runs a node's Warp segments (and how an ONNX node meets torch's stream), for the load log."""
     parts = []
@@ -303,15 +288,16 @@ def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = N
     for index, entry in enumerate(desc["nodes"]):
         node_name = entry["name"]
         where = f"pipeline '{name}' node '{node_name}'"
-        artifact = verify_file(folder, entry["artifact"], entry["sha256"], where, f"{yaml_file}: nodes[{index}].artifact")
-        files = [verify_file(folder, extra["path"], extra["sha256"], where, f"{yaml_file}: nodes[{index}].files[{i}].path")
+        checked = read_checked(folder, entry["artifact"], entry["sha256"], where, f"{yaml_file}: nodes[{index}].artifact")
+        files = [read_checked(folder, extra["path"], extra["sha256"], where, f"{yaml_file}: nodes[{index}].files[{i}].path")
                  for i, extra in enumerate(entry["files"])]
+        artifact = checked.path
         inputs = [IOSpec.from_yaml(e, where) for e in entry["inputs"]]
         outputs = [IOSpec.from_yaml(e, where) for e in entry["outputs"]]
         segments = list(entry["segments"])
         try:
             runner = make_runner(
-                entry["backend"], artifact, inputs, outputs, entry["device"], has_segments=bool(segments),
+                entry["backend"], checked, inputs, outputs, entry["device"], has_segments=bool(segments),
                 cuda_graphs=cuda_graphs, onnx_ep=onnx_ep, onnx_stream=graph_stream, files=files,
             )
         except RuntimeLibraryNotFound:

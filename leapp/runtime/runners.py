@@ -13,21 +13,27 @@ from pathlib import Path
 
 import torch
 
-from leapp.pipeline_format import PipelineError
+from leapp.pipeline_format import CheckedFile, PipelineError
 from leapp.runtime.io import IOSpec
 
 __all__ = ["ONNX_EPS", "NodeRunner", "Pt2Runner", "TorchScriptRunner", "load_pt2", "make_runner", "onnx_ep_device"]
 
 
-def load_pt2(path: str | Path) -> torch.export.ExportedProgram:
-    """``torch.export.load`` after registering ``leapp::warp_segment`` (needed to resolve the op) and
-    refusing an archive that loading would run code from (``artifact_safety.check_pt2_archive``: PipelineError)."""
-    from leapp.runtime import ops
-    from leapp.runtime.artifact_safety import check_pt2_archive
+def load_pt2(path: str | Path, data: bytes | None = None) -> torch.export.ExportedProgram:
+    """``torch.export.load`` of the canonical copy of the archive (``artifact_safety.canonical_pt2``: an archive
+    loading would run code from is a PipelineError), after registering ``leapp::warp_segment`` (needed to resolve
+    the op). ``data``: the archive's bytes as read and hashed (``read_checked``); without it the file is read
+    once, bounded."""
+    import io
 
-    check_pt2_archive(path)
+    from leapp.pipeline_format import read_bounded
+    from leapp.runtime import ops
+    from leapp.runtime.artifact_safety import canonical_pt2
+
+    path = Path(path)
+    canonical = canonical_pt2(read_bounded(path, path.name) if data is None else data, path.name)
     ops.ensure_registered()
-    return torch.export.load(str(path))
+    return torch.export.load(io.BytesIO(canonical))
 
 
 class NodeRunner:
@@ -72,11 +78,11 @@ class Pt2Runner(NodeRunner):
 
     backend = "pt2"
 
-    def __init__(self, path, inputs, outputs, device, cuda_graphs: bool = False):
+    def __init__(self, path, inputs, outputs, device, cuda_graphs: bool = False, data: bytes | None = None):
         super().__init__(path, inputs, outputs, device)
         from leapp.runtime.pt2_program import Pt2Program
 
-        self.program = Pt2Program(load_pt2(self.path))
+        self.program = Pt2Program(load_pt2(self.path, data))
         self.call = self.program
         self.no_graphs_reason: str | None = None  # why this node is not replayed from CUDA graphs
         if cuda_graphs and self.device.type == "cuda":
@@ -102,9 +108,14 @@ class TorchScriptRunner(NodeRunner):
 
     backend = "torchscript"
 
-    def __init__(self, path, inputs, outputs, device):
+    def __init__(self, path, inputs, outputs, device, data: bytes | None = None):
         super().__init__(path, inputs, outputs, device)
-        self.module = torch.jit.load(str(self.path), map_location=self.device)
+        import io
+
+        from leapp.pipeline_format import read_bounded
+
+        data = read_bounded(self.path, self.path.name) if data is None else data
+        self.module = torch.jit.load(io.BytesIO(data), map_location=self.device)
 
     def __call__(self, inputs):
         outs = self.module(*self._on_device(inputs))
@@ -139,7 +150,7 @@ def make_runner(
     cuda_graphs: bool = False,
     onnx_ep: str | None = None,
     onnx_stream: torch.cuda.Stream | None = None,
-    files: Sequence[Path] = (),
+    files: Sequence[Path | CheckedFile] = (),
 ) -> NodeRunner:
     """The runner of one artifact; ``has_segments`` makes a missing native op library an error;
     ``cuda_graphs`` replays CUDA PT2 nodes from captured graphs (see leapp.runtime.cuda_graphs);
@@ -147,20 +158,27 @@ def make_runner(
     ``onnx_stream`` is the stream a CUDA EP session runs on (default: torch's current stream);
     ``files``: the node's extra files, digests checked, the only ones an ONNX model's external data may
     name (``artifact_safety.check_onnx_external_data``, before ONNX Runtime opens it; a PT2 archive is
-    checked in ``load_pt2``)."""
+    checked in ``load_pt2``). ``path`` and ``files`` given as ``CheckedFile`` (``read_checked``) are loaded
+    from the bytes that were hashed: a PT2 through its canonical copy, an ONNX model with its external data
+    copied in (``artifact_safety.self_contained_onnx``), TorchScript from memory; never from the path again."""
+    path, data = (path.path, path.data) if isinstance(path, CheckedFile) else (Path(path), None)
     if backend == "onnx":
-        from leapp.runtime.artifact_safety import check_onnx_external_data
+        from leapp.runtime.artifact_safety import check_onnx_external_data, self_contained_onnx
         from leapp.runtime.onnx_runner import OnnxRunner
 
-        check_onnx_external_data(path, files)
+        if data is not None and all(isinstance(f, CheckedFile) for f in files):
+            model = self_contained_onnx(path, data, {f.path.resolve(): f.data for f in files})
+        else:
+            check_onnx_external_data(path, [getattr(f, "path", f) for f in files], data)
+            model = data if not files else None
         return OnnxRunner(path, inputs, outputs, onnx_ep_device(device, onnx_ep), needs_library=has_segments,
-                          stream=onnx_stream)
+                          stream=onnx_stream, model=model)
     if backend == "pt2":
         if has_segments:
             from leapp.runtime import libraries
 
             libraries.require_library("pt2")
-        return Pt2Runner(path, inputs, outputs, device, cuda_graphs=cuda_graphs)
+        return Pt2Runner(path, inputs, outputs, device, cuda_graphs=cuda_graphs, data=data)
     if backend == "torchscript":
-        return TorchScriptRunner(path, inputs, outputs, device)
+        return TorchScriptRunner(path, inputs, outputs, device, data=data)
     raise PipelineError(f"unknown backend {backend!r} (leapp runs 'onnx', 'pt2' and 'torchscript')")

@@ -104,9 +104,11 @@ def test_not_a_pipeline_folder(tmp_path):
     with pytest.raises(FileNotFoundError, match="no pipeline.yaml"):
         rt.load(tmp_path)
     (tmp_path / "pipeline.yaml").write_text("format: other\n")
+    (tmp_path / "pipeline.json").unlink(missing_ok=True)  # an edited pipeline.yaml: its twin would be stale
     with pytest.raises(PipelineError, match="not a leapp pipeline description"):
         rt.load(tmp_path)
     (tmp_path / "pipeline.yaml").write_text("format: leapp.pipeline\nversion: 9\n")
+    (tmp_path / "pipeline.json").unlink(missing_ok=True)  # an edited pipeline.yaml: its twin would be stale
     with pytest.raises(PipelineError, match="unsupported pipeline.yaml version 9"):
         rt.load(tmp_path)
 
@@ -119,6 +121,7 @@ def test_artifact_path_may_not_leave_the_folder(chain, tmp_path):
     desc = yaml.safe_load((folder / "pipeline.yaml").read_text())
     desc["nodes"][0]["artifact"] = "../outside.pt2"
     (folder / "pipeline.yaml").write_text(yaml.safe_dump(desc))
+    (folder / "pipeline.json").unlink(missing_ok=True)  # an edited pipeline.yaml: its twin would be stale
     with pytest.raises(PipelineError, match="leaves the pipeline folder"):
         rt.load(folder)
 
@@ -250,6 +253,7 @@ def test_missing_field_names_the_file_and_field(chain, tmp_path):
     desc = yaml.safe_load((folder / "pipeline.yaml").read_text())
     del desc["nodes"][1]["sha256"]
     (folder / "pipeline.yaml").write_text(yaml.safe_dump(desc, sort_keys=False))
+    (folder / "pipeline.json").unlink(missing_ok=True)  # an edited pipeline.yaml: its twin would be stale
     with pytest.raises(PipelineError, match=rf"^{folder / 'pipeline.yaml'}: nodes\[1\]\.sha256: missing$"):
         rt.load(folder)
 
@@ -270,6 +274,7 @@ def test_alias_bomb_is_refused(tmp_path):
         lines.append(f"{name}: &{name} [" + ", ".join([f"*{prev}"] * 9) + "]")
     lines.append("nodes: [{name: n, inputs: [{name: *i, dtype: float32, shape: [1]}]}]")
     (tmp_path / "pipeline.yaml").write_text("\n".join(lines) + "\n")
+    (tmp_path / "pipeline.json").unlink(missing_ok=True)  # an edited pipeline.yaml: its twin would be stale
     with pytest.raises(PipelineError, match=r"pipeline.yaml: line 4, column 4: YAML anchor &a"):
         rt.load(tmp_path)
 
@@ -294,12 +299,14 @@ def test_malformed_fields_are_refused_before_anything_opens(chain, tmp_path, pat
         target = target[part]
     target[path[-1]] = value
     (folder / "pipeline.yaml").write_text(yaml.safe_dump(desc, sort_keys=False))
+    (folder / "pipeline.json").unlink(missing_ok=True)  # an edited pipeline.yaml: its twin would be stale
     with pytest.raises(PipelineError, match=rf"^{folder / 'pipeline.yaml'}: {message}"):
         rt.load(folder)
 
 
 def test_top_level_must_be_a_mapping(tmp_path):
     (tmp_path / "pipeline.yaml").write_text("- format: leapp.pipeline\n")
+    (tmp_path / "pipeline.json").unlink(missing_ok=True)  # an edited pipeline.yaml: its twin would be stale
     with pytest.raises(PipelineError, match=r"pipeline.yaml: expected a mapping at the top level, got a list"):
         rt.load(tmp_path)
 
@@ -319,6 +326,7 @@ def test_paths_leaving_the_folder_are_refused_before_hashing(chain, tmp_path, mo
         changed = yaml.safe_load(yaml.safe_dump(desc))
         changed["nodes"][1][field] = value
         (folder / "pipeline.yaml").write_text(yaml.safe_dump(changed, sort_keys=False))
+        (folder / "pipeline.json").unlink(missing_ok=True)  # an edited pipeline.yaml: its twin would be stale
         hashed.clear()
         with pytest.raises(PipelineError, match=r"nodes\[1\]\.(artifact|files\[0\]\.path) \(pipeline 'chain' node "
                                                 r"'policy'\): path .* leaves the pipeline folder"):
@@ -335,6 +343,7 @@ def test_truncated_artifact_with_a_rewritten_sha256_names_node_and_file(chain, t
     path.write_bytes(data[: len(data) // 2])
     text = (folder / "pipeline.yaml").read_text()
     (folder / "pipeline.yaml").write_text(text.replace(rt.sha256_file(chain[0] / artifact), rt.sha256_file(path)))
+    (folder / "pipeline.json").unlink(missing_ok=True)  # an edited pipeline.yaml: its twin would be stale
     with pytest.raises(PipelineError, match=rf"^pipeline 'chain' node '{node}': cannot open {path} \(.*is the file "
                                             r"corrupt or truncated\?\): ") as info:
         rt.load(folder)

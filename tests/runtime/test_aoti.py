@@ -29,6 +29,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+
+from leapp.pipeline_format import write_twin
 from aoti_replay import read_tensors, write_tensors
 from runtime_helpers import mock_driver_env
 
@@ -280,6 +282,7 @@ def _variant(export_dir: Path, tmp_path: Path, edit=None) -> Path:
         desc = yaml.safe_load((folder / "pipeline.yaml").read_text())
         edit(desc)
         (folder / "pipeline.yaml").write_text(yaml.safe_dump(desc, sort_keys=False))
+        write_twin(folder)  # as whoever edited it would: a stale twin is refused before anything else
     return folder
 
 

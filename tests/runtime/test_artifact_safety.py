@@ -12,6 +12,7 @@ import json
 import os
 import pickle
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -329,6 +330,11 @@ def test_both_readers_refuse_the_same_first_external_location(onnx_export, tmp_p
     if rng.random() < 0.4:
         model.functions.append(helper.make_function("dom", "f", [], ["y"], [
             helper.make_node("Constant", [], ["y"], value=tensor("fv"))], [helper.make_opsetid("", 17)]))
+    if rng.random() < 0.5:  # a local function's attribute default: onnx 1.16+ FunctionProto.attribute_proto
+        function = helper.make_function("dom", "g", [], ["z"], [helper.make_node("Constant", [], ["z"], value_float=1.0)],
+                                        [helper.make_opsetid("", 17)])
+        function.attribute_proto.append(helper.make_attribute("default_t", tensor("fd")))
+        model.functions.append(function)
     if rng.random() < 0.4:
         info = model.training_info.add()
         info.initialization.initializer.append(tensor("ti"))
@@ -400,3 +406,166 @@ def test_leapp_inspect_reports_what_load_would_refuse(export, onnx_export, tmp_p
     onnx_folder = _retarget(onnx_export, tmp_path / "o", "../secret.bin")
     assert inspect_path(onnx_folder) > 0
     assert "node policy: unsafe to load: policy.onnx: graph.initializer " in capsys.readouterr().out
+
+
+def test_a_function_attribute_default_pointing_outside_is_refused(onnx_export, tmp_path):
+    """ORT 1.20-1.23 read a local function's default tensor from wherever its location points."""
+    import onnx
+    from onnx import helper
+
+    folder = tmp_path / "crafted"
+    shutil.copytree(onnx_export, folder)
+    model = onnx.load(str(folder / "policy.onnx"), load_external_data=False)
+    function = helper.make_function("dom", "leak", [], ["z"], [helper.make_node("Constant", [], ["z"], value_float=1.0)],
+                                    [helper.make_opsetid("", 17)])
+    secret = onnx.TensorProto(name="s", data_type=onnx.TensorProto.UINT8, dims=[6])
+    _external(secret, ["../secret.txt"])
+    function.attribute_proto.append(helper.make_attribute("value", secret))
+    model.functions.append(function)
+    (folder / "policy.onnx").write_bytes(model.SerializeToString())
+    _reseal(folder)
+    expected = ("function 'leak' attribute default 'value': external data location '../secret.txt' is not a plain "
+                "relative path inside the export folder")
+    with pytest.raises(PipelineError, match=re.escape(expected)):
+        leapp.load(folder)
+    cpp = _cpp_text(folder)
+    assert cpp is None or expected in cpp, cpp  # None: no leapp-run built here
+
+
+# --- PT2: what torch reads is what was checked --------------------------------------------------------------
+
+
+def _evil_torch_pickle(marker: Path) -> bytes:
+    buf = io.BytesIO()
+    torch.save({"x": _Marker(marker)}, buf)
+    return buf.getvalue()
+
+
+def _crafted_pt2_folder(export: Path, tmp_path: Path, change) -> Path:
+    folder = tmp_path / "crafted"
+    shutil.copytree(export, folder)
+    (folder / "policy.pt2").unlink()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # zipfile warns about names it writes twice
+        _rewrite(export / "policy.pt2", folder / "policy.pt2", change)
+    _reseal(folder)
+    return folder
+
+
+def _refused_everywhere(folder: Path, marker: Path, capsys, match: str) -> None:
+    """leapp.load and leapp inspect refuse the folder, and nothing unpickled the marker."""
+    from leapp.cli.inspect import inspect_path
+
+    with pytest.raises(PipelineError, match=match):
+        leapp.load(folder)
+    assert inspect_path(folder) > 0
+    assert re.search(match, capsys.readouterr().out)
+    assert not marker.exists(), "the crafted pickle ran"
+
+
+def test_a_sample_input_in_another_case_is_refused(export, tmp_path, capsys):
+    """torch looks members up without case and falls back to the full unpickler for sample inputs."""
+    marker = tmp_path / "ran"
+    folder = _crafted_pt2_folder(export, tmp_path, lambda name, data: (
+        {"data/sample_inputs/model.PT": _evil_torch_pickle(marker)} if name == "+" else
+        None if name == "data/sample_inputs/model.pt" else data))
+    _refused_everywhere(folder, marker, capsys, r"data/sample_inputs/model\.PT: not a member of a PT2 program archive")
+
+
+def test_a_weight_shadowed_by_another_case_is_refused(export, tmp_path, capsys):
+    """A harmless weight_0 checked, a WEIGHT_0 that torch's case-insensitive lookup may read instead."""
+    marker = tmp_path / "ran"
+
+    def change(name, data):
+        if name == "+":
+            return {"data/weights/WEIGHT_0": _evil_torch_pickle(marker)}
+        if name.endswith("_weights_config.json"):
+            config = json.loads(data)
+            for entry in config["config"].values():
+                if entry["path_name"] == "weight_0":
+                    entry["use_pickle"] = True
+            return json.dumps(config).encode()
+        if name == "data/weights/weight_0":
+            buf = io.BytesIO()
+            torch.save(torch.zeros(1), buf)
+            return buf.getvalue()
+        return data
+
+    folder = _crafted_pt2_folder(export, tmp_path, change)
+    _refused_everywhere(folder, marker, capsys, r"data/weights/WEIGHT_0: stored twice in the archive")
+
+
+def test_torch_reads_only_the_members_python_checked(export, tmp_path, monkeypatch):
+    """A file holding a second archive: whatever torch's zip reader would pick, it is given a new archive made
+    of the members Python's zipfile read and checked, and nothing else."""
+    import zipfile as zf
+
+    from leapp.runtime import artifact_safety
+
+    marker = tmp_path / "ran"
+    evil = io.BytesIO()
+    with zf.ZipFile(evil, "w", zf.ZIP_STORED) as z:
+        z.writestr("policy/data/sample_inputs/model.pt", _evil_torch_pickle(marker))
+        z.writestr("policy/archive_format", b"pt2")
+    folder = tmp_path / "crafted"
+    shutil.copytree(export, folder)
+    (folder / "policy.pt2").write_bytes(evil.getvalue() + (export / "policy.pt2").read_bytes())
+    _reseal(folder)
+    seen = []
+    real_load = torch.export.load
+    monkeypatch.setattr(torch.export, "load", lambda f, *a, **k: seen.append(f.getvalue()) or real_load(f, *a, **k))
+    data = (folder / "policy.pt2").read_bytes()
+    try:
+        leapp.load(folder)
+    except PipelineError:
+        pass  # refusing is as good: what matters is what torch was handed, below
+    assert not marker.exists(), "the crafted pickle ran"
+    for given in seen:
+        assert given == artifact_safety.canonical_pt2(data, "policy.pt2")
+        with zf.ZipFile(io.BytesIO(given)) as z:
+            assert z.read("archive/data/sample_inputs/model.pt") == b""
+
+
+# --- one description: pipeline.json (leapp-run's) and pipeline.yaml (leapp.load's) must agree ------------------
+
+
+def test_a_twin_that_names_another_artifact_is_refused(export, tmp_path, capsys):
+    """A folder whose pipeline.json names other.pt2 (its digest of pipeline.yaml kept right) while pipeline.yaml
+    names policy.pt2: leapp.load, leapp inspect and the validation worker's reader refuse it with one text."""
+    from leapp.cli.inspect import inspect_path
+    from leapp.runtime.pipeline import read_description
+
+    folder = tmp_path / "crafted"
+    shutil.copytree(export, folder)
+    shutil.copy(folder / "policy.pt2", folder / "other.pt2")
+    twin = json.loads((folder / "pipeline.json").read_text())
+    twin["nodes"][0]["artifact"] = "other.pt2"
+    (folder / "pipeline.json").write_text(json.dumps(twin))
+    text = "disagree at nodes[0].artifact"
+    with pytest.raises(PipelineError, match=re.escape(text)) as loaded:
+        leapp.load(folder)
+    with pytest.raises(PipelineError) as read:
+        read_description(folder)
+    assert str(read.value) == str(loaded.value)
+    assert inspect_path(folder) > 0 and str(loaded.value) in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("twin_text", ['{"a": 1, "a": 2}', '{"x": NaN}', "[]", "{"])
+def test_a_twin_that_is_not_leapps_json_is_refused(export, tmp_path, twin_text):
+    folder = tmp_path / "crafted"
+    shutil.copytree(export, folder)
+    (folder / "pipeline.json").write_text(twin_text)
+    with pytest.raises(PipelineError, match=r"pipeline\.json: "):
+        leapp.load(folder)
+
+
+def test_a_stale_twin_is_refused_by_both_readers_with_one_text(export, tmp_path):
+    folder = tmp_path / "crafted"
+    shutil.copytree(export, folder)
+    (folder / "pipeline.yaml").write_text((folder / "pipeline.yaml").read_text() + "\n")
+    with pytest.raises(PipelineError, match="pipeline.yaml changed after pipeline.json was written") as loaded:
+        leapp.load(folder)
+    cpp = _cpp_text(folder)
+    assert cpp is None or str(loaded.value) in cpp, (cpp, str(loaded.value))

@@ -74,7 +74,7 @@ std::string text_of(const std::vector<Field>& fs, uint32_t number) {
   return s;
 }
 
-using Out = std::vector<std::pair<std::string, std::string>>;
+using Out = const LocationVisitor;
 
 /// A singular message field's bytes: protobuf merges its occurrences into one message of their concatenated
 /// bytes. The one occurrence there almost always is stays a view (a model's graph holds all its weights).
@@ -120,11 +120,11 @@ void tensor(std::string_view data, const std::string& place, Out& out, int depth
     if (f.number != 13 || f.wire != 2) continue;
     const std::vector<Field> entry = fields(f.bytes);
     if (text_of(entry, 1) == "location") {
-      out.emplace_back(place, text_of(entry, 2));
+      out(place, text_of(entry, 2));
       ++found;
     }
   }
-  if (location_kind == 1 && found == 0) out.emplace_back(place, "");
+  if (location_kind == 1 && found == 0) out(place, "");
 }
 
 std::string tensor_name(std::string_view data) { return text_of(fields(data), 8); }
@@ -139,8 +139,20 @@ void sparse(std::string_view data, const std::string& place, Out& out, int depth
 
 void graph(std::string_view data, const std::string& where, Out& out, int depth);
 
-// NodeProto: name 3, op_type 4, attribute 5; AttributeProto: name 1, t 5, g 6, tensors 10, graphs 11,
-// sparse_tensor 22, sparse_tensors 23
+// AttributeProto: name 1, t 5, g 6, tensors 10, graphs 11, sparse_tensor 22, sparse_tensors 23
+void attribute(const std::vector<Field>& attr, const std::string& place, Out& out, int depth) {
+  if (has(attr, 5)) tensor(merged(attr, 5), place, out, depth + 1);
+  for (const Field& f : attr)
+    if (f.number == 10 && f.wire == 2) tensor(f.bytes, place, out, depth + 1);
+  if (has(attr, 22)) sparse(merged(attr, 22), place, out, depth + 1);
+  for (const Field& f : attr)
+    if (f.number == 23 && f.wire == 2) sparse(f.bytes, place, out, depth + 1);
+  if (has(attr, 6)) graph(merged(attr, 6), place, out, depth + 1);
+  for (const Field& f : attr)
+    if (f.number == 11 && f.wire == 2) graph(f.bytes, place, out, depth + 1);
+}
+
+// NodeProto: name 3, op_type 4, attribute 5
 void node(std::string_view data, const std::string& where, Out& out, int depth) {
   check_depth(depth);
   const std::vector<Field> fs = fields(data);
@@ -149,16 +161,7 @@ void node(std::string_view data, const std::string& where, Out& out, int depth) 
   for (const Field& a : fs) {
     if (a.number != 5 || a.wire != 2) continue;
     const std::vector<Field> attr = fields(a.bytes);
-    const std::string place = where + ".node " + repr_str(name) + " attribute " + repr_str(text_of(attr, 1));
-    if (has(attr, 5)) tensor(merged(attr, 5), place, out, depth + 2);
-    for (const Field& f : attr)
-      if (f.number == 10 && f.wire == 2) tensor(f.bytes, place, out, depth + 2);
-    if (has(attr, 22)) sparse(merged(attr, 22), place, out, depth + 2);
-    for (const Field& f : attr)
-      if (f.number == 23 && f.wire == 2) sparse(f.bytes, place, out, depth + 2);
-    if (has(attr, 6)) graph(merged(attr, 6), place, out, depth + 2);
-    for (const Field& f : attr)
-      if (f.number == 11 && f.wire == 2) graph(f.bytes, place, out, depth + 2);
+    attribute(attr, where + ".node " + repr_str(name) + " attribute " + repr_str(text_of(attr, 1)), out, depth + 1);
   }
 }
 
@@ -181,16 +184,28 @@ void graph_like(std::string_view data, const std::string& where, uint32_t node_f
 
 void graph(std::string_view data, const std::string& where, Out& out, int depth) { graph_like(data, where, 1, out, depth); }
 
+// FunctionProto: name 1, node 7, attribute_proto 11 (the attributes' default values)
+void function(std::string_view data, Out& out, int depth) {
+  check_depth(depth);
+  const std::vector<Field> fs = fields(data);
+  const std::string where = "function " + repr_str(text_of(fs, 1));
+  graph_like(data, where, 7, out, depth);
+  for (const Field& a : fs) {
+    if (a.number != 11 || a.wire != 2) continue;
+    const std::vector<Field> attr = fields(a.bytes);
+    attribute(attr, where + " attribute default " + repr_str(text_of(attr, 1)), out, depth + 1);
+  }
+}
+
 }  // namespace
 
 // ModelProto: graph 7, training_info 20 (TrainingInfoProto: initialization 1, algorithm 2), functions 25
-// (FunctionProto: name 1, node 7)
-std::vector<std::pair<std::string, std::string>> onnx_external_locations(std::string_view model) {
-  Out out;
+void onnx_external_locations(std::string_view model, const LocationVisitor& visit) {
+  Out& out = visit;
   const std::vector<Field> fs = fields(model);
   graph(merged(fs, 7), "graph", out, 1);
   for (const Field& f : fs)
-    if (f.number == 25 && f.wire == 2) graph_like(f.bytes, "function " + repr_str(text_of(fields(f.bytes), 1)), 7, out, 1);
+    if (f.number == 25 && f.wire == 2) function(f.bytes, out, 1);
   size_t i = 0;
   for (const Field& f : fs) {
     if (f.number != 20 || f.wire != 2) continue;
@@ -199,7 +214,6 @@ std::vector<std::pair<std::string, std::string>> onnx_external_locations(std::st
     graph(merged(info, 1), where + ".initialization", out, 2);
     graph(merged(info, 2), where + ".algorithm", out, 2);
   }
-  return out;
 }
 
 }  // namespace leapp::pipeline_detail

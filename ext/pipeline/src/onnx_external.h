@@ -7,17 +7,20 @@
 // leapp/runtime/artifact_safety.py::external_locations.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
-#include <utility>
-#include <vector>
 
 namespace leapp::pipeline_detail {
 
-/// (where in the model, location) for every `location` entry of every tensor, and "" for a tensor marked
-/// EXTERNAL without one: the graph, then functions, then training graphs, in document order; within a
-/// graph its initializers, sparse initializers, then its nodes' attributes (tensors, sparse tensors,
-/// subgraphs). Throws std::invalid_argument for bytes that are not well-formed protobuf along that walk.
-std::vector<std::pair<std::string, std::string>> onnx_external_locations(std::string_view model);
+/// Called with (where in the model, location); it throws to stop the walk at a location it refuses.
+using LocationVisitor = std::function<void(const std::string& place, const std::string& location)>;
+
+/// Calls `visit` for every `location` entry of every tensor, and with "" for a tensor marked EXTERNAL
+/// without one, as the walk finds it (nothing is collected): the graph, then functions (their nodes, then
+/// their attributes' default values), then training graphs, in document order; within a graph its
+/// initializers, sparse initializers, then its nodes' attributes (tensors, sparse tensors, subgraphs).
+/// Throws std::invalid_argument for bytes that are not well-formed protobuf along that walk.
+void onnx_external_locations(std::string_view model, const LocationVisitor& visit);
 
 }  // namespace leapp::pipeline_detail

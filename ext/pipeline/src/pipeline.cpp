@@ -232,8 +232,6 @@ std::string external_data_problem(const std::string& model, const std::vector<st
   std::ifstream f(model, std::ios::binary);
   if (!f) throw std::invalid_argument("not readable: " + std::string(std::strerror(errno)));  // "X.onnx is ..."
   const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  const auto locations = onnx_external_locations(bytes);
-  if (locations.empty()) return "";
   namespace fs = std::filesystem;
   std::set<fs::path> allowed;
   for (const std::string& file : files) {
@@ -243,17 +241,25 @@ std::string external_data_problem(const std::string& model, const std::vector<st
   }
   const fs::path model_path(model);
   const std::string name = model_path.filename().string();
-  for (const auto& [place, location] : locations) {
-    const std::string head = name + ": " + place + ": external data location " + repr_str(location);
-    bool dotdot = false;
-    for (const auto& part : fs::path(location)) dotdot = dotdot || part == "..";
-    if (location.empty() || location.find('\0') != std::string::npos || location[0] == '/' || dotdot)
-      return head + " is not a plain relative path inside the export folder";
-    std::error_code ec;
-    fs::path target = fs::weakly_canonical(model_path.parent_path() / location, ec);
-    if (ec || !allowed.count(target))
-      return head + " is not one of the node's files in pipeline.yaml (files: the external data leapp exported, "
-                    "each with its sha256); ONNX Runtime before 1.24 would read it wherever it points";
+  struct Refused {
+    std::string text;
+  };
+  try {  // each location is checked as the walk finds it: the first refusal ends the walk
+    onnx_external_locations(bytes, [&](const std::string& place, const std::string& location) {
+      const auto head = [&] { return name + ": " + place + ": external data location " + repr_str(location); };
+      bool dotdot = false;
+      for (const auto& part : fs::path(location)) dotdot = dotdot || part == "..";
+      if (location.empty() || location.find('\0') != std::string::npos || location[0] == '/' || dotdot)
+        throw Refused{head() + " is not a plain relative path inside the export folder"};
+      std::error_code ec;
+      fs::path target = fs::weakly_canonical(model_path.parent_path() / location, ec);
+      if (ec || !allowed.count(target))
+        throw Refused{head() + " is not one of the node's files in pipeline.yaml (files: the external data leapp "
+                               "exported, each with its sha256); ONNX Runtime before 1.24 would read it wherever "
+                               "it points"};
+    });
+  } catch (const Refused& refused) {
+    return refused.text;
   }
   return "";
 }
