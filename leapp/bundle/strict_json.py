@@ -1,7 +1,8 @@
 """leapp/bundle/strict_json.py: the JSON rules of docs/bundle-format.md section 2, for manifests and signatures.
 
 NOTE: Python's ``json`` is lenient where the C++ reader (ext/core/src/json.cpp)
-is strict, so the rules are added here: no duplicate key, no NaN/Infinity,
+is strict, so the rules are added here: no duplicate key, no NaN/Infinity (nor a literal
+beyond the double range, such as ``1e999``),
 no lone UTF-16 surrogate escape (``"\\ud800"`` decodes to a str that is not
 Unicode text and breaks every later encode), nesting at most
 MAX_JSON_DEPTH and at most MAX_JSON_VALUES values. Both readers accept and
@@ -11,6 +12,7 @@ refuse the same documents; errors are BundleErrors naming the JSON path.
 from __future__ import annotations
 
 import json
+import math
 import re
 from itertools import accumulate
 from typing import Any
@@ -58,9 +60,16 @@ def decode_strict_json(raw: bytes | bytearray | memoryview | str, what: str) -> 
     def reject_constant(name: str) -> Any:
         raise BundleError(f"{what}: {name} is not valid JSON (RFC 8259)")
 
+    def finite_float(literal: str) -> float:  # 1e999 would be inf: refused, as the C++ reader refuses it
+        number = float(literal)
+        if math.isinf(number):
+            raise BundleError(f"{what}: number {literal[:40]} is out of range (not a finite double)")
+        return number
+
     too_deep = f"{what}: not readable JSON: nested deeper than {MAX_JSON_DEPTH} levels"
     try:
-        value = json.loads(text, object_pairs_hook=reject_duplicate_keys, parse_constant=reject_constant)
+        value = json.loads(text, object_pairs_hook=reject_duplicate_keys, parse_constant=reject_constant,
+                           parse_float=finite_float)
     except json.JSONDecodeError as e:
         raise BundleError(f"{what}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
     except BundleError:

@@ -390,3 +390,22 @@ def test_signature_checks():
     dup["outputs"].append(dup["outputs"][0])
     with pytest.raises(ValueError, match=r"outputs\[1\].name \"y\" is used twice"):
         b.check_signature(json.dumps(dup))
+
+
+@pytest.mark.parametrize(("literal", "refused"), [
+    (b"1e999", True), (b"-1.5E+400", True), (b"0.00001e320", True), (b"0.00001e310", False), (b"1e-999", False), (b"-0.0e-400", False),
+    (b"1.7976931348623157e308", False), (b"1000" + b"0" * 400 + b".0", True), (b"0." + b"0" * 400 + b"1", False),
+])
+def test_numbers_beyond_the_double_range_are_refused_by_both_readers(literal, refused):
+    """Python's json gives inf for 1e999 and C++'s from_chars left 0.0: neither may pass for a number."""
+    manifest = encode_manifest(MANIFEST)
+    raw = manifest[:-1] + b',"future":' + literal + b"}"
+    data = write_unchecked(raw, BLOBS)
+    error = cpp_error(data)
+    assert python_accepts(data) is not refused
+    if refused:
+        assert error is not None and f"number {literal[:40].decode()} is out of range (not a finite double)" in error
+        with pytest.raises(BundleError, match="is out of range"):
+            read_bundle(data)
+    else:
+        assert error is None, error

@@ -381,6 +381,38 @@ class Parser {
     }
   }
 
+  /// The power of ten of a float literal's leading digit (1.5e3 -> 3, 0.002 -> -3); a literal of zeros -> -1.
+  static long long decimal_exponent(const char* first, const char* last) {
+    const char* p = first + (*first == '-');
+    long long lead = 0;
+    bool found = false;
+    long long int_digits = 0;
+    for (; p < last && *p >= '0' && *p <= '9'; ++p) {
+      if (found || *p != '0') {
+        found = true;
+        ++int_digits;
+      }
+    }
+    if (found) lead = int_digits - 1;
+    if (p < last && *p == '.') {
+      long long k = 0;
+      for (++p; p < last && *p >= '0' && *p <= '9'; ++p, ++k)
+        if (!found && *p != '0') {
+          found = true;
+          lead = -(k + 1);
+        }
+    }
+    if (!found) return -1;
+    long long e = 0;
+    bool negative = false;
+    if (p < last && (*p == 'e' || *p == 'E')) {
+      ++p;
+      if (p < last && (*p == '+' || *p == '-')) negative = *p++ == '-';
+      for (; p < last && *p >= '0' && *p <= '9'; ++p) e = std::min<long long>(e * 10 + (*p - '0'), 1000000000LL);
+    }
+    return lead + (negative ? -e : e);
+  }
+
   void parse_number(JsonValue& v) {
     size_t start = pos_;
     bool is_float = false;
@@ -411,7 +443,15 @@ class Parser {
     if (is_float) {
       v.type = JsonValue::Type::kFloat;
       auto r = std::from_chars(first, last, v.number);
-      (void)r;  // the value is irrelevant: no manifest field is a float, so it is never used
+      if (r.ec == std::errc::result_out_of_range) {
+        // from_chars leaves the value unchanged both ways; Python's float() gives inf above the range and
+        // (-)0.0 below it. An infinite value is refused (no JSON number is infinite), an underflow is 0.
+        if (decimal_exponent(first, last) >= 0)
+          fail("number " + std::string(first, last).substr(0, 40) + " is out of range (not a finite double)");
+        v.number = *first == '-' ? -0.0 : 0.0;
+      } else if (r.ec != std::errc() || r.ptr != last) {
+        fail("invalid number");
+      }
       return;
     }
     v.type = JsonValue::Type::kInt;
