@@ -114,6 +114,9 @@ const char* role_name(BufferRole r) {
 
 void read_modules(const Checker& c, const JsonValue& root, const std::vector<std::string_view>& blobs,
                   uint32_t min_reader_version, Manifest& m) {
+  // blob -> its decoded bytes: a block that several binaries name is decoded once (Python's reader keeps the
+  // same map); a binary declaring another size for it decodes it again, only to report why it fails
+  std::map<uint32_t, std::string> decoded_blobs;
   c.each_object(root, "modules", [&](const JsonValue& mod, const std::string& path, size_t) {
     ModuleSpec spec;
     std::map<std::pair<BinaryKind, int64_t>, size_t> seen;  // (kind, arch) -> first binary
@@ -141,7 +144,6 @@ void read_modules(const Checker& c, const JsonValue& root, const std::vector<std
       bs.blob = c.index(bin, bpath, "blob", blobs.size(), "blobs");
       std::string_view data = blobs[bs.blob];
       bs.decoded_bytes = data.size();
-      std::string decoded;  // a compressed binary, decoded only to check it (the loader decodes it again)
       if (const JsonValue* enc = bin.find("encoding")) {  // format version 2, section 1.1
         const std::string epath = Checker::join(bpath, "encoding");
         const std::string& name = c.typed(*enc, epath, Type::kString, "a string").string;
@@ -153,14 +155,19 @@ void read_modules(const Checker& c, const JsonValue& root, const std::vector<std
                             ": older readers would take the block for the binary)");
         bs.encoding = BinaryEncoding::kLz4Block;
         bs.decoded_bytes = uint64_t(c.integer(bin, bpath, "decoded_bytes", 0, int64_t(kBundleMaxBufferBytes)));
-        try {
-          decoded = leapp::lz4_block_decode(data, bs.decoded_bytes);
-        } catch (const std::invalid_argument& e) {
-          c.fail(Checker::join(bpath, "blob"), std::to_string(bs.blob) + " (" + std::to_string(data.size()) +
-                                                   " bytes, decoded_bytes " + std::to_string(bs.decoded_bytes) +
-                                                   "): " + e.what());
+        auto known = decoded_blobs.find(bs.blob);
+        if (known == decoded_blobs.end() || known->second.size() != bs.decoded_bytes) {
+          std::string decoded;
+          try {
+            decoded = leapp::lz4_block_decode(data, bs.decoded_bytes);
+          } catch (const std::invalid_argument& e) {
+            c.fail(Checker::join(bpath, "blob"), std::to_string(bs.blob) + " (" + std::to_string(data.size()) +
+                                                     " bytes, decoded_bytes " + std::to_string(bs.decoded_bytes) +
+                                                     "): " + e.what());
+          }
+          if (known == decoded_blobs.end()) known = decoded_blobs.emplace(bs.blob, std::move(decoded)).first;
         }
-        data = decoded;
+        data = known->second;
       } else if (bin.find("decoded_bytes") != nullptr) {
         c.fail(Checker::join(bpath, "decoded_bytes"), "is given without an encoding");
       }
