@@ -64,6 +64,7 @@ __all__ = [
     "CacheKey",
     "Entry",
     "EntryKey",
+    "JsonKey",
     "default_cache",
     "cache_root",
 ]
@@ -102,8 +103,22 @@ def cache_root() -> Path:
     return Path.home() / ".cache" / "leapp"
 
 
+class JsonKey:
+    """A frozen dataclass key stored as canonical JSON of its fields plus ``cache_version``; its entry's file
+    name is the sha256 of those bytes."""
+
+    cache_version = CACHE_VERSION
+
+    def encoded(self) -> bytes:
+        fields = dataclasses.asdict(self) | {"cache": self.cache_version}
+        return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+
+    def filename(self) -> str:
+        return hashlib.sha256(self.encoded()).hexdigest() + ".bin"
+
+
 @dataclasses.dataclass(frozen=True)
-class CacheKey:
+class CacheKey(JsonKey):
     """What a binary depends on (see the module docstring); ``kind`` is "ptx" or "cubin"."""
 
     warp: str
@@ -117,13 +132,6 @@ class CacheKey:
     bundle_format: int
     overrides: str = ""  # JSON of the options leapp's copy overrides (not part of Warp's module hash)
     kernels: str = ""  # the compiled kernels' mangled names, sorted, comma-separated; "" the whole module
-
-    def encoded(self) -> bytes:
-        fields = dataclasses.asdict(self) | {"cache": CACHE_VERSION}
-        return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
-
-    def filename(self) -> str:
-        return hashlib.sha256(self.encoded()).hexdigest() + ".bin"
 
     def describe(self) -> str:
         return f"{self.kind} sm_{self.arch} of module '{self.module}'"

@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
-class ValidationKey:
+class ValidationKey(binary_cache.JsonKey):
     """The question a validation run answers (module docstring); ``layout`` is the eager outputs'
     ``[[dtype, shape], ...]`` per sample, which also gives the payload's layout."""
 
@@ -59,12 +59,7 @@ class ValidationKey:
     layout: str  # JSON
     software: str  # sha256 of the runtime's identity (_software)
 
-    def encoded(self) -> bytes:
-        fields = dataclasses.asdict(self) | {"cache": CACHE_VERSION}
-        return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
-
-    def filename(self) -> str:
-        return hashlib.sha256(self.encoded()).hexdigest() + ".bin"
+    cache_version = CACHE_VERSION
 
     def describe(self) -> str:
         return f"validation outputs of node '{self.node}'"
