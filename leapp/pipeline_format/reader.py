@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import reprlib
 from collections.abc import Iterable
 from pathlib import Path
@@ -116,8 +117,15 @@ def check_twin(folder: Path, yaml_bytes: bytes, description: dict) -> None:
     def constant(name):
         raise PipelineError(f"{file}: {name} is not a JSON number")
 
+    def finite(literal):
+        number = float(literal)
+        if math.isinf(number):
+            raise PipelineError(f"{file}: number {literal[:40]} is out of range (not a finite double)")
+        return number
+
     try:
-        twin = json.loads(raw.decode("utf-8"), object_pairs_hook=pairs, parse_constant=constant)
+        twin = json.loads(raw.decode("utf-8"), object_pairs_hook=pairs, parse_constant=constant,
+                          parse_float=finite)
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise PipelineError(f"{file}: not JSON leapp could have written: {e}") from e
     if not isinstance(twin, dict):

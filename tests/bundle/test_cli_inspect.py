@@ -313,8 +313,8 @@ def test_inspect_is_no_oracle_for_files_outside_the_folder(tmp_path, capsys, mon
     (tmp_path / "secret.onnx").write_bytes((folder / "obs.onnx").read_bytes())
     secret_sha = _sha(tmp_path / "secret.onnx")
     opened = []
-    real = cli_inspect.sha256_file
-    monkeypatch.setattr(cli_inspect, "sha256_file", lambda p: opened.append(p) or real(p))
+    real = cli_inspect.read_bounded  # the one read inspect makes of a file it names
+    monkeypatch.setattr(cli_inspect, "read_bounded", lambda p, *a, **k: opened.append(p) or real(p, *a, **k))
     for label, mutate in _outside_variants(tmp_path):
         reports = []
         for name in ("secret.onnx", "absent.onnx"):  # exists (same sha256 as recorded) / does not exist

@@ -370,9 +370,11 @@ def test_batch_field_replacements_refused_alike(dynamic_export, tmp_path):
 def test_stale_or_missing_twin_names_leapp_write_json(folder):
     with open(folder / "pipeline.yaml", "a", encoding="utf-8") as f:
         f.write("# edited by hand\n")
-    leapp.load(folder)  # Python reads pipeline.yaml alone
+    with pytest.raises(PipelineError) as python:  # both readers refuse a twin of another pipeline.yaml alike
+        leapp.load(folder)
     text = _cpp_refusal(folder)
     assert "pipeline.yaml changed after pipeline.json was written" in text and "leapp write-json" in text
+    assert text == str(python.value)
     (folder / "pipeline.json").unlink()
     text = _cpp_refusal(folder)
     assert text.startswith(f"no pipeline.json in {folder}") and f"leapp write-json {folder}" in text
@@ -432,3 +434,41 @@ def test_device_cuda_without_a_gpu_is_an_error_not_an_abort(export, tmp_path):
     r = _leapp_run(export, "--in", tmp_path / "in", "--out", tmp_path / "out", "--device", "cuda")
     assert r.returncode == 1, (r.returncode, r.stderr)
     assert r.stderr.startswith("leapp-run: ") and ("CUDA execution provider" in r.stderr or "CUDA driver" in r.stderr)
+
+
+def test_leapp_run_bounds_what_it_reads_and_starts(export, tmp_path):
+    """Sizes are checked before reading (a sparse 3 GiB input is refused unread), --threads has a cap, and a shape
+    whose byte count overflows is refused when the description is read instead of wrapping to a small size."""
+    pipeline = leapp.load(export)
+    name, spec = next(iter(pipeline.inputs.items()))
+    ins = tmp_path / "in"
+    _write_inputs(pipeline, ins)
+    with open(ins / f"{name}.bin", "r+b") as f:
+        f.truncate(3 << 30)
+    r = _leapp_run(export, "--in", ins, "--out", tmp_path / "out")
+    assert r.returncode != 0 and f"has {3 << 30} bytes, expected" in r.stderr, r.stderr
+    r = _leapp_run(export, "--in", ins, "--out", tmp_path / "out", "--threads", "20000")
+    assert r.returncode == 2 and "--threads: at most" in r.stderr, (r.returncode, r.stderr)
+    _, desc = read_pipeline(export)
+    bad = copy.deepcopy(desc)
+    huge = [2**62 + 1] + list(bad["inputs"][0]["shape"][1:])
+    bad["inputs"][0]["shape"] = huge
+    fed = {(c["node"], c["input"]) for c in bad["inputs"][0]["consumers"]}  # the same shape where it is consumed
+    for node in bad["nodes"]:
+        for entry in node["inputs"]:
+            if (node["name"], entry["name"]) in fed:
+                entry["shape"] = huge
+    folder = Path(shutil.copytree(export, tmp_path / "huge"))
+    _write_both(folder, bad)
+    r = _leapp_run(folder, "--describe")
+    assert r.returncode == 1 and "holds more bytes than this machine can address" in r.stderr, r.stderr
+    assert "SafeInt" not in r.stderr
+
+
+def test_an_artifact_over_the_size_limit_is_refused_unread_by_both_readers(export, monkeypatch):
+    size = (export / "pipeline.yaml").stat().st_size  # every artifact is larger than the description
+    monkeypatch.setenv("LEAPP_MAX_ARTIFACT_BYTES", str(size))
+    with pytest.raises(PipelineError, match=r"bytes, more than the limit of .* \(LEAPP_MAX_ARTIFACT_BYTES\)") as python:
+        leapp.load(export)
+    r = _leapp_run(export, "--describe")
+    assert r.returncode == 1 and str(python.value) in r.stderr, (r.stderr, str(python.value))

@@ -170,6 +170,7 @@ def test_a_cuda_node_without_cuda_names_the_artifact(tmp_path):
     desc = yaml.safe_load(spec.read_text())
     desc["nodes"][0]["device"] = "cuda:0"  # as if exported on a GPU machine
     spec.write_text(yaml.safe_dump(desc))
+    (spec.parent / "pipeline.json").unlink(missing_ok=True)  # an edited pipeline.yaml: its twin would be stale
     pipeline = leapp.load(tmp_path / "moved")
     with pytest.raises(PipelineError, match=r"policy\.pt2: the node was exported on cuda:0 but torch sees no CUDA"):
         pipeline(obs=torch.randn(2, 3))

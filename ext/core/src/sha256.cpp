@@ -4,6 +4,7 @@
 // with hashlib on random inputs of every length around the block boundaries.
 #include "sha256.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace leapp::detail {
@@ -62,31 +63,50 @@ void compress(uint32_t state[8], const uint8_t block[64]) {
 
 }  // namespace
 
-Sha256Digest sha256(const void* data, size_t size) {
-  uint32_t state[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                       0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+Sha256Stream::Sha256Stream()
+    : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
+
+void Sha256Stream::update(const void* data, size_t size) {
   const uint8_t* p = static_cast<const uint8_t*>(data);
-  size_t full = size / 64;
-  for (size_t i = 0; i < full; ++i) compress(state, p + 64 * i);
-  // Tail: the remaining bytes, 0x80, zeros, then the bit length (big-endian),
-  // in one or two blocks.
+  total_ += size;
+  if (used_) {
+    const size_t take = std::min(size, size_t(64) - used_);
+    std::memcpy(block_ + used_, p, take);
+    used_ += take;
+    p += take;
+    size -= take;
+    if (used_ < 64) return;
+    compress(state_, block_);
+    used_ = 0;
+  }
+  for (; size >= 64; p += 64, size -= 64) compress(state_, p);
+  if (size) std::memcpy(block_, p, size);
+  used_ = size;
+}
+
+Sha256Digest Sha256Stream::digest() {
   uint8_t tail[128] = {0};
-  size_t rest = size - 64 * full;
-  if (rest > 0) std::memcpy(tail, p + 64 * full, rest);
-  tail[rest] = 0x80;
-  size_t tail_len = rest + 1 + 8 <= 64 ? 64 : 128;
-  uint64_t bits = uint64_t(size) * 8;
+  std::memcpy(tail, block_, used_);
+  tail[used_] = 0x80;
+  const size_t tail_len = used_ + 1 + 8 <= 64 ? 64 : 128;
+  const uint64_t bits = total_ * 8;
   for (int i = 0; i < 8; ++i) tail[tail_len - 1 - i] = uint8_t(bits >> (8 * i));
-  compress(state, tail);
-  if (tail_len == 128) compress(state, tail + 64);
+  compress(state_, tail);
+  if (tail_len == 128) compress(state_, tail + 64);
   Sha256Digest out;
   for (int i = 0; i < 8; ++i) {
-    out[4 * i] = uint8_t(state[i] >> 24);
-    out[4 * i + 1] = uint8_t(state[i] >> 16);
-    out[4 * i + 2] = uint8_t(state[i] >> 8);
-    out[4 * i + 3] = uint8_t(state[i]);
+    out[4 * i] = uint8_t(state_[i] >> 24);
+    out[4 * i + 1] = uint8_t(state_[i] >> 16);
+    out[4 * i + 2] = uint8_t(state_[i] >> 8);
+    out[4 * i + 3] = uint8_t(state_[i]);
   }
   return out;
+}
+
+Sha256Digest sha256(const void* data, size_t size) {
+  Sha256Stream stream;
+  stream.update(data, size);
+  return stream.digest();
 }
 
 std::string to_hex(const uint8_t* bytes, size_t size) {

@@ -4,12 +4,16 @@
 
 #include <sys/stat.h>
 
+#include <cctype>
 #include <cerrno>
+#include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
+#include <vector>
 
 #include "json.h"
 #include "json_text.h"
@@ -286,9 +290,42 @@ std::string contained_path(const std::string& folder, const std::string& rel, co
 std::string sha256_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) fail(path + ": cannot be read: " + std::strerror(errno));
-  std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  auto digest = leapp::detail::sha256(data.data(), data.size());
+  leapp::detail::Sha256Stream hash;
+  std::vector<char> chunk(1 << 20);
+  while (f.read(chunk.data(), std::streamsize(chunk.size())) || f.gcount() > 0)
+    hash.update(chunk.data(), size_t(f.gcount()));
+  auto digest = hash.digest();
   return leapp::detail::to_hex(digest.data(), digest.size());
+}
+
+uint64_t max_artifact_bytes() {
+  const char* raw = std::getenv("LEAPP_MAX_ARTIFACT_BYTES");
+  std::string text = raw ? raw : "";
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.erase(0, 1);
+  if (text.empty()) return uint64_t(4) << 30;
+  uint64_t n = 0;
+  auto r = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (r.ec != std::errc() || r.ptr != text.data() + text.size() || n == 0)
+    throw PipelineError("LEAPP_MAX_ARTIFACT_BYTES=" + repr_str(text) + " is not a positive number of bytes");
+  return n;
+}
+
+std::string read_artifact(const std::string& path, const std::string& where) {
+  const uint64_t limit = max_artifact_bytes();
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw PipelineError(where + ": cannot open " + path + ": " + std::strerror(errno));
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+    throw PipelineError(where + ": " + path + " is not a regular file");
+  if (uint64_t(st.st_size) > limit)
+    throw PipelineError(where + ": " + path + " has " + std::to_string(st.st_size) + " bytes, more than the limit of " +
+                        std::to_string(limit) + " (LEAPP_MAX_ARTIFACT_BYTES)");
+  std::string data(size_t(st.st_size), '\0');
+  f.read(data.data(), std::streamsize(data.size()));
+  if (size_t(f.gcount()) != data.size() || f.peek() != std::char_traits<char>::eof())
+    throw PipelineError(where + ": " + path + " changed size while it was read");
+  return data;
 }
 
 /// Every tensor entry with its field path, in the order Python's reader checks them: each node's inputs
@@ -395,7 +432,12 @@ Description read_description(const std::string& arg) {
   // the twin must be of the pipeline.yaml beside it: checked first, a stale twin is not worth validating
   if (root.type == T::kObject) {
     const JsonValue* digest = root.find(kTwinDigestKey);
-    std::string actual = sha256_file(yaml_file);
+    // Python reads pipeline.yaml bounded, and refuses a larger one with this text: never hash it whole
+    const std::string yaml_bytes = read_bounded(yaml_file, kMaxFileBytes);
+    if (yaml_bytes.size() > kMaxFileBytes)
+      fail(yaml_file + ": larger than " + std::to_string(kMaxFileBytes) + " bytes (leapp writes a few KiB per node)");
+    const auto yaml_digest = leapp::detail::sha256(yaml_bytes.data(), yaml_bytes.size());
+    std::string actual = leapp::detail::to_hex(yaml_digest.data(), yaml_digest.size());
     if (!digest || digest->type != T::kString)
       fail(file + ": " + kTwinDigestKey + ": missing (the sha256 of the pipeline.yaml it was made from): " +
            regenerate_hint(folder));

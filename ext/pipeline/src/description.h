@@ -63,6 +63,14 @@ std::string contained_path(const std::string& folder, const std::string& rel, co
 /// Lower-case hex sha256 of a file (read in chunks).
 std::string sha256_file(const std::string& path);
 
+/// leapp.pipeline_format.max_artifact_bytes: $LEAPP_MAX_ARTIFACT_BYTES, default 4 GiB; PipelineError when the
+/// variable is not a positive count.
+uint64_t max_artifact_bytes();
+
+/// leapp.pipeline_format.read_bounded, same text: the bytes of `path`, refused before reading (PipelineError
+/// naming `where`) when the file holds more than max_artifact_bytes().
+std::string read_artifact(const std::string& path, const std::string& where);
+
 /// Whether `path` names a regular file (symlinks followed), as Python's Path.is_file().
 bool is_regular_file(const std::string& path);
 

@@ -7,6 +7,7 @@
 // edge reads is bound straight to the caller's buffer.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +21,7 @@
 #include "onnx_external.h"
 #include "ort_runtime.h"
 #include "pyrepr.h"
+#include "sha256.h"
 
 namespace leapp {
 
@@ -46,14 +48,28 @@ const DtypeInfo& dtype_info(const std::string& name) {
   throw PipelineError("unknown dtype " + repr_str(name));  // the schema's enum has refused it already
 }
 
-TensorInfo tensor_info(const Spec& s) {
-  return TensorInfo{s.name, s.dtype, s.shape, dtype_info(s.dtype).size, s.metadata, s.batch_min, s.batch_max};
-}
-
 std::string spec_text(const TensorInfo& t) {
   std::string out = t.dtype + "[";
   for (size_t i = 0; i < t.shape.size(); ++i) out += (i ? ", " : "") + std::to_string(t.shape[i]);
   return out + "]";
+}
+
+/// The bytes of `shape` (dim 0 replaced by `batch` when given) of `element_size`-byte elements; throws
+/// PipelineError when the count overflows (a hostile shape such as [2^62 + 1, 5] must not wrap to 20).
+size_t checked_bytes(const TensorInfo& t, const std::vector<int64_t>& shape) {
+  size_t n = t.element_size;
+  for (int64_t d : shape) {
+    if (d < 0 || __builtin_mul_overflow(n, size_t(d), &n) || n > size_t(PTRDIFF_MAX))
+      throw PipelineError("tensor " + repr_str(t.name) + ": " + spec_text(t) + " holds more bytes than this "
+                          "machine can address");
+  }
+  return n;
+}
+
+TensorInfo tensor_info(const Spec& s) {
+  TensorInfo t{s.name, s.dtype, s.shape, dtype_info(s.dtype).size, s.metadata, s.batch_min, s.batch_max};
+  checked_bytes(t, t.shape_at(t.batch_max > 0 ? t.batch_max : 0));  // refused when the description is read
+  return t;
 }
 
 /// A buffer owned by the pipeline: host memory or device memory from the driver.
@@ -87,11 +103,39 @@ std::vector<std::string> keys(const std::map<std::string, V>& m) {
   return out;
 }
 
-/// leapp/runtime/pipeline.py::verify_file, same order and texts: contained, present, same sha256.
+/// A file a node names, as read once: `data` is what was hashed and what ONNX Runtime gets.
+struct CheckedFile {
+  std::string path;
+  std::string data;
+};
+
+/// leapp.pipeline_format.read_checked, same order and texts: contained, present, at most
+/// LEAPP_MAX_ARTIFACT_BYTES (checked before reading), same sha256 over the bytes read.
+CheckedFile read_checked(const Description& d, const std::string& where, const std::string& rel,
+                         const std::string& expected, const std::string& field) {
+  std::string path = contained_path(d.folder, rel, field + " (" + where + ")");
+  if (!is_regular_file(path)) throw PipelineError(where + ": artifact " + path + " is missing");
+  std::string data = read_artifact(path, where);
+  const auto digest = leapp::detail::sha256(data.data(), data.size());
+  const std::string actual = leapp::detail::to_hex(digest.data(), digest.size());
+  if (actual != expected)
+    throw PipelineError(where + ": artifact " + path + " has sha256 " + actual + " but pipeline.yaml records " +
+                        expected + "; the file changed after export");
+  return {path, std::move(data)};
+}
+
+/// read_checked without keeping the bytes (--check, and the AOTInductor package's PT2): the size limit first,
+/// then the sha256 over the file read in chunks.
 std::string verify_file(const Description& d, const std::string& where, const std::string& rel,
                         const std::string& expected, const std::string& field) {
   std::string path = contained_path(d.folder, rel, field + " (" + where + ")");
   if (!is_regular_file(path)) throw PipelineError(where + ": artifact " + path + " is missing");
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  const uint64_t limit = max_artifact_bytes();
+  if (!ec && size > limit)
+    throw PipelineError(where + ": " + path + " has " + std::to_string(size) + " bytes, more than the limit of " +
+                        std::to_string(limit) + " (LEAPP_MAX_ARTIFACT_BYTES)");
   std::string actual = sha256_file(path);
   if (actual != expected)
     throw PipelineError(where + ": artifact " + path + " has sha256 " + actual + " but pipeline.yaml records " +
@@ -116,11 +160,7 @@ void verify_files(const Description& d) {
 
 void Pipeline::check(const std::string& export_dir) { verify_files(read_description(export_dir)); }
 
-size_t TensorInfo::byte_size() const {
-  size_t n = element_size;
-  for (int64_t d : shape) n *= size_t(d);
-  return n;
-}
+size_t TensorInfo::byte_size() const { return checked_bytes(*this, shape); }
 
 std::vector<int64_t> TensorInfo::shape_at(int64_t batch) const {
   std::vector<int64_t> out = shape;
@@ -128,11 +168,7 @@ std::vector<int64_t> TensorInfo::shape_at(int64_t batch) const {
   return out;
 }
 
-size_t TensorInfo::byte_size(int64_t batch) const {
-  size_t n = element_size;
-  for (int64_t d : shape_at(batch)) n *= size_t(d);
-  return n;
-}
+size_t TensorInfo::byte_size(int64_t batch) const { return checked_bytes(*this, shape_at(batch)); }
 
 struct Node {
   NodeInfo info;
@@ -228,10 +264,8 @@ namespace {
 /// location of the model must be one of the node's verified `files` (ORT keeps it in the model's folder
 /// only from 1.24 on). Returns "" when the model is fine, else the refusal (after `where: `); a model
 /// whose bytes are not well-formed protobuf along the walk throws std::invalid_argument.
-std::string external_data_problem(const std::string& model, const std::vector<std::string>& files) {
-  std::ifstream f(model, std::ios::binary);
-  if (!f) throw std::invalid_argument("not readable: " + std::string(std::strerror(errno)));  // "X.onnx is ..."
-  const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+std::string external_data_problem(const std::string& model, const std::string& bytes,
+                                  const std::vector<std::string>& files) {
   namespace fs = std::filesystem;
   std::set<fs::path> allowed;
   for (const std::string& file : files) {
@@ -276,10 +310,28 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
   node.info.name = d.name;
   node.info.backend = d.backend;
   node.info.device = d.device;
-  node.info.artifact = verify(d.artifact, d.sha256, field + ".artifact");
+  if (d.backend == "pt2" && d.has_aoti) {  // runs from its package (checked there); the PT2 only checked here
+    node.info.artifact = verify(d.artifact, d.sha256, field + ".artifact");
+    for (size_t i = 0; i < d.files.size(); ++i)
+      verify(d.files[i].first, d.files[i].second, field + ".files[" + std::to_string(i) + "].path");
+  }
+  // an ONNX model and its files are read once: the bytes hashed are the bytes ONNX Runtime opens
+  CheckedFile model;
+  std::vector<CheckedFile> checked;
   std::vector<std::string> files;
-  for (size_t i = 0; i < d.files.size(); ++i)
-    files.push_back(verify(d.files[i].first, d.files[i].second, field + ".files[" + std::to_string(i) + "].path"));
+  if (d.backend == "onnx") {
+    model = read_checked(description, where, d.artifact, d.sha256, field + ".artifact");
+    node.info.artifact = model.path;
+    for (size_t i = 0; i < d.files.size(); ++i) {
+      checked.push_back(read_checked(description, where, d.files[i].first, d.files[i].second,
+                                     field + ".files[" + std::to_string(i) + "].path"));
+      files.push_back(checked.back().path);
+    }
+  } else if (!(d.backend == "pt2" && d.has_aoti)) {
+    node.info.artifact = verify(d.artifact, d.sha256, field + ".artifact");
+    for (size_t i = 0; i < d.files.size(); ++i)
+      verify(d.files[i].first, d.files[i].second, field + ".files[" + std::to_string(i) + "].path");
+  }
   for (const Spec& s : d.inputs) node.info.inputs.push_back(tensor_info(s));
   for (const Spec& s : d.outputs) node.info.outputs.push_back(tensor_info(s));
   if (d.backend == "pt2" && d.has_aoti) {
@@ -309,7 +361,7 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
       where + ": cannot open " + node.info.artifact + " (onnx; is the file corrupt or truncated?): PipelineError: ";
   std::string problem;
   try {
-    problem = external_data_problem(node.info.artifact, files);
+    problem = external_data_problem(node.info.artifact, model.data, files);
   } catch (const std::invalid_argument& e) {
     throw PipelineError(cannot_open + std::filesystem::path(node.info.artifact).filename().string() + " is " + e.what());
   }
@@ -337,8 +389,22 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
     } else {
       node.info.execution = "ort-cpu";
     }
+    if (!checked.empty()) {  // the external data from the bytes checked, under the names the model uses
+      namespace fs = std::filesystem;
+      std::error_code ec;
+      const fs::path model_dir = fs::weakly_canonical(fs::path(model.path).parent_path(), ec);
+      std::vector<std::basic_string<ORTCHAR_T>> names;
+      std::vector<char*> buffers;
+      std::vector<size_t> lengths;
+      for (CheckedFile& file : checked) {
+        names.push_back(fs::weakly_canonical(file.path, ec).lexically_relative(model_dir).generic_string());
+        buffers.push_back(file.data.data());
+        lengths.push_back(file.data.size());
+      }
+      so.AddExternalInitializersFromFilesInMemory(names, buffers, lengths);
+    }
     try {
-      node.session = std::make_unique<Ort::Session>(*env, node.info.artifact.c_str(), so);
+      node.session = std::make_unique<Ort::Session>(*env, model.data.data(), model.data.size(), so);
     } catch (const Ort::Exception& e) {
       throw PipelineError("onnxruntime could not load " + node.info.artifact + ": " + ort_error_text(e));
     }

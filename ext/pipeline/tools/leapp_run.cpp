@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "leapp/cuda_driver.h"
@@ -72,9 +73,16 @@ std::vector<char> read_input(const std::string& path, const leapp::TensorInfo& t
   if (!fs::is_regular_file(path, ec))
     throw UsageError{"input '" + t.name + "': " + path + " is missing (expected " + std::to_string(expected) +
                      " bytes of " + t.dtype + ")"};
-  std::ifstream f(path, std::ios::binary);
-  std::vector<char> data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (data.size() != expected) {
+  const uintmax_t size = fs::file_size(path, ec);  // checked before reading: a 3 GiB file is refused unread
+  std::vector<char> data;
+  if (!ec && size == expected) {
+    std::ifstream f(path, std::ios::binary);
+    data.resize(expected);
+    if (!f.read(data.data(), std::streamsize(expected)) || f.peek() != std::char_traits<char>::eof())
+      data.resize(0);  // changed while read: reported as the size found below
+  }
+  if (ec || size != expected || data.size() != expected) {
+    const uintmax_t found = ec ? 0 : size;
     std::string what = t.dtype + "[";
     const std::vector<int64_t> dims = t.shape_at(batch);
     for (size_t i = 0; i < dims.size(); ++i) what += (i ? ", " : "") + std::to_string(dims[i]);
@@ -82,7 +90,7 @@ std::vector<char> read_input(const std::string& path, const leapp::TensorInfo& t
     if (t.batch_max > 0)
       what += " at batch " + std::to_string(batch ? batch : t.shape[0]) + " of " + std::to_string(t.batch_min) + ".." +
               std::to_string(t.batch_max) + " (--batch N)";
-    throw UsageError{"input '" + t.name + "': " + path + " has " + std::to_string(data.size()) + " bytes, expected " +
+    throw UsageError{"input '" + t.name + "': " + path + " has " + std::to_string(found) + " bytes, expected " +
                      std::to_string(expected) + " (" + what + ", little-endian, C order)"};
   }
   return data;
@@ -113,7 +121,13 @@ int run(int argc, char** argv) {
     if (a == "--in") in_dir = value();
     else if (a == "--out") out_dir = value();
     else if (a == "--time") repeat = count(value());
-    else if (a == "--threads") threads = count(value());
+    else if (a == "--threads") {
+      threads = count(value());
+      const long cap = std::max<long>(1, long(std::thread::hardware_concurrency())) * 4;
+      if (threads > cap)  // ONNX Runtime starts them all at once: 20000 threads took 1.4 GB
+        throw UsageError{a + ": at most " + std::to_string(cap) + " (4 per CPU of this machine), got " +
+                         std::to_string(threads)};
+    }
     else if (a == "--batch") {
       batch = count(value());
       if (batch == 0) throw UsageError{a + ": a batch is at least 1, got '0'"};
