@@ -409,3 +409,29 @@ def test_numbers_beyond_the_double_range_are_refused_by_both_readers(literal, re
             read_bundle(data)
     else:
         assert error is None, error
+
+
+def _shared_block_bundle(modules: int, second_size_delta: int = 0) -> bytes:
+    """``modules`` modules whose PTX binaries all name one LZ4 block (the last one declaring a size off by
+    ``second_size_delta``)."""
+    from leapp.bundle.lz4_block import ENCODING, encode_block
+
+    manifest = copy.deepcopy(MANIFEST)
+    ptx = BLOBS[0]
+    blobs = [encode_block(ptx), *BLOBS[1:]]
+    binary = {"kind": "ptx", "arch": 75, "blob": 0, "encoding": ENCODING, "decoded_bytes": len(ptx)}
+    manifest["modules"] = [{"name": f"m{k}", "binaries": [dict(binary)]} for k in range(modules)]
+    manifest["modules"][-1]["binaries"][0]["decoded_bytes"] += second_size_delta
+    return write_unchecked(manifest, blobs)
+
+
+def test_a_block_that_many_binaries_name_is_accepted_or_refused_alike():
+    """Both readers decode a shared block once; a binary declaring another size for it is refused with one
+    text by both (the C++ reader decodes again only to say why)."""
+    assert cpp_error(_shared_block_bundle(64)) is None and python_accepts(_shared_block_bundle(64))
+    bad = _shared_block_bundle(64, second_size_delta=8)
+    with pytest.raises(BundleError) as python:
+        read_bundle(bad)
+    error = cpp_error(bad)
+    assert error is not None and "modules[63].binaries[0].blob 0" in str(python.value)
+    assert "modules[63].binaries[0].blob" in error and "decoded_bytes" in error, error
