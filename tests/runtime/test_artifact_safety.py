@@ -569,3 +569,31 @@ def test_a_stale_twin_is_refused_by_both_readers_with_one_text(export, tmp_path)
         leapp.load(folder)
     cpp = _cpp_text(folder)
     assert cpp is None or str(loaded.value) in cpp, (cpp, str(loaded.value))
+
+
+@needs_leapp_run
+def test_leapp_runs_walk_keeps_no_list_of_locations(onnx_export, tmp_path):
+    """A node with a 1 MB name and 1,000 external tensors, every location allowed: the walk used to keep one
+    (place, location) pair per tensor, each place repeating the name (1 GB here); now each is checked as found.
+    leapp-run's peak memory stays far below that, whatever ONNX Runtime then makes of the model."""
+    import onnx
+    from onnx import helper
+
+    folder = tmp_path / "crafted"
+    shutil.copytree(onnx_export, folder)
+    data_file = next(p.name for p in folder.iterdir() if p.suffix == ".data")
+    model = onnx.load(str(folder / "policy.onnx"), load_external_data=False)
+    node = helper.make_node("Identity", ["x"], ["y"], name="n" * 1_000_000)
+    for k in range(1000):
+        t = onnx.TensorProto(name=f"t{k}", data_type=onnx.TensorProto.FLOAT, dims=[1])
+        _external(t, [data_file])
+        node.attribute.append(helper.make_attribute(f"a{k}", t))
+    model.graph.node.append(node)
+    (folder / "policy.onnx").write_bytes(model.SerializeToString())
+    _reseal(folder)
+    probe = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], capture_output=True, timeout=300); "
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    done = subprocess.run([sys.executable, "-c", probe, str(LEAPP_RUN), str(folder), "--describe"],
+                          capture_output=True, text=True, timeout=320)
+    peak_kib = int(done.stdout.strip().splitlines()[-1])
+    assert peak_kib < 400 * 1024, f"leapp-run peaked at {peak_kib / 1024:.0f} MiB"
