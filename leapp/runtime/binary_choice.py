@@ -226,7 +226,8 @@ def bundles_in_artifact(backend: str, path: Path, runner) -> list[bytes]:
         import onnx  # noqa: PLC0415
         from onnx import numpy_helper  # noqa: PLC0415
 
-        model = onnx.load(str(path))
+        data = getattr(runner, "model_bytes", None)  # what the session opened (read and hashed once)
+        model = onnx.load_model_from_string(data) if data is not None else onnx.load(str(path))
         found = [numpy_helper.to_array(t, base_dir=str(path.parent)).tobytes() for t in model.graph.initializer
                  if t.data_type == onnx.TensorProto.UINT8 and len(t.dims) == 1]
     else:

@@ -227,7 +227,7 @@ class OnnxRunner(NodeRunner):
         torch's current stream at load, or a private one for a node replayed from its own graph. ``model``:
         the model's bytes, self-contained, that the session opens (None: the file at ``path``)."""
         super().__init__(path, inputs, outputs, device)
-        self._model = model
+        self.model_bytes = model
         import onnxruntime as ort
 
         from leapp.runtime import libraries
@@ -337,7 +337,7 @@ class OnnxRunner(NodeRunner):
         providers = onnx_providers(self.device, available, self.ort_stream if cuda else None)
         options = session_options(ort, providers[0] != "CPUExecutionProvider", self._library)
         try:  # enable_fallback=0: a CUDA EP that fails must raise, not silently become the CPU EP
-            source = self._model if self._model is not None else str(self.path)
+            source = self.model_bytes if self.model_bytes is not None else str(self.path)
             return ort.InferenceSession(source, options, providers=providers, enable_fallback=0)
         except Exception as e:  # ORT raises its own Fail/InvalidGraph types
             raise PipelineError(f"onnxruntime could not load {self.path}: {e}") from e
