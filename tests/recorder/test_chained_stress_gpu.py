@@ -12,35 +12,13 @@ import gc
 import logging
 
 import pytest
-import recorder_kernels as K
 import torch
 import warp as wp
-from recorder_helpers import trace
+from recorder_helpers import chained_step, trace
 
-import leapp
-from leapp import annotate
 
 wp.init()
 REPEATS = 60
-
-
-def _step(device, churn):
-    def step(x):
-        with leapp.node("n"):
-            x = annotate.input_tensors("n", {"x": x})
-            with annotate.warp_op():
-                tmp = wp.empty(x.shape[0], dtype=float, device=device)
-                wp.launch(K.scale, dim=x.shape[0], inputs=[wp.from_torch(x), 2.0], outputs=[tmp], device=device)
-            churn()
-            x2 = x * 10
-            with annotate.warp_op():
-                out = wp.empty(x.shape[0], dtype=float, device=device)
-                wp.launch(K.add_arrays, dim=x.shape[0], inputs=[tmp, wp.from_torch(x2)], outputs=[out],
-                          device=device)
-            annotate.output_tensors("n", {"y": out})
-        return wp.to_torch(out)
-
-    return step
 
 
 @pytest.mark.cuda
@@ -59,7 +37,7 @@ def test_chained_segments_record_the_same_every_time(caplog):
         x = torch.arange(3.0 + i % 5, device=device)
         caplog.clear()
         with caplog.at_level(logging.DEBUG, logger="leapp._recorder.capture"):
-            record, results = trace(_step(device, churn if i % 2 else gc.collect), x)
+            record, results = trace(chained_step(device, churn if i % 2 else gc.collect), x)
         torch.testing.assert_close(results[1], x * 12)
         seg0, seg1 = record.nodes["n"].segments
         shape = (len(seg0.inputs), len(seg0.outputs), len(seg1.inputs), len(seg1.outputs))

@@ -14,7 +14,7 @@ import pytest
 import recorder_kernels as K
 import torch
 import warp as wp
-from recorder_helpers import assert_graphs_replay_samples, trace
+from recorder_helpers import chained_step, assert_graphs_replay_samples, trace
 from warp_replay import run_node_graph
 
 import leapp
@@ -176,19 +176,7 @@ def test_scratch_classification_survives_gc_pressure_in_the_block(raises):
 
 
 def test_chained_segments_pass_block_created_arrays(device, caplog):
-    def step(x):
-        with leapp.node("n"):
-            x = annotate.input_tensors("n", {"x": x})
-            with annotate.warp_op():
-                tmp = wp.empty(x.shape[0], dtype=float, device=device)
-                wp.launch(K.scale, dim=x.shape[0], inputs=[wp.from_torch(x), 2.0], outputs=[tmp], device=device)
-            x2 = x * 10  # torch between the segments
-            with annotate.warp_op():
-                out = wp.empty(x.shape[0], dtype=float, device=device)
-                wp.launch(K.add_arrays, dim=x.shape[0], inputs=[tmp, wp.from_torch(x2)], outputs=[out],
-                          device=device)
-            annotate.output_tensors("n", {"y": out})
-        return wp.to_torch(out)
+    step = chained_step(device)
 
     x = torch.arange(3.0, device=device)
     # DEBUG: on the H200 this test has failed twice in whole-suite runs (never alone) with an extra output in
