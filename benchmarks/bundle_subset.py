@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import re
 import statistics
@@ -76,14 +75,9 @@ def fk_node():
 
 def child(out: str) -> dict:
     """Runs in the measured process: trace, then time session.compile(validate=False)."""
-    messages: list[str] = []
+    from first_export import collect_log  # this folder's first-export benchmark reads the same log lines
 
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            messages.append(record.getMessage())
-
-    logging.getLogger("leapp").addHandler(Collect())
-    logging.getLogger("leapp").setLevel(logging.INFO)
+    messages = collect_log()
 
     import leapp
 

@@ -80,9 +80,9 @@ def gravity_node():
     return observe
 
 
-def child(n: int, device: str, validate: bool, out: str) -> dict:
-    """Runs in the measured process: trace, then time session.compile()."""
-    t0 = time.perf_counter()
+def collect_log() -> list[str]:
+    """The messages leapp logs at INFO from now on in this process (the measured child reads its split from
+    them), appended to the returned list."""
     messages: list[str] = []
 
     class Collect(logging.Handler):
@@ -91,6 +91,13 @@ def child(n: int, device: str, validate: bool, out: str) -> dict:
 
     logging.getLogger("leapp").addHandler(Collect())
     logging.getLogger("leapp").setLevel(logging.INFO)
+    return messages
+
+
+def child(n: int, device: str, validate: bool, out: str) -> dict:
+    """Runs in the measured process: trace, then time session.compile()."""
+    t0 = time.perf_counter()
+    messages = collect_log()
     logging.getLogger("leapp._export.cuda_code").setLevel(logging.DEBUG)  # each target's build time
 
     import torch
