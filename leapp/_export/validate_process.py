@@ -16,7 +16,7 @@ interpreter exits.
 A trace session starts the worker in the background when it begins
 (``prestart``, where a CUDA device is present or ``LEAPP_VALIDATION_PRESTART=1``;
 ``=0`` turns it off): the worker's start (torch, torch.export's deserializer,
-ONNX Runtime, the CUDA context: ~5 s on an H200 host) then overlaps with
+ONNX Runtime, the CUDA context: seconds, docs/performance.md) then overlaps with
 tracing and export instead of following them, and the first ``compile()``
 finds it kept and ready.
 

@@ -169,9 +169,9 @@ def _point_output_at(path: str) -> None:
 
 def warm_up() -> None:
     """What every job would pay first, paid before the first job arrives (the worker may start while the
-    exporting process still traces): torch.export's deserializer (1.5 s of imports on the 2-CPU machine,
-    4.1 s on the H200's host), ONNX Runtime, where there is a CUDA device the CUDA context, and
-    pipeline.yaml's schema validator (0.2 s on the H200's host, half the validation of a small node)."""
+    exporting process still traces): torch.export's deserializer (seconds of imports), ONNX Runtime, where
+    there is a CUDA device the CUDA context, and pipeline.yaml's schema validator (about half the validation
+    of a small node; measured in docs/performance.md)."""
     import torch._export.serde.serialize  # noqa: F401 - the first torch.export.load imports it
 
     try:
