@@ -167,6 +167,7 @@ class ValidationCache:
 
     def __init__(self, store: binary_cache.BinaryCache) -> None:
         self.store = store
+        self._software: dict[str, str] = {}  # device -> _software(device), once per compile (stats every module)
 
     def key(self, job, entry: dict, folder: Path | None) -> ValidationKey | None:
         """The key of ``job`` (a ``validate.NodeArtifactJob``) whose pipeline.yaml entry is ``entry``; None
@@ -191,7 +192,12 @@ class ValidationCache:
         layout = [_layout(sample.outputs) for sample in record.samples]
         return ValidationKey(record.name, json.dumps(entry, sort_keys=True, default=str),
                              _inputs_digest(record.samples), json.dumps(layout),
-                             _software(str(entry.get("device", "cpu"))))
+                             self._software_of(str(entry.get("device", "cpu"))))
+
+    def _software_of(self, device: str) -> str:
+        if device not in self._software:
+            self._software[device] = _software(device)
+        return self._software[device]
 
     def get(self, key: ValidationKey) -> list[list[torch.Tensor]] | None:
         entry = self.store.get(key)
