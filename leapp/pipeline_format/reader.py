@@ -139,33 +139,28 @@ def check_twin(folder: Path, yaml_bytes: bytes, description: dict) -> None:
     if digest != actual:
         raise PipelineError(f"{file}: {TWIN_DIGEST_KEY}: {_short.repr(digest)} is not the sha256 of {yaml_file} ({actual}): "
                             f"pipeline.yaml changed after pipeline.json was written; {hint}")
-    if twin != description or _floats_differ(twin, description):
+    if not _same(twin, description):
         where = field_path(_first_difference(description, twin))
         raise PipelineError(f"{file} and {yaml_file} disagree at {where}: the two descriptions of one export must "
                             f"say the same (leapp-run reads pipeline.json, leapp.load pipeline.yaml); {hint}")
 
 
-def _floats_differ(a: Any, b: Any) -> bool:
-    """1 == 1.0 and True == 1 in Python: equal values of other types still differ here."""
-    if type(a) is not type(b):
-        return True
-    if isinstance(a, dict):
-        return any(_floats_differ(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return any(_floats_differ(x, y) for x, y in zip(a, b))
-    return False
+def _same(a: Any, b: Any) -> bool:
+    """Equal as JSON documents: 1, 1.0 and true differ (Python's == says they are equal)."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
 def _first_difference(a: Any, b: Any, at: tuple = ()) -> tuple:
+    """The path of the first value where ``a`` and ``b`` differ (``_same``), keys in sorted order."""
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b), key=str):
             if key not in a or key not in b:
                 return (*at, key)
-            if a[key] != b[key] or _floats_differ(a[key], b[key]):
+            if not _same(a[key], b[key]):
                 return _first_difference(a[key], b[key], (*at, key))
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         for i, (x, y) in enumerate(zip(a, b)):
-            if x != y or _floats_differ(x, y):
+            if not _same(x, y):
                 return _first_difference(x, y, (*at, i))
     return at
 
