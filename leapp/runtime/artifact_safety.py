@@ -225,17 +225,21 @@ def self_contained_onnx(model: str | Path, data: bytes, files: dict[Path, bytes]
     bytes read and hashed): what ONNX Runtime then opens from memory, so no file is read twice. ``data``
     itself when nothing is external; None when the result would pass protobuf's 2 GiB limit (the session
     then opens the model file, whose external data ONNX Runtime reads from the checked files' paths).
-    Locations are checked first (``check_onnx_external_data``); a range outside its file is a PipelineError."""
+    Every location is checked as ``check_onnx_external_data`` checks it, in the same walk; a range outside
+    its file is a PipelineError."""
     model = Path(model)
-    proto = check_onnx_external_data(model, files, data)
-    tensors = [(place, tensor) for place, tensor in _tensors(proto)
-               if tensor.data_location == 1 or any(e.key == "location" for e in tensor.external_data)]
-    if not tensors:
+    proto = _parse_onnx(model, data)
+    allowed = set(files)
+    external = []  # (place, tensor, its file) in walk order, each location checked as it is found
+    for place, tensor in _tensors(proto):
+        targets = [_check_location(model, where, location, allowed) for where, location in _tensor_locations(tensor, place)]
+        if targets:
+            external.append((place, tensor, targets[-1]))  # protobuf: the last "location" entry is the one read
+    if not external:
         return data
     total = len(data)
-    for place, tensor in tensors:
+    for place, tensor, target in external:
         entries = {e.key: e.value for e in tensor.external_data}
-        target = _check_location(model, place, entries.get("location", ""), set(files))
         blob = files[target]
         try:
             offset = int(entries.get("offset", "0"))
