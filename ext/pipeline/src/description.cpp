@@ -311,16 +311,20 @@ uint64_t max_artifact_bytes() {
   return n;
 }
 
-std::string read_artifact(const std::string& path, const std::string& where) {
+void check_artifact_size(const std::string& path, uint64_t size, const std::string& where) {
   const uint64_t limit = max_artifact_bytes();
+  if (size > limit)
+    throw PipelineError(where + ": " + path + " has " + std::to_string(size) + " bytes, more than the limit of " +
+                        std::to_string(limit) + " (LEAPP_MAX_ARTIFACT_BYTES)");
+}
+
+std::string read_artifact(const std::string& path, const std::string& where) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw PipelineError(where + ": cannot open " + path + ": " + std::strerror(errno));
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
     throw PipelineError(where + ": " + path + " is not a regular file");
-  if (uint64_t(st.st_size) > limit)
-    throw PipelineError(where + ": " + path + " has " + std::to_string(st.st_size) + " bytes, more than the limit of " +
-                        std::to_string(limit) + " (LEAPP_MAX_ARTIFACT_BYTES)");
+  check_artifact_size(path, uint64_t(st.st_size), where);
   std::string data(size_t(st.st_size), '\0');
   f.read(data.data(), std::streamsize(data.size()));
   if (size_t(f.gcount()) != data.size() || f.peek() != std::char_traits<char>::eof())

@@ -67,6 +67,9 @@ std::string sha256_file(const std::string& path);
 /// variable is not a positive count.
 uint64_t max_artifact_bytes();
 
+/// PipelineError (leapp.pipeline_format.read_bounded's text) when `size` bytes of `path` exceed max_artifact_bytes().
+void check_artifact_size(const std::string& path, uint64_t size, const std::string& where);
+
 /// leapp.pipeline_format.read_bounded, same text: the bytes of `path`, refused before reading (PipelineError
 /// naming `where`) when the file holds more than max_artifact_bytes().
 std::string read_artifact(const std::string& path, const std::string& where);

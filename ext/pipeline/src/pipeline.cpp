@@ -109,37 +109,41 @@ struct CheckedFile {
   std::string data;
 };
 
+/// The steps read_checked and verify_file share: the path contained and present, before anything reads it.
+std::string present_path(const Description& d, const std::string& where, const std::string& rel,
+                         const std::string& field) {
+  std::string path = contained_path(d.folder, rel, field + " (" + where + ")");
+  if (!is_regular_file(path)) throw PipelineError(where + ": artifact " + path + " is missing");
+  return path;
+}
+
+void check_digest(const std::string& where, const std::string& path, const std::string& actual,
+                  const std::string& expected) {
+  if (actual != expected)
+    throw PipelineError(where + ": artifact " + path + " has sha256 " + actual + " but pipeline.yaml records " +
+                        expected + "; the file changed after export");
+}
+
 /// leapp.pipeline_format.read_checked, same order and texts: contained, present, at most
 /// LEAPP_MAX_ARTIFACT_BYTES (checked before reading), same sha256 over the bytes read.
 CheckedFile read_checked(const Description& d, const std::string& where, const std::string& rel,
                          const std::string& expected, const std::string& field) {
-  std::string path = contained_path(d.folder, rel, field + " (" + where + ")");
-  if (!is_regular_file(path)) throw PipelineError(where + ": artifact " + path + " is missing");
+  std::string path = present_path(d, where, rel, field);
   std::string data = read_artifact(path, where);
   const auto digest = leapp::detail::sha256(data.data(), data.size());
-  const std::string actual = leapp::detail::to_hex(digest.data(), digest.size());
-  if (actual != expected)
-    throw PipelineError(where + ": artifact " + path + " has sha256 " + actual + " but pipeline.yaml records " +
-                        expected + "; the file changed after export");
+  check_digest(where, path, leapp::detail::to_hex(digest.data(), digest.size()), expected);
   return {path, std::move(data)};
 }
 
-/// read_checked without keeping the bytes (--check, and the AOTInductor package's PT2): the size limit first,
-/// then the sha256 over the file read in chunks.
+/// read_checked without keeping the bytes (--check, the PT2 beside an AOTInductor package): the size limit
+/// first, then the sha256 over the file read in chunks.
 std::string verify_file(const Description& d, const std::string& where, const std::string& rel,
                         const std::string& expected, const std::string& field) {
-  std::string path = contained_path(d.folder, rel, field + " (" + where + ")");
-  if (!is_regular_file(path)) throw PipelineError(where + ": artifact " + path + " is missing");
+  std::string path = present_path(d, where, rel, field);
   std::error_code ec;
   const uintmax_t size = std::filesystem::file_size(path, ec);
-  const uint64_t limit = max_artifact_bytes();
-  if (!ec && size > limit)
-    throw PipelineError(where + ": " + path + " has " + std::to_string(size) + " bytes, more than the limit of " +
-                        std::to_string(limit) + " (LEAPP_MAX_ARTIFACT_BYTES)");
-  std::string actual = sha256_file(path);
-  if (actual != expected)
-    throw PipelineError(where + ": artifact " + path + " has sha256 " + actual + " but pipeline.yaml records " +
-                        expected + "; the file changed after export");
+  if (!ec) check_artifact_size(path, size, where);
+  check_digest(where, path, sha256_file(path), expected);
   return path;
 }
 
@@ -265,12 +269,12 @@ namespace {
 /// only from 1.24 on). Returns "" when the model is fine, else the refusal (after `where: `); a model
 /// whose bytes are not well-formed protobuf along the walk throws std::invalid_argument.
 std::string external_data_problem(const std::string& model, const std::string& bytes,
-                                  const std::vector<std::string>& files) {
+                                  const std::vector<CheckedFile>& files) {
   namespace fs = std::filesystem;
   std::set<fs::path> allowed;
-  for (const std::string& file : files) {
+  for (const CheckedFile& file : files) {
     std::error_code ec;
-    fs::path p = fs::weakly_canonical(file, ec);
+    fs::path p = fs::weakly_canonical(file.path, ec);
     if (!ec) allowed.insert(p);
   }
   const fs::path model_path(model);
@@ -310,24 +314,18 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
   node.info.name = d.name;
   node.info.backend = d.backend;
   node.info.device = d.device;
-  if (d.backend == "pt2" && d.has_aoti) {  // runs from its package (checked there); the PT2 only checked here
-    node.info.artifact = verify(d.artifact, d.sha256, field + ".artifact");
-    for (size_t i = 0; i < d.files.size(); ++i)
-      verify(d.files[i].first, d.files[i].second, field + ".files[" + std::to_string(i) + "].path");
-  }
-  // an ONNX model and its files are read once: the bytes hashed are the bytes ONNX Runtime opens
+  // An ONNX model and its files are read once: the bytes hashed are the bytes ONNX Runtime opens. Other
+  // artifacts are only checked here (a PT2 node runs from its AOTInductor package, checked when opened).
   CheckedFile model;
   std::vector<CheckedFile> checked;
-  std::vector<std::string> files;
   if (d.backend == "onnx") {
     model = read_checked(description, where, d.artifact, d.sha256, field + ".artifact");
     node.info.artifact = model.path;
     for (size_t i = 0; i < d.files.size(); ++i) {
       checked.push_back(read_checked(description, where, d.files[i].first, d.files[i].second,
                                      field + ".files[" + std::to_string(i) + "].path"));
-      files.push_back(checked.back().path);
     }
-  } else if (!(d.backend == "pt2" && d.has_aoti)) {
+  } else {
     node.info.artifact = verify(d.artifact, d.sha256, field + ".artifact");
     for (size_t i = 0; i < d.files.size(); ++i)
       verify(d.files[i].first, d.files[i].second, field + ".files[" + std::to_string(i) + "].path");
@@ -361,7 +359,7 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
       where + ": cannot open " + node.info.artifact + " (onnx; is the file corrupt or truncated?): PipelineError: ";
   std::string problem;
   try {
-    problem = external_data_problem(node.info.artifact, model.data, files);
+    problem = external_data_problem(node.info.artifact, model.data, checked);
   } catch (const std::invalid_argument& e) {
     throw PipelineError(cannot_open + std::filesystem::path(node.info.artifact).filename().string() + " is " + e.what());
   }
