@@ -70,12 +70,14 @@ def max_artifact_bytes() -> int:
     return int(raw)
 
 
-def read_bounded(path: Path, where: str, limit: int | None = None) -> bytes:
+def read_bounded(path: Path, where: str, limit: int | None = None, follow_symlinks: bool = True) -> bytes:
     """The bytes of the regular file ``path``, read once through one descriptor, refused (PipelineError naming
-    ``where``) before reading when it holds more than ``limit`` (default ``max_artifact_bytes()``)."""
+    ``where``) before reading when it holds more than ``limit`` (default ``max_artifact_bytes()``).
+    ``follow_symlinks=False`` for a path already resolved: a symlink put there since is not followed."""
     limit = max_artifact_bytes() if limit is None else limit
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | (0 if follow_symlinks else getattr(os, "O_NOFOLLOW", 0))
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, flags)
     except OSError as e:
         raise PipelineError(f"{where}: cannot open {path}: {e.strerror or e}") from e
     try:
@@ -110,7 +112,7 @@ def read_checked(folder: Path, rel: str, expected: str, where: str, field: str =
     path = contained_path(folder, rel, f"{field} ({where})")
     if not is_regular_file(path):
         raise PipelineError(f"{where}: artifact {path} is missing")
-    data = read_bounded(path, where)
+    data = read_bounded(path, where, follow_symlinks=False)  # contained_path resolved it: no link is left
     actual = hashlib.sha256(data).hexdigest()
     if actual != expected:
         raise PipelineError(
