@@ -220,9 +220,5 @@ def _record(folder: Path, desc: dict, yaml_sha256: str, index: int, target: Path
             f"{yaml_file} changed while `leapp aoti` compiled node '{node['name']}'; the package {target} "
             "is not recorded in it: run the command again"
         )
-    text = dump_pipeline_yaml(desc)
-    staged = yaml_file.with_name(f".{PIPELINE_FILE}.aoti.tmp")
-    with open(staged, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(staged, yaml_file)
+    dump_pipeline_yaml(desc)  # checks what write_twin writes
     write_twin(folder, desc)

@@ -45,6 +45,7 @@ from leapp.pipeline_format import (
     parse_description,
     sha256_file,
     write_twin,
+    yaml_text,
 )
 
 __all__ = ["NodeArtifact", "describe_pipeline", "dump_pipeline_yaml", "write_pipeline_yaml", "producer_versions"]
@@ -242,16 +243,13 @@ def describe_pipeline(record: SessionRecord, artifacts: list[NodeArtifact], fold
 
 
 def dump_pipeline_yaml(description: dict) -> str:
-    """The text of pipeline.yaml (``yaml.safe_dump``, keys in insertion order), after reading it back
-    through ``leapp.pipeline_format`` (schema, cross-references, limits) and comparing: leapp never
+    """The text of pipeline.yaml (the canonical rendering, ``leapp.pipeline_format.yaml_text``), after reading
+    it back through ``leapp.pipeline_format`` (schema, cross-references, limits) and comparing: leapp never
     writes a file that ``leapp.load`` would refuse or read differently."""
-    import yaml
-
-    class Dumper(yaml.SafeDumper):
-        def ignore_aliases(self, data):  # an object met twice is written twice: readers refuse aliases
-            return True
-
-    text = yaml.dump(description, Dumper=Dumper, sort_keys=False, default_flow_style=None, width=120)
+    try:
+        text = yaml_text(description)
+    except (TypeError, ValueError) as e:
+        raise ExportError(f"session '{description.get('name')}': {PIPELINE_FILE} cannot hold a value: {e}") from e
     try:
         read_back = parse_description(text.encode("utf-8"), PIPELINE_FILE)
     except PipelineError as e:
@@ -264,9 +262,6 @@ def dump_pipeline_yaml(description: dict) -> str:
 def write_pipeline_yaml(description: dict, folder: Path) -> Path:
     """Writes ``folder/pipeline.yaml`` (``dump_pipeline_yaml``) and its JSON twin ``pipeline.json``
     (``leapp.pipeline_format.twin``: the same description for the C++ runner, bound to this file's sha256)."""
-    path = Path(folder) / PIPELINE_FILE
-    text = dump_pipeline_yaml(description)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+    dump_pipeline_yaml(description)  # checks what write_twin writes
     write_twin(folder, description)
-    return path
+    return Path(folder) / PIPELINE_FILE

@@ -43,16 +43,23 @@ from .format import (
     PipelineError,
     schema,
 )
+from . import yaml_text
 from .metadata import metadata_problem
 from .paths import contained_path
 
-__all__ = ["read_pipeline", "parse_description", "validate_description", "field_path", "prepare"]
+__all__ = ["read_pipeline", "parse_description", "validate_description", "field_path", "prepare", "short_repr"]
 
 _short = reprlib.Repr()
 _short.maxstring = 60
 _short.maxother = 60
 _short.maxlist = _short.maxdict = 4
 _short.maxlevel = 2
+
+
+def short_repr(value: Any) -> str:
+    """``value`` for a message, bounded (strings cut to 60 characters around ``...``): what a hostile name or
+    path shows. The C++ readers write the same text (``ext/pipeline/src/pyrepr.h``)."""
+    return _short.repr(value)
 
 
 def field_path(parts: Iterable[str | int]) -> str:
@@ -80,9 +87,12 @@ def read_pipeline(path: str | Path, twin: bool = True) -> tuple[Path, dict]:
     contained_path(folder, PIPELINE_FILE, str(file))
     with open(file, "rb") as f:
         data = f.read(MAX_FILE_BYTES + 1)
+    described = check_twin(folder, data) if twin else None  # first, in the C++ reader's order
     description = parse_description(data, file)
-    if twin:
-        check_twin(folder, data, description)
+    if described is not None and not _same(described, description):  # held by the rendering; kept as a guard
+        where = field_path(_first_difference(description, described))
+        raise PipelineError(f"{folder / TWIN_FILE} and {file} disagree at {where}: the two descriptions of one "
+                            "export must say the same (leapp-run reads pipeline.json, leapp.load pipeline.yaml)")
     return folder, description
 
 
@@ -90,15 +100,17 @@ TWIN_FILE = "pipeline.json"  # leapp.pipeline_format.twin writes it; named here,
 TWIN_DIGEST_KEY = "pipeline_yaml_sha256"
 
 
-def check_twin(folder: Path, yaml_bytes: bytes, description: dict) -> None:
+def check_twin(folder: Path, yaml_bytes: bytes) -> dict | None:
     """Refuses a folder whose ``pipeline.json`` (the twin leapp-run reads) says something else than its
-    ``pipeline.yaml`` (``yaml_bytes``, read once, parsed into ``description``): leapp.load, leapp inspect and the
-    validation worker then act on the document leapp-run acts on, or on none. No twin (exports made before
-    it existed): nothing to compare. The digest text is the C++ reader's (ext/pipeline/src/description.cpp)."""
+    ``pipeline.yaml`` (``yaml_bytes``, read once): the twin must hold the sha256 of those bytes, and those bytes
+    must be the twin's canonical rendering (``yaml_text``), so leapp.load, leapp inspect and the validation
+    worker act on the document leapp-run acts on, or on none. Returns the twin's description (None without a
+    twin, as for exports made before it existed).
+    Every text and the order of the checks are the C++ reader's (ext/pipeline/src/description.cpp)."""
     file = folder / TWIN_FILE
     try:
         if not file.is_file():
-            return
+            return None
         contained_path(folder, TWIN_FILE, str(file))
         with open(file, "rb") as f:
             raw = f.read(MAX_FILE_BYTES + 1)
@@ -129,20 +141,26 @@ def check_twin(folder: Path, yaml_bytes: bytes, description: dict) -> None:
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise PipelineError(f"{file}: not JSON leapp could have written: {e}") from e
     if not isinstance(twin, dict):
-        raise PipelineError(f"{file}: expected an object at the top level")
+        validate_description(twin, file)  # refuses, as the C++ reader does: not a mapping
+    yaml_file = folder / PIPELINE_FILE
+    if len(yaml_bytes) > MAX_FILE_BYTES:
+        raise PipelineError(f"{yaml_file}: larger than {MAX_FILE_BYTES} bytes (leapp writes a few KiB per node)")
     actual = hashlib.sha256(yaml_bytes).hexdigest()
     digest = twin.pop(TWIN_DIGEST_KEY, None)
-    yaml_file = folder / PIPELINE_FILE
     if not isinstance(digest, str):
         raise PipelineError(f"{file}: {TWIN_DIGEST_KEY}: missing (the sha256 of the pipeline.yaml it was made from): "
                             f"{hint}")
     if digest != actual:
         raise PipelineError(f"{file}: {TWIN_DIGEST_KEY}: {_short.repr(digest)} is not the sha256 of {yaml_file} ({actual}): "
                             f"pipeline.yaml changed after pipeline.json was written; {hint}")
-    if not _same(twin, description):
-        where = field_path(_first_difference(description, twin))
-        raise PipelineError(f"{file} and {yaml_file} disagree at {where}: the two descriptions of one export must "
-                            f"say the same (leapp-run reads pipeline.json, leapp.load pipeline.yaml); {hint}")
+    difference = yaml_text.first_difference(twin, yaml_bytes)
+    if difference is not None:
+        line, expected, path = difference
+        where = yaml_text.shown(path) if path else "after the last field"
+        raise PipelineError(f"{file}: {yaml_file} differs from it at line {line} ({where}), where leapp writes "
+                            f"`{yaml_text.shown(expected)}`: the two descriptions of one export must say the same "
+                            f"(leapp-run reads pipeline.json, leapp.load pipeline.yaml); {hint}")
+    return twin
 
 
 def _same(a: Any, b: Any) -> bool:

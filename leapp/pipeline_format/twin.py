@@ -3,22 +3,23 @@
 The C++ runner (``ext/pipeline``) reads the wiring with leapp's strict native JSON
 parser instead of a YAML library. The twin holds exactly the description that
 ``pipeline.yaml`` holds (same schema, ``pipeline.schema.json``) plus one key,
-``pipeline_yaml_sha256``: the sha256 of the ``pipeline.yaml`` it was made from. A
-native reader refuses a twin whose recorded digest is not that of the
-``pipeline.yaml`` next to it, so the two cannot disagree unnoticed (an edited
-``pipeline.yaml`` needs ``leapp write-json`` again). Python's readers (``leapp.load``,
-``leapp inspect``, the validation worker) read ``pipeline.yaml`` and, where a twin exists,
-refuse the folder unless the twin holds that digest and the same description
-(``reader.check_twin``).
+``pipeline_yaml_sha256``: the sha256 of the ``pipeline.yaml`` it was made from, and
+``pipeline.yaml`` is the description's canonical text (``yaml_text``). Every reader
+(``leapp.load``, ``leapp inspect``, the validation worker, leapp-run) refuses a folder
+unless ``pipeline.yaml`` has that digest and is the twin's rendering, byte for byte
+(``reader.check_twin``, ``ext/pipeline/src/description.cpp``): the two cannot disagree,
+and an edited ``pipeline.yaml`` needs ``leapp write-json`` again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
-from .format import PIPELINE_FILE, sha256_file
+from .format import PIPELINE_FILE
 from .reader import TWIN_DIGEST_KEY, TWIN_FILE, read_pipeline
+from .yaml_text import yaml_text
 
 __all__ = ["TWIN_FILE", "TWIN_DIGEST_KEY", "twin_text", "write_twin"]
 
@@ -34,18 +35,27 @@ def twin_text(description: dict, yaml_sha256: str) -> str:
 
 
 def write_twin(folder: str | Path, description: dict | None = None) -> Path:
-    """Writes ``folder/pipeline.json`` for ``folder/pipeline.yaml``; returns its path.
+    """Writes ``folder/pipeline.json`` for ``description`` and, where its bytes differ, ``folder/pipeline.yaml``
+    as the description's canonical text (``yaml_text``); returns the twin's path.
 
-    Without ``description`` the folder's pipeline.yaml is read and checked first (``read_pipeline``):
-    this is how an export made before the twin existed gets one (``leapp write-json``).
+    Without ``description`` the folder's pipeline.yaml is read and checked first (``read_pipeline``): this
+    is how an export made before the twin existed, or a pipeline.yaml edited by hand, gets the pair again
+    (``leapp write-json``). Each file is replaced whole: a reader never sees half of one.
     """
     if description is None:
         folder, description = read_pipeline(folder, twin=False)  # the twin there may be the stale one replaced
     folder = Path(folder)
+    text = yaml_text(description).encode("utf-8")
+    yaml_file = folder / PIPELINE_FILE
+    if not yaml_file.is_file() or yaml_file.read_bytes() != text:
+        _replace(yaml_file, text)
     path = folder / TWIN_FILE
-    text = twin_text(description, sha256_file(folder / PIPELINE_FILE))
-    temporary = path.with_name(f".{TWIN_FILE}.tmp")
-    with open(temporary, "w", encoding="utf-8") as f:
-        f.write(text)
-    temporary.replace(path)  # a reader never sees half a twin
+    _replace(path, twin_text(description, hashlib.sha256(text).hexdigest()).encode("utf-8"))
     return path
+
+
+def _replace(path: Path, data: bytes) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    with open(temporary, "wb") as f:
+        f.write(data)
+    temporary.replace(path)

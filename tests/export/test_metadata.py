@@ -15,7 +15,7 @@ import yaml
 import leapp
 from leapp import annotate
 from leapp.errors import TraceError
-from leapp.pipeline_format import MAX_METADATA_BYTES, PipelineError, read_pipeline, sha256_file, twin_text
+from leapp.pipeline_format import MAX_METADATA_BYTES, PipelineError, read_pipeline, sha256_file, twin_text, yaml_text
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 LEAPP_RUN = Path(sys.executable).with_name("leapp-run")
@@ -111,7 +111,7 @@ def test_one_pipeline_input_with_two_different_metadata_is_refused(tmp_path):
 def _rewrite(folder, edit) -> None:
     _, desc = read_pipeline(folder)
     edit(desc)
-    (folder / "pipeline.yaml").write_text(yaml.safe_dump(desc, sort_keys=False))
+    (folder / "pipeline.yaml").write_text(yaml_text(desc))
     (folder / "pipeline.json").write_text(twin_text(desc, sha256_file(folder / "pipeline.yaml")))
 
 
@@ -159,6 +159,7 @@ def test_non_finite_numbers_in_metadata_are_refused_on_read(export, tmp_path):
     text = (folder / "pipeline.yaml").read_text().replace("rate_hz: 50.0", "rate_hz: .nan")
     assert ".nan" in text
     (folder / "pipeline.yaml").write_text(text)
+    (folder / "pipeline.json").unlink()  # the YAML reader's check: leapp-run's twin cannot hold a NaN
     with pytest.raises(PipelineError, match=r"inputs\[1\]\.metadata\.rate_hz: nan is not a finite number"):
         leapp.load(folder)
 

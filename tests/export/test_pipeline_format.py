@@ -511,3 +511,36 @@ def test_dynamic_batch_field(batch, message):
     description["nodes"][0]["inputs"][0]["batch"] = batch
     with pytest.raises(PipelineError, match=r"^f/pipeline\.yaml: " + message):
         validate_description(description, "f/pipeline.yaml")
+
+
+# --- the canonical text: pipeline.yaml is the rendering of the description, read back equal -------------------
+
+_JSON_SCALARS = (st.none() | st.booleans() | st.integers(min_value=-2**70, max_value=2**70)
+                 | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12)
+                 | st.sampled_from(["yes", "No", "null", "on", "1e5", "0x1f", ".inf", "a: b", "- x", "#", "'q'",
+                                    "x\u2028y", "\u0085", "\ufeff", "tab\there", "caf\u00e9", "~", "", "a/b-c.d"]))
+_JSON_VALUES = st.recursive(_JSON_SCALARS, lambda inner: st.lists(inner, max_size=4)
+                            | st.dictionaries(st.text(max_size=8) | st.sampled_from(["yes", "a b", "x:"]), inner,
+                                              max_size=4), max_leaves=25)
+
+
+def _same_json(a, b) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)  # 1 and 1.0 and true differ
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=8), _JSON_VALUES, min_size=1, max_size=5))
+def test_canonical_text_reads_back_as_the_same_values(description):
+    """Any JSON object rendered by yaml_text reads back, through leapp's strict YAML loader, as the same values
+    and types: the text leapp writes for people says exactly what the twin says for leapp-run."""
+    from leapp.pipeline_format import reader
+
+    text = pf.yaml_text(description)
+    assert text.endswith("\n") and "\r" not in text
+    assert _same_json(reader._load_yaml(text, "pipeline.yaml"), description)
+
+
+def test_the_exporter_writes_the_canonical_text(tmp_path):
+    description = _valid()
+    assert dump_pipeline_yaml(description) == pf.yaml_text(description)
+    assert "\n  - name: " in pf.yaml_text(description)  # readable: block lists, plain names

@@ -21,9 +21,11 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import leapp
-from leapp.pipeline_format import PipelineError, read_pipeline, sha256_file, twin_text
+from leapp.pipeline_format import PipelineError, read_pipeline, sha256_file, twin_text, yaml_text
 
 LEAPP_RUN = Path(sys.executable).with_name("leapp-run")
 pytestmark = pytest.mark.skipif(
@@ -156,8 +158,9 @@ def test_tampered_artifact_is_refused_with_leapp_loads_text(folder):
 
 
 def _write_both(folder: Path, description) -> None:
-    """pipeline.yaml as PyYAML writes any value (no validation) and its twin, bound to it."""
-    text = yaml.safe_dump(description, sort_keys=False, allow_unicode=True)
+    """pipeline.yaml as leapp renders a mapping (no validation; PyYAML's text for anything else) and its twin,
+    bound to it."""
+    text = yaml_text(description) if isinstance(description, dict) else yaml.safe_dump(description)
     (folder / "pipeline.yaml").write_text(text, encoding="utf-8")
     (folder / "pipeline.json").write_text(
         twin_text(description, sha256_file(folder / "pipeline.yaml")) if isinstance(description, dict)
@@ -382,6 +385,40 @@ def test_stale_or_missing_twin_names_leapp_write_json(folder):
                        text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == str(folder / "pipeline.json"), r.stderr
     assert _leapp_run(folder, "--check").returncode == 0
+
+
+_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-2**70, max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=10)
+    | st.sampled_from(["yes", "OFF", "null", "a/b-c.d", "x\u2028y", "\u0085\ufeff", "\t\"\\", "caf\u00e9"]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=30)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(description=st.dictionaries(st.text(max_size=6), _VALUES, min_size=1, max_size=6))
+def test_both_readers_render_one_canonical_text(tmp_path, description):
+    """The C++ reader renders any twin to the bytes leapp.pipeline_format.yaml_text writes (floats as Python's
+    repr, escapes, plain or quoted strings), so the pair leapp writes always passes it: leapp-run refuses these
+    folders for what the schema says (no `format`), never because pipeline.yaml differs from its twin. One
+    byte changed in pipeline.yaml (digest recomputed) is refused by both readers with one text."""
+    description.pop("pipeline_yaml_sha256", None)
+    folder = tmp_path / "f"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    _write_both(folder, description)
+    text = _cpp_refusal(folder)
+    assert "differs from it" not in text and "not a leapp pipeline description" in text, text
+    data = (folder / "pipeline.yaml").read_bytes()
+    at = len(data) // 2
+    (folder / "pipeline.yaml").write_bytes(data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1:])
+    twin = json.loads((folder / "pipeline.json").read_text())
+    twin["pipeline_yaml_sha256"] = sha256_file(folder / "pipeline.yaml")
+    (folder / "pipeline.json").write_text(json.dumps(twin))
+    with pytest.raises(PipelineError) as python:
+        read_pipeline(folder)
+    assert "differs from it at line" in str(python.value)
+    assert _cpp_refusal(folder) == str(python.value)
 
 
 def test_find_package_leapp_builds_a_program(export, tmp_path, cmake_build_with_leapp):

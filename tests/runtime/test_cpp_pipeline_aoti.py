@@ -27,7 +27,7 @@ from runtime_helpers import mock_driver_env
 import leapp
 from leapp import cli
 from leapp.errors import ExportError
-from leapp.pipeline_format import sha256_file, twin_text
+from leapp.pipeline_format import sha256_file, twin_text, yaml_text
 from leapp.runtime.libraries import native_dir
 
 HERE = Path(__file__).resolve().parent
@@ -109,7 +109,7 @@ def _rewrite(folder: Path, edit) -> None:
     """pipeline.yaml passed through ``edit`` (the parsed description), and its twin bound to it."""
     desc = yaml.safe_load((folder / "pipeline.yaml").read_text())
     edit(desc)
-    (folder / "pipeline.yaml").write_text(yaml.safe_dump(desc, sort_keys=False))
+    (folder / "pipeline.yaml").write_text(yaml_text(desc))
     (folder / "pipeline.json").write_text(twin_text(desc, sha256_file(folder / "pipeline.yaml")))
 
 

@@ -4,6 +4,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
@@ -21,6 +22,7 @@
 #include "pyrepr.h"
 #include "schema.h"
 #include "sha256.h"
+#include "yaml_text.h"
 
 namespace fs = std::filesystem;
 
@@ -448,6 +450,19 @@ Description read_description(const std::string& arg) {
     if (digest->string != actual)
       fail(file + ": " + kTwinDigestKey + ": " + repr(*digest, true) + " is not the sha256 of " + yaml_file + " (" +
            actual + "): pipeline.yaml changed after pipeline.json was written; " + regenerate_hint(folder));
+    // a digest recomputed over an edited pipeline.yaml is not enough: it must be the twin's rendering
+    JsonValue described = root;  // the twin less its digest: what pipeline.yaml holds
+    auto& members = described.object;
+    members.erase(std::remove_if(members.begin(), members.end(), [](const auto& m) { return m.first == kTwinDigestKey; }),
+                  members.end());
+    if (const auto diff = first_difference(described, yaml_bytes)) {
+      const std::string& path = diff->expected.path;
+      fail(file + ": " + yaml_file + " differs from it at line " + std::to_string(diff->line) + " (" +
+           (path.empty() ? std::string("after the last field") : leapp::detail::shown(path)) +
+           "), where leapp writes `" + leapp::detail::shown(diff->expected.text) +
+           "`: the two descriptions of one export must say the same (leapp-run reads pipeline.json, leapp.load "
+           "pipeline.yaml); " + regenerate_hint(folder));
+    }
   }
   validate(root, file);
   Description d = convert(root);

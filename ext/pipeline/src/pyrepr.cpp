@@ -89,39 +89,6 @@ std::string shorten(const std::string& s, size_t limit) {
   return out;
 }
 
-std::string repr_float(double v) {
-  if (v != v) return "nan";
-  if (v == 1.0 / 0.0) return "inf";
-  if (v == -1.0 / 0.0) return "-inf";
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);  // shortest round trip
-  std::string sci(buf, r.ptr);
-  size_t e = sci.find('e');
-  std::string mant = sci.substr(0, e);
-  int exp = std::stoi(sci.substr(e + 1));
-  bool neg = mant[0] == '-';
-  if (neg) mant.erase(0, 1);
-  std::string digits;
-  for (char c : mant)
-    if (c != '.') digits += c;
-  std::string out;
-  if (exp < -4 || exp >= 16) {  // repr uses exponent notation outside [1e-4, 1e16)
-    out = digits.substr(0, 1);
-    if (digits.size() > 1) out += "." + digits.substr(1);
-    char eb[16];
-    std::snprintf(eb, sizeof eb, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
-    out += eb;
-  } else if (exp < 0) {
-    out = "0." + std::string(size_t(-exp - 1), '0') + digits;
-  } else {
-    size_t point = size_t(exp) + 1;
-    if (digits.size() <= point)
-      out = digits + std::string(point - digits.size(), '0') + ".0";
-    else
-      out = digits.substr(0, point) + "." + digits.substr(point);
-  }
-  return (neg ? "-" : "") + out;
-}
 
 std::string repr_at(const JsonValue& v, bool short_form, int level) {
   using T = JsonValue::Type;
@@ -185,6 +152,40 @@ std::string repr_at(const JsonValue& v, bool short_form, int level) {
 
 }  // namespace
 
+std::string repr_float(double v) {
+  if (v != v) return "nan";
+  if (v == 1.0 / 0.0) return "inf";
+  if (v == -1.0 / 0.0) return "-inf";
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);  // shortest round trip
+  std::string sci(buf, r.ptr);
+  size_t e = sci.find('e');
+  std::string mant = sci.substr(0, e);
+  int exp = std::stoi(sci.substr(e + 1));
+  bool neg = mant[0] == '-';
+  if (neg) mant.erase(0, 1);
+  std::string digits;
+  for (char c : mant)
+    if (c != '.') digits += c;
+  std::string out;
+  if (exp < -4 || exp >= 16) {  // repr uses exponent notation outside [1e-4, 1e16)
+    out = digits.substr(0, 1);
+    if (digits.size() > 1) out += "." + digits.substr(1);
+    char eb[16];
+    std::snprintf(eb, sizeof eb, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+    out += eb;
+  } else if (exp < 0) {
+    out = "0." + std::string(size_t(-exp - 1), '0') + digits;
+  } else {
+    size_t point = size_t(exp) + 1;
+    if (digits.size() <= point)
+      out = digits + std::string(point - digits.size(), '0') + ".0";
+    else
+      out = digits.substr(0, point) + "." + digits.substr(point);
+  }
+  return (neg ? "-" : "") + out;
+}
+
 size_t code_points(std::string_view s) { return decode(s).size(); }
 
 std::string repr_str(std::string_view s) { return repr_points(decode(s)); }
@@ -195,6 +196,21 @@ std::string repr_names(const std::vector<std::string>& names) {
   std::string out = "[";
   for (size_t i = 0; i < names.size(); ++i) out += (i ? ", " : "") + repr_str(names[i]);
   return out + "]";
+}
+
+std::string short_repr_str(std::string_view s) {
+  // reprlib reads at most the first and last 60 code points of a longer string: keep only those, so a
+  // 1 MB name costs what a short one does
+  auto lead = [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; };
+  size_t head = 0, tail = s.size();
+  for (size_t n = 0; head < s.size() && n <= kMaxString; ++n)
+    do ++head; while (head < s.size() && !lead(s[head]));
+  for (size_t n = 0; tail > 0 && n <= kMaxString; ++n)
+    do --tail; while (tail > 0 && !lead(s[tail]));
+  JsonValue v;
+  v.type = JsonValue::Type::kString;
+  v.string = head < tail ? std::string(s.substr(0, head)) + std::string(s.substr(tail)) : std::string(s);
+  return repr(v, true);
 }
 
 std::string str_number(const JsonValue& v) {

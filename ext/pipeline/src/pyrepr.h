@@ -17,10 +17,14 @@ using leapp::detail::JsonValue;
 
 /// repr(s) of a Python str holding the UTF-8 text `s`.
 std::string repr_str(std::string_view s);
+/// reprlib's short repr of the str `s` (leapp.pipeline_format.short_repr): a hostile name, bounded.
+std::string short_repr_str(std::string_view s);
 /// repr(value) (full), or reprlib's short form when `short_form`.
 std::string repr(const JsonValue& value, bool short_form);
 /// repr(list_of_str): ['a', 'b'].
 std::string repr_names(const std::vector<std::string>& names);
+/// repr(v) of a Python float: the shortest text that reads back to `v`.
+std::string repr_float(double v);
 /// str(value) for an int or float JSON value (as an f-string shows it).
 std::string str_number(const JsonValue& value);
 /// leapp.pipeline_format.reader._describe: "a string 'x'", "an integer 5", "null", ...
