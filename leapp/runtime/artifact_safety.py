@@ -39,7 +39,7 @@ import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 
-from leapp.pipeline_format import PipelineError, read_bounded
+from leapp.pipeline_format import PipelineError, read_bounded, short_repr
 
 __all__ = ["MAX_MEMBERS", "UnsafeArtifact", "canonical_pt2", "check_onnx_external_data", "check_pt2_archive",
            "external_locations", "self_contained_onnx"]
@@ -204,14 +204,14 @@ def _parse_onnx(model: Path, data: bytes | None):
 def _check_location(model: Path, place: str, location: str, allowed: set[Path]) -> Path:
     pure = PurePosixPath(location) if location else None
     if pure is None or "\0" in location or pure.is_absolute() or ".." in pure.parts:
-        raise UnsafeArtifact(f"{model.name}: {place}: external data location {location!r} is not a plain "
+        raise UnsafeArtifact(f"{model.name}: {place}: external data location {short_repr(location)} is not a plain "
                              "relative path inside the export folder")
     try:
         target = (model.parent / location).resolve()
     except (OSError, RuntimeError, ValueError):
         target = None  # a loop: not one of the files, which resolved
     if target not in allowed:
-        raise UnsafeArtifact(f"{model.name}: {place}: external data location {location!r} is not one of the "
+        raise UnsafeArtifact(f"{model.name}: {place}: external data location {short_repr(location)} is not one of the "
                              "node's files in pipeline.yaml (files: the external data leapp exported, each "
                              "with its sha256); ONNX Runtime before 1.24 would read it wherever it points")
     return target
@@ -272,10 +272,10 @@ def _tensors(model) -> Iterator[tuple[str, object]]:
     function's nodes and attribute defaults, training graphs)."""
     yield from _graph_tensors(model.graph, "graph")
     for function in model.functions:
-        where = f"function {function.name!r}"
+        where = f"function {short_repr(function.name)}"
         yield from _graph_tensors(function, where)
         for attr in function.attribute_proto:
-            yield from _attribute_tensors(attr, f"{where} attribute default {attr.name!r}")
+            yield from _attribute_tensors(attr, f"{where} attribute default {short_repr(attr.name)}")
     for i, info in enumerate(model.training_info):
         yield from _graph_tensors(info.initialization, f"training_info[{i}].initialization")
         yield from _graph_tensors(info.algorithm, f"training_info[{i}].algorithm")
@@ -313,9 +313,9 @@ def _graph_tensors(graph, where: str) -> Iterator[tuple[str, object]]:
     """A graph's (or a function's: nodes only) initializers, sparse initializers, then its nodes' attributes:
     tensors, sparse tensors, then subgraphs."""
     for tensor in getattr(graph, "initializer", ()):
-        yield f"{where}.initializer {tensor.name!r}", tensor
+        yield f"{where}.initializer {short_repr(tensor.name)}", tensor
     for sparse in getattr(graph, "sparse_initializer", ()):
-        yield from _sparse_tensors(sparse, f"{where}.sparse_initializer {sparse.values.name!r}")
+        yield from _sparse_tensors(sparse, f"{where}.sparse_initializer {short_repr(sparse.values.name)}")
     for node in graph.node:
         for attr in node.attribute:
-            yield from _attribute_tensors(attr, f"{where}.node {node.name or node.op_type!r} attribute {attr.name!r}")
+            yield from _attribute_tensors(attr, f"{where}.node {short_repr(node.name or node.op_type)} attribute {short_repr(attr.name)}")

@@ -613,6 +613,30 @@ def test_a_stale_twin_is_refused_by_both_readers_with_one_text(export, tmp_path)
     assert cpp is None or str(loaded.value) in cpp, (cpp, str(loaded.value))
 
 
+def test_a_refusal_quotes_hostile_names_bounded(onnx_export, tmp_path):
+    """A node, attribute and location of 1 MB each (issue 33: Python once answered with a 1,048,848-character
+    message): the refusal shows each cut to 60 characters around "...", the same text from leapp-run."""
+    import onnx
+    from onnx import helper
+
+    folder = tmp_path / "crafted"
+    shutil.copytree(onnx_export, folder)
+    model = onnx.load(str(folder / "policy.onnx"), load_external_data=False)
+    t = onnx.TensorProto(name="t", data_type=onnx.TensorProto.FLOAT, dims=[1])
+    _external(t, ["x" * 1_000_000 + ".bin"])
+    node = helper.make_node("Identity", ["x"], ["y"], name="n" * 999_999 + "\u00e9")
+    node.attribute.append(helper.make_attribute("a" * 1_000_000, t))
+    model.graph.node.append(node)
+    (folder / "policy.onnx").write_bytes(model.SerializeToString())
+    _reseal(folder)
+    with pytest.raises(PipelineError, match="external data location 'xxx") as loaded:
+        leapp.load(folder)
+    text = str(loaded.value)
+    assert len(text) < 1000 and f"graph.node '{'n' * 27}...{'n' * 27}\u00e9' attribute '{'a' * 27}...{'a' * 28}'" in text
+    if LEAPP_RUN.is_file():
+        assert _cpp_text(folder) == text
+
+
 @needs_leapp_run
 def test_leapp_runs_walk_keeps_no_list_of_locations(onnx_export, tmp_path):
     """A node with a 1 MB name and 1,000 external tensors, every location allowed: the walk used to keep one

@@ -41,9 +41,7 @@ std::string checked_bytes(const Description& d, size_t index, std::string* path_
   std::string path = contained_path(d.folder, n.aoti_path, field + ".path (" + where + ")");
   if (!is_regular_file(path))
     throw PipelineError(where + ": AOTInductor package " + path + " is missing (" + field + ".path); " + rerun_hint(d, index));
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw PipelineError(where + ": AOTInductor package " + path + " cannot be read: " + std::strerror(errno));
-  std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::string data = read_artifact(path, where);  // bounded by LEAPP_MAX_ARTIFACT_BYTES before it is read
   auto digest = leapp::detail::sha256(data.data(), data.size());
   std::string actual = leapp::detail::to_hex(digest.data(), digest.size());
   if (actual != n.aoti_sha256)

@@ -161,7 +161,7 @@ void node(std::string_view data, const std::string& where, Out& out, int depth) 
   for (const Field& a : fs) {
     if (a.number != 5 || a.wire != 2) continue;
     const std::vector<Field> attr = fields(a.bytes);
-    attribute(attr, where + ".node " + repr_str(name) + " attribute " + repr_str(text_of(attr, 1)), out, depth + 1);
+    attribute(attr, where + ".node " + short_repr_str(name) + " attribute " + short_repr_str(text_of(attr, 1)), out, depth + 1);
   }
 }
 
@@ -171,11 +171,11 @@ void graph_like(std::string_view data, const std::string& where, uint32_t node_f
   const std::vector<Field> fs = fields(data);
   if (node_field == 1) {
     for (const Field& f : fs)
-      if (f.number == 5 && f.wire == 2) tensor(f.bytes, where + ".initializer " + repr_str(tensor_name(f.bytes)), out, depth + 1);
+      if (f.number == 5 && f.wire == 2) tensor(f.bytes, where + ".initializer " + short_repr_str(tensor_name(f.bytes)), out, depth + 1);
     for (const Field& f : fs)
       if (f.number == 15 && f.wire == 2) {
         const std::vector<Field> sp = fields(f.bytes);
-        sparse(f.bytes, where + ".sparse_initializer " + repr_str(tensor_name(merged(sp, 1))), out, depth + 1);
+        sparse(f.bytes, where + ".sparse_initializer " + short_repr_str(tensor_name(merged(sp, 1))), out, depth + 1);
       }
   }
   for (const Field& f : fs)
@@ -188,12 +188,12 @@ void graph(std::string_view data, const std::string& where, Out& out, int depth)
 void function(std::string_view data, Out& out, int depth) {
   check_depth(depth);
   const std::vector<Field> fs = fields(data);
-  const std::string where = "function " + repr_str(text_of(fs, 1));
+  const std::string where = "function " + short_repr_str(text_of(fs, 1));
   graph_like(data, where, 7, out, depth);
   for (const Field& a : fs) {
     if (a.number != 11 || a.wire != 2) continue;
     const std::vector<Field> attr = fields(a.bytes);
-    attribute(attr, where + " attribute default " + repr_str(text_of(attr, 1)), out, depth + 1);
+    attribute(attr, where + " attribute default " + short_repr_str(text_of(attr, 1)), out, depth + 1);
   }
 }
 

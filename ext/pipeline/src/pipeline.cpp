@@ -284,7 +284,7 @@ std::string external_data_problem(const std::string& model, const std::string& b
   };
   try {  // each location is checked as the walk finds it: the first refusal ends the walk
     onnx_external_locations(bytes, [&](const std::string& place, const std::string& location) {
-      const auto head = [&] { return name + ": " + place + ": external data location " + repr_str(location); };
+      const auto head = [&] { return name + ": " + place + ": external data location " + short_repr_str(location); };
       bool dotdot = false;
       for (const auto& part : fs::path(location)) dotdot = dotdot || part == "..";
       if (location.empty() || location.find('\0') != std::string::npos || location[0] == '/' || dotdot)
