@@ -124,7 +124,7 @@ def test_one_node_runs_alone_with_node(export, tmp_path):
     for name, t in expected.items():
         assert (tmp_path / "out" / f"{name}.bin").read_bytes() == t.contiguous().numpy().tobytes(), name
     r = _leapp_run(export, "--in", tmp_path / "in", "--out", tmp_path / "out", "--node", "../post")
-    assert r.returncode == 2 and "--node: pipeline 'mlp' has no node '../post' (nodes: 'policy', 'post')" in r.stderr
+    assert r.returncode == 2 and "--node: pipeline 'mlp' has no node '../post' (nodes: ['policy', 'post'])" in r.stderr
 
 
 def test_missing_input_file_and_wrong_byte_count_exit_2(export, tmp_path):

@@ -190,6 +190,33 @@ def test_pt2_node_without_a_package_is_refused_naming_leapp_aoti(folder, fake_cu
                     "pipeline.yaml (docs/aoti.md), or export the node with export_with='onnx'")
 
 
+def test_node_runs_alone_without_packages_for_the_others(export, tmp_path):
+    """Issue 34: ``leapp-run --node policy`` refused because another node (obs, PT2) had no AOTInductor package.
+    The other nodes' files are still checked (a changed obs.pt2 is refused by name); only the named node opens."""
+    import numpy as np
+    import onnxruntime as ort
+
+    folder = Path(shutil.copytree(export, tmp_path / "demo"))
+    assert "aoti" not in yaml.safe_load((folder / "pipeline.yaml").read_text())["nodes"][0]
+    feat = torch.randn(N, generator=torch.Generator().manual_seed(2)) * 1e3
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "feat.bin").write_bytes(feat.numpy().tobytes())
+    r = _leapp_run(None, folder, "--in", tmp_path / "in", "--out", tmp_path / "out", "--node", "policy")
+    assert r.returncode == 0, r.stderr
+    session = ort.InferenceSession(str(folder / "policy.onnx"), providers=["CPUExecutionProvider"])
+    (want,) = session.run(None, {session.get_inputs()[0].name: feat.numpy()})
+    got = np.frombuffer((tmp_path / "out" / "actions.bin").read_bytes(), dtype=np.float32)
+    assert got.tobytes() == want.astype(np.float32).tobytes()
+    r = _leapp_run(None, folder, "--describe")  # the whole pipeline still needs the package
+    assert r.returncode == 1 and "without an AOTInductor package" in r.stderr
+    with open(folder / "obs.pt2", "ab") as f:
+        f.write(b"\0")
+    r = _leapp_run(None, folder, "--in", tmp_path / "in", "--out", tmp_path / "out2", "--node", "policy")
+    assert r.returncode == 1 and "node 'obs'" in r.stderr and "has sha256" in r.stderr, r.stderr
+    r = _leapp_run(None, folder, "--in", tmp_path / "in", "--out", tmp_path / "out2", "--node", "nope")
+    assert r.returncode == 2 and "--node: pipeline 'demo' has no node 'nope' (nodes: ['obs', 'policy'])" in r.stderr
+
+
 def test_changed_package_is_refused(folder, fake_cuda):
     data = bytearray((folder / "obs.aoti.pt2").read_bytes())
     data[len(data) // 2] ^= 1

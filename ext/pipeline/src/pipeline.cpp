@@ -228,6 +228,7 @@ struct Pipeline::Impl {
   }
 
   void open_node(size_t index, const NodeDescription& d);
+  void check_node(size_t index, const NodeDescription& d);  // only_node: another node's files, no runtime
   void run_one(Node& node, const std::vector<void*>& in, const std::vector<void*>& out);
   void run_aoti(Node& node, const std::vector<void*>& in, const std::vector<void*>& out);
 };
@@ -303,6 +304,23 @@ std::string external_data_problem(const std::string& model, const std::string& b
 }
 
 }  // namespace
+
+void Pipeline::Impl::check_node(size_t index, const NodeDescription& d) {
+  const std::string where = "pipeline '" + description.name + "' node '" + d.name + "'";
+  const std::string field = description.file + ": nodes[" + std::to_string(index) + "]";
+  Node node;
+  node.info.name = d.name;
+  node.info.backend = d.backend;
+  node.info.device = d.device;
+  node.info.execution = "unopened";
+  node.info.artifact = verify_file(description, where, d.artifact, d.sha256, field + ".artifact");
+  for (size_t i = 0; i < d.files.size(); ++i)
+    verify_file(description, where, d.files[i].first, d.files[i].second, field + ".files[" + std::to_string(i) + "].path");
+  for (const Spec& s : d.inputs) node.info.inputs.push_back(tensor_info(s));
+  for (const Spec& s : d.outputs) node.info.outputs.push_back(tensor_info(s));
+  node_infos.push_back(node.info);
+  nodes.push_back(std::move(node));
+}
 
 void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
   const std::string where = "pipeline '" + description.name + "' node '" + d.name + "'";
@@ -467,6 +485,13 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& export_dir, const Pi
   impl->options = options;
   impl->description = read_description(export_dir);
   const Description& d = impl->description;
+  if (!options.only_node.empty() &&
+      std::none_of(d.nodes.begin(), d.nodes.end(), [&](const NodeDescription& n) { return n.name == options.only_node; })) {
+    std::vector<std::string> names;
+    for (const NodeDescription& n : d.nodes) names.push_back(n.name);
+    throw NodeNotFound("pipeline '" + d.name + "' has no node " + repr_str(options.only_node) + " (nodes: " +
+                       repr_names(names) + ")");
+  }
   load_onnxruntime(options.onnxruntime_library);
   impl->env = std::make_unique<Ort::Env>(ORT_LOGGING_LEVEL_WARNING, "leapp");
   impl->run_options = std::make_unique<Ort::RunOptions>();
@@ -488,7 +513,12 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& export_dir, const Pi
   } else {
     impl->memory = std::make_unique<Ort::MemoryInfo>(Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeDefault));
   }
-  for (size_t i = 0; i < d.nodes.size(); ++i) impl->open_node(i, d.nodes[i]);
+  for (size_t i = 0; i < d.nodes.size(); ++i) {
+    if (options.only_node.empty() || d.nodes[i].name == options.only_node)
+      impl->open_node(i, d.nodes[i]);
+    else
+      impl->check_node(i, d.nodes[i]);
+  }
   std::map<std::string, int> index;
   for (size_t i = 0; i < d.nodes.size(); ++i) index[d.nodes[i].name] = int(i);
   for (Node& node : impl->nodes) node.sources.resize(node.info.inputs.size());
@@ -510,6 +540,7 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& export_dir, const Pi
   for (const PipelineOutput& out : d.outputs) impl->outputs.push_back(tensor_info(out.spec));
   for (size_t n = 0; n < impl->nodes.size(); ++n)
     for (const TensorInfo& t : impl->nodes[n].info.outputs) {
+      if (impl->nodes[n].info.execution == "unopened") continue;  // only_node: run() refuses, no buffers
       OwnedBuffer& b = impl->values[{int(n), t.name}];
       b.bytes = t.byte_size();
       if (options.memory == Memory::kDevice)
@@ -530,6 +561,9 @@ const std::vector<double>& Pipeline::last_node_seconds() const { return impl_->s
 void Pipeline::run(const std::map<std::string, const void*>& inputs, const std::map<std::string, void*>& outputs) {
   Impl& p = *impl_;
   const std::string where = "Pipeline '" + p.description.name + "'";
+  if (!p.options.only_node.empty())
+    throw PipelineError(where + " was opened for node '" + p.options.only_node + "' alone (PipelineOptions::only_node): "
+                        "run_node runs it; open without only_node to run the pipeline");
   check_names(p.inputs, keys(inputs), where, "inputs");
   check_names(p.outputs, keys(outputs), where, "outputs");
   p.make_current();
@@ -576,6 +610,9 @@ void Pipeline::run_node(const std::string& name, const std::map<std::string, con
                         repr_names(names) + ")");
   }
   const std::string where = "Pipeline '" + p.description.name + "' node '" + name + "'";
+  if (it->info.execution == "unopened")
+    throw PipelineError(where + " was not opened: the pipeline was opened for node '" + p.options.only_node +
+                        "' alone (PipelineOptions::only_node)");
   check_names(it->info.inputs, keys(inputs), where, "inputs");
   check_names(it->info.outputs, keys(outputs), where, "outputs");
   p.make_current();
@@ -632,6 +669,7 @@ void Pipeline::set_batch(int64_t batch) {
   bool synced = false;
   for (size_t n = 0; n < p.nodes.size(); ++n)
     for (const TensorInfo& t : p.nodes[n].info.outputs) {
+      if (p.nodes[n].info.execution == "unopened") continue;  // only_node: no buffers
       OwnedBuffer& b = p.values.at({int(n), t.name});
       const size_t need = t.byte_size(batch);
       if (need <= b.bytes) continue;

@@ -158,7 +158,13 @@ int run(int argc, char** argv) {
   leapp::PipelineOptions options;
   options.memory = device == "cuda" ? leapp::Memory::kDevice : leapp::Memory::kHost;
   options.intra_op_threads = int(threads);
-  std::unique_ptr<leapp::Pipeline> pipeline = leapp::Pipeline::open(export_dir, options);
+  options.only_node = node;  // --node: the others need no runtime (a PT2 node elsewhere, no package)
+  std::unique_ptr<leapp::Pipeline> pipeline;
+  try {
+    pipeline = leapp::Pipeline::open(export_dir, options);
+  } catch (const leapp::NodeNotFound& e) {
+    throw UsageError{std::string("--node: ") + e.what()};
+  }
   if (batch > 0) pipeline->set_batch(batch);
 
   const std::vector<leapp::TensorInfo>* in_specs = &pipeline->inputs();
@@ -166,11 +172,6 @@ int run(int argc, char** argv) {
   if (!node.empty()) {
     auto it = std::find_if(pipeline->nodes().begin(), pipeline->nodes().end(),
                            [&](const leapp::NodeInfo& n) { return n.name == node; });
-    if (it == pipeline->nodes().end()) {
-      std::string names;
-      for (const leapp::NodeInfo& n : pipeline->nodes()) names += (names.empty() ? "'" : ", '") + n.name + "'";
-      throw UsageError{"--node: pipeline '" + pipeline->name() + "' has no node '" + node + "' (nodes: " + names + ")"};
-    }
     in_specs = &it->inputs;
     out_specs = &it->outputs;
   }

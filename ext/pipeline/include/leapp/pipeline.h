@@ -29,6 +29,12 @@ class PipelineError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// PipelineOptions::only_node names no node of the export (what() lists the nodes).
+class NodeNotFound : public PipelineError {
+ public:
+  using PipelineError::PipelineError;
+};
+
 /// A named value at a boundary: torch's dtype name ("float32"), static shape, C-order bytes.
 struct TensorInfo {
   std::string name;
@@ -53,7 +59,7 @@ struct NodeInfo {
   std::string backend;   ///< "onnx", "pt2" (runs from its AOTInductor package) or "torchscript" (refused at open)
   std::string artifact;  ///< the resolved path of its artifact
   std::string device;    ///< the device it was exported on ("cpu", "cuda:0")
-  std::string execution; ///< "ort-cpu", "ort-cuda", "aoti-cpu" or "aoti-cuda"
+  std::string execution; ///< "ort-cpu", "ort-cuda", "aoti-cpu", "aoti-cuda", or "unopened" (PipelineOptions::only_node)
   std::vector<TensorInfo> inputs, outputs;
 };
 
@@ -70,6 +76,10 @@ struct PipelineOptions {
   std::string aoti_plugin;          ///< libleapp_pipeline_aoti.so (PT2 nodes' AOTInductor packages); "" = search
   std::string torch_op_library;     ///< libleapp_warp_torch.so for those packages; "" = search
   int intra_op_threads = 0;         ///< ORT's intra-op threads (0: ORT's default)
+  /// Open this node alone, for run_node (leapp-run --node): the other nodes' files are checked (containment,
+  /// sha256) but no runtime is opened for them, so a PT2 node elsewhere needs no AOTInductor package and
+  /// run() refuses. "" (the default): every node. An unknown name throws NodeNotFound.
+  std::string only_node;
 };
 
 class Pipeline {
