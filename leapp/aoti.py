@@ -20,6 +20,7 @@ place, so a failed compile leaves no file behind.
 from __future__ import annotations
 
 import logging
+import warnings
 import os
 import tempfile
 import time
@@ -119,6 +120,19 @@ def _find_node(folder: Path, desc: dict, node: str) -> tuple[int, dict]:
     raise PipelineError(f"{folder / PIPELINE_FILE}: no node named {node!r} (nodes: {', '.join(names) or 'none'})")
 
 
+def unrunnable_segments(desc: dict, entry: dict) -> str | None:
+    """Why a package of node ``entry`` could never run its Warp segments, or None: exported segments replay on
+    CUDA devices only, so a node recorded on the CPU compiles into a CPU package that leapp's op refuses to run
+    (the C++ pipeline refuses it at open)."""
+    segments = entry.get("segments") or []
+    device = str(entry.get("device", ""))
+    if not segments or device.startswith("cuda"):
+        return None
+    return (f"pipeline '{desc['name']}' node '{entry['name']}' has {len(segments)} Warp segment(s) recorded on "
+            f"{device}, and exported Warp segments replay on CUDA devices only: its AOTInductor package for {device} "
+            "cannot run them. Record the node on a CUDA device and run `leapp aoti` on that export")
+
+
 def package(export_dir: str | Path, node: str, out: str | Path | None = None, *,
             inductor_configs: Mapping[str, Any] | None = None, record: bool = True) -> Path:
     """Compiles PT2 node ``node`` of the export folder ``export_dir`` into an AOTInductor package; returns its path.
@@ -132,6 +146,9 @@ def package(export_dir: str | Path, node: str, out: str | Path | None = None, *,
     node's ``aoti`` entry of pipeline.yaml and pipeline.json (path, sha256, torch version): the C++
     runner (``leapp-run``, docs/deploy.md) runs the node from it after checking its sha256. A package
     written elsewhere is not recorded.
+
+    A node whose Warp segments were recorded on the CPU still compiles, with a RuntimeWarning
+    (``unrunnable_segments``): the package cannot run them (and the C++ runner refuses it at open).
 
     Raises:
         FileNotFoundError: no pipeline.yaml in ``export_dir``.
@@ -152,6 +169,9 @@ def package(export_dir: str | Path, node: str, out: str | Path | None = None, *,
     yaml_sha256 = sha256_file(folder / PIPELINE_FILE)
     index, entry = _find_node(folder, desc, node)
     where = f"pipeline '{desc['name']}' node '{node}'"
+    problem = unrunnable_segments(desc, entry)
+    if problem is not None:
+        warnings.warn(problem, RuntimeWarning, stacklevel=2)
     yaml_file = folder / PIPELINE_FILE
     checked = read_checked(folder, entry["artifact"], entry["sha256"], where, f"{yaml_file}: nodes[{index}].artifact")
     artifact = checked.path

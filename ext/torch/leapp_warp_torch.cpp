@@ -346,4 +346,15 @@ TORCH_LIBRARY_IMPL(leapp, CPU, m) { m.impl("warp_segment", &warp_segment_cuda); 
 TORCH_LIBRARY_IMPL(leapp, CPU, m) { m.impl("warp_segment", &warp_segment_cpu); }
 #endif
 
+/// Whether this library's CPU kernel replays segments (only the tests' build, on a fake driver): leapp's C++
+/// pipeline asks before it opens a CPU AOTInductor package whose node has Warp segments, so that a package
+/// that could never run them is refused with leapp's reason at open, not deep inside torch at the first run.
+extern "C" __attribute__((visibility("default"))) int leapp_warp_torch_replays_on_cpu() {
+#ifdef LEAPP_TORCH_TEST_CPU_AS_CUDA
+  return 1;
+#else
+  return 0;
+#endif
+}
+
 TORCH_LIBRARY_IMPL(leapp, CUDA, m) { m.impl("warp_segment", &warp_segment_cuda); }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 from typing import TextIO
 
@@ -21,13 +22,20 @@ def aoti(export_dir: str, node: str, out: str | None = None, err: TextIO | None 
 
     err = err if err is not None else sys.stderr
     try:
-        path = _aoti.package(export_dir, node, out)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", RuntimeWarning)
+            path = _aoti.package(export_dir, node, out)
     except ImportError as e:
         print(f"leapp aoti: error: AOTInductor packages need torch with Inductor ({type(e).__name__}: {e})", file=err)
         return 1
     except (LeappError, FileNotFoundError) as e:
         print(f"leapp aoti: error: {e}", file=err)
         return 1
+    for warning in caught:  # leapp's own, as the command's lines; any other as Python shows it
+        if warning.filename == _aoti.__file__ or "Warp segment" in str(warning.message):
+            print(f"leapp aoti: warning: {warning.message}", file=err)
+        else:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     print(path)
     folder = Path(export_dir) if Path(export_dir).is_dir() else Path(export_dir).parent
     if _aoti.recorded_path(folder, path) is None:

@@ -15,6 +15,8 @@ The refusals (unknown node, ONNX node, changed artifact, hostile names) need no 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import functools
 import importlib.util
 import logging
@@ -75,6 +77,7 @@ def export_dir(tmp_path_factory) -> Path:
 
 
 AOTI_LOG: list[str] = []  # what the package fixture's `leapp aoti` logged (leapp.aoti, INFO)
+AOTI_ERR: list[str] = []  # and printed on stderr
 
 
 class _Collect(logging.Handler):
@@ -92,6 +95,15 @@ def test_leapp_aoti_logs_the_compile_and_its_time(package, export_dir):
                         r"recorded in pipeline\.yaml", AOTI_LOG[1]), AOTI_LOG
 
 
+def test_leapp_aoti_warns_that_a_cpu_package_cannot_run_warp_segments(package):
+    """Issue 34: `leapp aoti` compiled a CPU package for a node whose Warp segments can only run on CUDA, without
+    a word. It still compiles (the tests' fake driver runs such packages), and says why it cannot run them."""
+    warnings = [line for line in AOTI_ERR if line.startswith("leapp aoti: warning:")]
+    assert warnings == [f"leapp aoti: warning: pipeline 'demo' node 'obs' has {SEGMENTS} Warp segment(s) recorded on cpu, "
+                        "and exported Warp segments replay on CUDA devices only: its AOTInductor package for cpu "
+                        "cannot run them. Record the node on a CUDA device and run `leapp aoti` on that export"], AOTI_ERR
+
+
 @pytest.fixture(scope="module")
 def package(export_dir) -> Path:
     """``leapp aoti EXPORT obs`` (the console entry point, in this process); the global Inductor config is untouched."""
@@ -100,12 +112,15 @@ def package(export_dir) -> Path:
     level = logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
+    err = io.StringIO()
     try:
-        assert cli.main(["aoti", str(export_dir), "obs"]) == 0
+        with contextlib.redirect_stderr(err):
+            assert cli.main(["aoti", str(export_dir), "obs"]) == 0
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
     AOTI_LOG[:] = handler.messages
+    AOTI_ERR[:] = err.getvalue().splitlines()
     assert torch._inductor.config.get_config_copy() == before, "leapp aoti changed torch._inductor.config"
     path = export_dir / "obs.aoti.pt2"
     assert path.is_file()

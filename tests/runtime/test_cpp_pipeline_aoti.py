@@ -217,6 +217,19 @@ def test_node_runs_alone_without_packages_for_the_others(export, tmp_path):
     assert r.returncode == 2 and "--node: pipeline 'demo' has no node 'nope' (nodes: ['obs', 'policy'])" in r.stderr
 
 
+def test_a_cpu_package_with_warp_segments_is_refused_at_open_with_leapps_reason(folder):
+    """Issue 34: leapp's one-line reason came out buried in 17 frames of torch's stack trace, at the first run,
+    ending with "Move the inputs to a CUDA device". leapp's own op library cannot replay a segment on the CPU,
+    so the pipeline refuses the CPU package of a node with Warp segments at open, with leapp's reason alone."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "LEAPP_WARP_PT2_CUSTOM_OP_LIBRARY"}
+    text = _refusal(env, folder)
+    assert text == (f"pipeline 'demo' node 'obs': its {SEGMENTS} Warp segment(s) replay on CUDA devices only, and its "
+                    "AOTInductor package (obs.aoti.pt2) runs on the CPU: record the node on a CUDA device, make its "
+                    "package there (`leapp aoti`) and open the pipeline with device buffers (leapp-run --device cuda)")
+
+
 def test_changed_package_is_refused(folder, fake_cuda):
     data = bytearray((folder / "obs.aoti.pt2").read_bytes())
     data[len(data) // 2] ^= 1

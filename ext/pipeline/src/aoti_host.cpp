@@ -124,6 +124,16 @@ std::string torch_op_library(const std::string& requested) {
 
 void verify_aoti_package(const Description& d, size_t index) { checked_bytes(d, index, nullptr); }
 
+bool op_library_replays_on_cpu(const std::string& op_library) {
+  void* handle = op_library.empty() ? nullptr : dlopen(op_library.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (!handle) return true;
+  using Query = int (*)();
+  auto query = reinterpret_cast<Query>(dlsym(handle, "leapp_warp_torch_replays_on_cpu"));
+  const bool replays = query && query() != 0;
+  dlclose(handle);  // NOLOAD took a reference; the plugin's stays
+  return replays;
+}
+
 AotiModel open_aoti_node(const Description& d, size_t index, const std::string& plugin_path,
                          const std::string& op_library, int device_index) {
   const NodeDescription& n = d.nodes[index];

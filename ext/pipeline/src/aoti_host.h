@@ -30,6 +30,11 @@ std::string torch_op_library(const std::string& requested);
 AotiModel open_aoti_node(const Description& d, size_t index, const std::string& plugin_path,
                          const std::string& op_library, int device_index);
 
+/// Whether the torch op library `op_library` (already loaded by open_aoti_node) replays Warp segments on the CPU:
+/// leapp's does not (only the tests' fake-driver build does). True when it cannot tell (the op was registered from
+/// another copy): the run then reports what torch says.
+bool op_library_replays_on_cpu(const std::string& op_library);
+
 /// The checks of open_aoti_node that need no plugin (leapp-run --check): containment and sha256.
 void verify_aoti_package(const Description& d, size_t index);
 

@@ -352,8 +352,14 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
   for (const Spec& s : d.outputs) node.info.outputs.push_back(tensor_info(s));
   if (d.backend == "pt2" && d.has_aoti) {
     const bool device = options.memory == Memory::kDevice;
-    node.aoti = open_aoti_node(description, index, aoti_plugin_path(options.aoti_plugin),
-                               torch_op_library(options.torch_op_library), device ? options.device_index : -1);
+    const std::string op_library = torch_op_library(options.torch_op_library);
+    node.aoti = open_aoti_node(description, index, aoti_plugin_path(options.aoti_plugin), op_library,
+                               device ? options.device_index : -1);
+    if (!device && d.segments && !op_library_replays_on_cpu(op_library))
+      throw PipelineError(where + ": its " + std::to_string(d.segments) + " Warp segment(s) replay on CUDA devices only, "
+                          "and its AOTInductor package (" + d.aoti_path + ") runs on the CPU: record the node on a "
+                          "CUDA device, make its package there (`leapp aoti`) and open the pipeline with device "
+                          "buffers (leapp-run --device cuda)");
     node.info.execution = device ? "aoti-cuda" : "aoti-cpu";
     node_infos.push_back(node.info);
     nodes.push_back(std::move(node));
