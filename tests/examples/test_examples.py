@@ -94,6 +94,15 @@ def test_go2_pipeline_exports_on_cpu(tmp_path):
     assert graphed.graph is None and "not all on one CUDA device" in graphed.graph_reason
 
 
+def test_cpu_policy_validates_every_node_without_a_gpu(tmp_path):
+    """The C++ controller's CPU example (issue 34): no Warp, so every node validates on the CPU."""
+    proc = run_example("cpu_policy.py", "--out", str(tmp_path), "--envs", "3")
+    assert report_statuses(proc.stdout, ["obs", "policy", "action"]) == {"obs": "passed", "policy": "passed",
+                                                                          "action": "passed"}
+    assert "max |exported - eager| over 3 robot(s)" in proc.stdout
+    assert leapp.load(tmp_path / "go2_cpu").output_specs["action"].metadata["joints"][0] == "FL_hip"
+
+
 @cpu_only
 def test_decorator_only_exports_on_cpu(tmp_path):
     proc = run_example("decorator_only.py", "--out", str(tmp_path))

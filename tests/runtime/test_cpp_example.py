@@ -1,8 +1,8 @@
 """examples/cpp (the C++ controller loop) builds with find_package(leapp) and its outputs equal leapp.load's.
 
 The program is configured and built as its README says (CMake, ``leapp --cmake-dir``), then runs 50 steps
-on a small ONNX export recorded here (an MLP policy and a post-processing node, on the CPU) and dumps
-the last step's inputs and outputs; leapp.load on those inputs must give the same bytes.
+on the export of examples/cpu_policy.py (the robot step in torch, three ONNX nodes, recorded on the CPU) and
+dumps the last step's inputs and outputs; leapp.load on those inputs must give the same bytes.
 """
 
 from __future__ import annotations
@@ -24,24 +24,12 @@ pytestmark = pytest.mark.skipif(not LEAPP_RUN.is_file(), reason="the C++ pipelin
 
 @pytest.fixture(scope="module")
 def export(tmp_path_factory) -> Path:
-    torch.manual_seed(3)
-    mlp = torch.nn.Sequential(torch.nn.Linear(15, 32), torch.nn.ELU(), torch.nn.Linear(32, 12))
-
-    @leapp.node("policy", export_with="onnx")
-    def policy(obs):
-        return mlp(obs)
-
-    @leapp.node("post", export_with="onnx")
-    def post(raw):
-        return torch.clamp(raw, -1.0, 1.0) * 0.25
-
-    obs = torch.randn(8, 15)
+    """examples/cpu_policy.py's export, made as its README says."""
     save = tmp_path_factory.mktemp("controller")
-    with leapp.trace("robot", save_path=save) as session, torch.no_grad():
-        for _ in range(3):
-            post(policy(obs))
-    session.compile(validate=False)
-    return save / "robot"
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "cpu_policy.py"), "--out", str(save)],
+                       capture_output=True, text=True, timeout=600, cwd=str(ROOT))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return save / "go2_cpu"
 
 
 def test_controller_example_builds_runs_and_equals_leapp_load(export, tmp_path, cmake_build_with_leapp):
@@ -52,11 +40,12 @@ def test_controller_example_builds_runs_and_equals_leapp_load(export, tmp_path, 
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "50 steps on cpu; per step (us, after step 0): median" in r.stdout, r.stdout
-    assert "node   policy       ort-cpu" in r.stdout and "node   post         ort-cpu" in r.stdout, r.stdout
+    for node in ("obs", "policy", "action"):
+        assert f"node   {node:<12} ort-cpu" in r.stdout, r.stdout
     pipeline = leapp.load(export)
     inputs = {name: torch.frombuffer(bytearray((dump / f"{name}.in.bin").read_bytes()), dtype=spec.dtype).reshape(spec.shape)
               for name, spec in pipeline.inputs.items()}
-    assert inputs["obs"].abs().max() > 0.5  # the loop really filled the sensors
+    assert inputs["joints"].abs().max() > 0.5  # the loop really filled the sensors
     for name, value in pipeline(**inputs).items():
         assert (dump / f"{name}.out.bin").read_bytes() == value.contiguous().numpy().tobytes(), name
 
