@@ -509,3 +509,29 @@ def test_an_artifact_over_the_size_limit_is_refused_unread_by_both_readers(expor
         leapp.load(export)
     r = _leapp_run(export, "--describe")
     assert r.returncode == 1 and str(python.value) in r.stderr, (r.stderr, str(python.value))
+
+
+def test_onnx_warp_segments_without_a_cuda_device_are_refused_at_open(tmp_path, mock_driver_dir):
+    """Issue 34: an ONNX node's Warp segment run on the CPU EP without a CUDA device failed inside the run, leapp's
+    reason after ONNX Runtime's log line and status text. It is now refused at open, leapp's reason alone."""
+    import importlib.util
+
+    from runtime_helpers import mock_driver_env
+
+    from leapp._export.compile import compile_session
+
+    spec = importlib.util.spec_from_file_location("_cpp_compile_records",
+                                                  Path(__file__).resolve().parents[1] / "export" / "compile_records.py")
+    cr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cr)
+    compile_session(cr.session(tmp_path, cr.segment_node("act", "onnx", n=8, device="cpu", samples=0)),
+                    validate=False, bundles=cr.example_bundles)
+    folder = tmp_path / "demo"
+    r = subprocess.run([str(LEAPP_RUN), str(folder), "--describe"], env=mock_driver_env(mock_driver_dir, MOCK_DEVICES="0"),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and r.stderr.strip() == (
+        "leapp-run: pipeline 'demo' node 'act': its 1 Warp segment(s) replay on a CUDA device (on ONNX Runtime's CPU "
+        "EP through pinned host memory), and this machine has none: the CUDA driver reports no device"), r.stderr
+    r = subprocess.run([str(LEAPP_RUN), str(folder), "--describe"], env=mock_driver_env(mock_driver_dir),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "node act onnx ort-cpu" in r.stdout, r.stderr

@@ -374,6 +374,20 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
     throw PipelineError(where + ": a " + d.backend + " node (" + d.artifact + "); leapp's C++ runner runs ONNX nodes "
                         "and PT2 nodes with an AOTInductor package (`leapp aoti`, docs/aoti.md). Export the node "
                         "with export_with='onnx' or 'pt2'");
+  if (d.segments && options.memory != Memory::kDevice) {
+    // the op stages host tensors onto a CUDA device: without one, say so now, not from inside a run
+    std::string why;
+    try {
+      int count = 0;
+      const CudaDriver& drv = driver();
+      if (drv.cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) why = "the CUDA driver reports no device";
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    if (!why.empty())
+      throw PipelineError(where + ": its " + std::to_string(d.segments) + " Warp segment(s) replay on a CUDA device "
+                          "(on ONNX Runtime's CPU EP through pinned host memory), and this machine has none: " + why);
+  }
   std::string library = ort_op_library(options.ort_op_library);
   if (library.empty() && d.segments)
     throw PipelineError(where + ": the node has Warp segments and leapp's ONNX Runtime op library "
