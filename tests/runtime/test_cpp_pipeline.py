@@ -535,3 +535,36 @@ def test_onnx_warp_segments_without_a_cuda_device_are_refused_at_open(tmp_path, 
     r = subprocess.run([str(LEAPP_RUN), str(folder), "--describe"], env=mock_driver_env(mock_driver_dir),
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "node act onnx ort-cpu" in r.stdout, r.stderr
+
+
+def _peak_threads(*args) -> int:
+    """The most threads /proc shows for a leapp-run process over its run (sampled every 10 ms)."""
+    import time
+
+    proc = subprocess.Popen([str(LEAPP_RUN), *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak = 0
+    try:
+        while proc.poll() is None:
+            try:
+                status = Path(f"/proc/{proc.pid}/status").read_text()
+            except OSError:
+                break
+            peak = max(peak, int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:"))))
+            time.sleep(0.01)
+    finally:
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    return peak
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="counts threads through Linux's /proc")
+def test_onnx_runtime_threads_are_explicit_and_bounded(export, tmp_path):
+    """Issue 34 (a real-time step): leapp sets ONNX Runtime's threads instead of taking its defaults (a pool per
+    session, one thread per core, spinning between steps). By default a session adds no thread (the caller's
+    thread runs each node); --threads N adds N - 1 per session, whatever the machine's core count."""
+    pipeline = leapp.load(export)
+    _write_inputs(pipeline, tmp_path / "in")
+    common = (export, "--in", tmp_path / "in", "--out", tmp_path / "out", "--time", "3000")
+    alone = _peak_threads(*common)
+    assert alone <= 2, alone  # the main thread (and at most one of ONNX Runtime's environment)
+    assert _peak_threads(*common, "--threads", "3") == alone + 2 * len(pipeline.nodes)

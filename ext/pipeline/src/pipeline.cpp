@@ -404,7 +404,11 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
   if (!problem.empty()) throw PipelineError(where + ": " + problem);
   try {
     Ort::SessionOptions so;
-    if (options.intra_op_threads > 0) so.SetIntraOpNumThreads(options.intra_op_threads);
+    so.SetExecutionMode(ORT_SEQUENTIAL);
+    so.SetInterOpNumThreads(1);
+    so.SetIntraOpNumThreads(std::max(0, options.intra_op_threads));
+    so.AddConfigEntry("session.intra_op.allow_spinning", options.spin ? "1" : "0");
+    so.AddConfigEntry("session.inter_op.allow_spinning", options.spin ? "1" : "0");
     if (!library.empty()) so.RegisterCustomOpsLibrary(library.c_str());
     if (options.memory == Memory::kDevice) {
       OrtCUDAProviderOptionsV2* cuda = nullptr;

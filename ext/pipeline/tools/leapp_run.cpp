@@ -1,6 +1,6 @@
 // leapp-run: run a leapp export folder on raw input files (docs/deploy.md).
 //
-//   leapp-run EXPORT_DIR --in IN_DIR --out OUT_DIR [--node NAME] [--time N] [--device cpu|cuda] [--threads N]
+//   leapp-run EXPORT_DIR --in IN_DIR --out OUT_DIR [--node NAME] [--time N] [--device cpu|cuda] [--threads N] [--spin]
 //   leapp-run EXPORT_DIR --describe   (what a deployment routes by: names, dtypes, shapes, metadata)
 //
 // IN_DIR/<input>.bin holds each pipeline input as raw little-endian C-order bytes (dtype and shape from
@@ -27,12 +27,14 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: leapp-run EXPORT_DIR --in IN_DIR --out OUT_DIR [--node NAME] [--time N] [--device cpu|cuda] [--threads N]\n"
-    "                 [--batch N]\n"
+    "                 [--spin] [--batch N]\n"
     "       leapp-run EXPORT_DIR --check   (the wiring and the artifacts' sha256 only; exit 1 with the reason)\n"
     "       leapp-run EXPORT_DIR --describe   (open it; print each input and output: dtype, shape, metadata JSON)\n"
     "  IN_DIR/<input>.bin: each pipeline input, raw little-endian C-order bytes; writes OUT_DIR/<output>.bin.\n"
     "  --node NAME: run that node alone; its own inputs and outputs are the files.\n"
     "  --batch N: a dynamic-batch export (dynamic_batch=) run at N: dim 0 of every batched file is N.\n"
+    "  --threads N: ONNX Runtime's intra-op threads per session, the caller's included (default 1; 0: one per\n"
+    "  core); --spin: let them spin between steps (default: they sleep).\n"
     "  --time N: run N more times and print each node's median time. --device cuda: device buffers, ONNX Runtime's\n"
     "  CUDA EP on one stream (default cpu: host buffers, CPU EP).\n";
 
@@ -104,8 +106,8 @@ double median(std::vector<double> v) {
 
 int run(int argc, char** argv) {
   std::string export_dir, in_dir, out_dir, device = "cpu", node;
-  long repeat = 0, threads = 0, batch = 0;
-  bool check_only = false, describe_only = false;
+  long repeat = 0, threads = 1, batch = 0;
+  bool check_only = false, describe_only = false, spin = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -134,6 +136,7 @@ int run(int argc, char** argv) {
     }
     else if (a == "--device") device = value();
     else if (a == "--node") node = value();
+    else if (a == "--spin") spin = true;
     else if (a == "--check") check_only = true;
     else if (a == "--describe") describe_only = true;
     else if (a == "-h" || a == "--help") {
@@ -158,6 +161,7 @@ int run(int argc, char** argv) {
   leapp::PipelineOptions options;
   options.memory = device == "cuda" ? leapp::Memory::kDevice : leapp::Memory::kHost;
   options.intra_op_threads = int(threads);
+  options.spin = spin;
   options.only_node = node;  // --node: the others need no runtime (a PT2 node elsewhere, no package)
   std::unique_ptr<leapp::Pipeline> pipeline;
   try {

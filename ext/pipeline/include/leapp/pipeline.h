@@ -75,7 +75,13 @@ struct PipelineOptions {
   std::string ort_op_library;       ///< libleapp_warp_ort.so to register; "" = search
   std::string aoti_plugin;          ///< libleapp_pipeline_aoti.so (PT2 nodes' AOTInductor packages); "" = search
   std::string torch_op_library;     ///< libleapp_warp_torch.so for those packages; "" = search
-  int intra_op_threads = 0;         ///< ORT's intra-op threads (0: ORT's default)
+  /// ONNX Runtime's threads, set explicitly for a control loop (docs/deploy.md, "Threads"): each session runs
+  /// its nodes one after another (sequential execution, one inter-op thread) with `intra_op_threads` intra-op
+  /// threads counting the caller's (1, the default: the caller's thread alone, no pool), and pool threads
+  /// that sleep when idle unless `spin` (ORT's own default spins, keeping a core busy between steps).
+  /// 0: ORT's default, one per physical core.
+  int intra_op_threads = 1;
+  bool spin = false;
   /// Open this node alone, for run_node (leapp-run --node): the other nodes' files are checked (containment,
   /// sha256) but no runtime is opened for them, so a PT2 node elsewhere needs no AOTInductor package and
   /// run() refuses. "" (the default): every node. An unknown name throws NodeNotFound.
