@@ -197,7 +197,7 @@ def test_node_runs_alone_without_packages_for_the_others(export, tmp_path):
     import onnxruntime as ort
 
     folder = Path(shutil.copytree(export, tmp_path / "demo"))
-    assert "aoti" not in yaml.safe_load((folder / "pipeline.yaml").read_text())["nodes"][0]
+    _rewrite(folder, lambda d: d["nodes"][0].pop("aoti", None))  # the module's package fixture may have run
     feat = torch.randn(N, generator=torch.Generator().manual_seed(2)) * 1e3
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "feat.bin").write_bytes(feat.numpy().tobytes())
