@@ -568,3 +568,29 @@ def test_onnx_runtime_threads_are_explicit_and_bounded(export, tmp_path):
     alone = _peak_threads(*common)
     assert alone <= 2, alone  # the main thread (and at most one of ONNX Runtime's environment)
     assert _peak_threads(*common, "--threads", "3") == alone + 2 * len(pipeline.nodes)
+
+
+def test_fixed_rate_loop_reports_latency_percentiles_and_deadlines(export, tmp_path):
+    """Issue 34: `leapp-run --rate HZ --duration S` runs the step as a control loop does (absolute start times)
+    and reports p50/p99/p99.9/max latency and missed deadlines; the outputs are the step's, as without it."""
+    import re
+
+    pipeline = leapp.load(export)
+    inputs = _write_inputs(pipeline, tmp_path / "in")
+    r = _leapp_run(export, "--in", tmp_path / "in", "--out", tmp_path / "out", "--rate", "500", "--duration", "0.2")
+    assert r.returncode == 0, r.stderr
+    m = re.search(r"pipeline 'mlp': (\d+) steps at 500 Hz on cpu \(period 2000\.0 us\), latency \(us\): p50 ([\d.]+)  "
+                  r"p99 ([\d.]+)  p99\.9 ([\d.]+)  max ([\d.]+); missed deadlines (\d+) \([\d.]+%\), late starts (\d+)",
+                  r.stdout)
+    assert m, r.stdout
+    steps, p50, p99, p999, worst, missed, late = (float(v) for v in m.groups())
+    assert steps == 100 and 0 < p50 <= p99 <= p999 <= worst and missed <= steps and late <= steps
+    for name, t in pipeline(**inputs).items():
+        assert (tmp_path / "out" / f"{name}.bin").read_bytes() == t.contiguous().numpy().tobytes(), name
+    for args, text in (((("--rate", "500"),), "--rate and --duration go together"),
+                       ((("--rate", "0"), ("--duration", "1")), "--rate: a rate in Hz from 1 to 100000, got '0'"),
+                       ((("--rate", "5"), ("--duration", "-1")), "--duration: seconds, more than 0"),
+                       ((("--rate", "5"), ("--duration", "1"), ("--time", "3")), "one of them")):
+        flat = [v for pair in args for v in pair]
+        r = _leapp_run(export, "--in", tmp_path / "in", "--out", tmp_path / "out2", *flat)
+        assert r.returncode == 2 and text in r.stderr, (args, r.stderr)

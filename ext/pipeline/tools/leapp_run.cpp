@@ -8,6 +8,8 @@
 // its own inputs and outputs (Pipeline::run_node; leapp.testing localises a mismatch with it). Exit status: 0 done, 1 the export
 // was refused or a run failed, 2 bad usage or bad input files (missing, wrong byte count).
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,7 +29,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: leapp-run EXPORT_DIR --in IN_DIR --out OUT_DIR [--node NAME] [--time N] [--device cpu|cuda] [--threads N]\n"
-    "                 [--spin] [--batch N]\n"
+    "                 [--spin] [--batch N] [--rate HZ --duration S]\n"
     "       leapp-run EXPORT_DIR --check   (the wiring and the artifacts' sha256 only; exit 1 with the reason)\n"
     "       leapp-run EXPORT_DIR --describe   (open it; print each input and output: dtype, shape, metadata JSON)\n"
     "  IN_DIR/<input>.bin: each pipeline input, raw little-endian C-order bytes; writes OUT_DIR/<output>.bin.\n"
@@ -35,6 +37,8 @@ constexpr const char* kUsage =
     "  --batch N: a dynamic-batch export (dynamic_batch=) run at N: dim 0 of every batched file is N.\n"
     "  --threads N: ONNX Runtime's intra-op threads per session, the caller's included (default 1; 0: one per\n"
     "  core); --spin: let them spin between steps (default: they sleep).\n"
+    "  --rate HZ --duration S: run the step at HZ for S seconds, as a control loop, and print its latency\n"
+    "  percentiles (p50, p99, p99.9, max) and missed deadlines.\n"
     "  --time N: run N more times and print each node's median time. --device cuda: device buffers, ONNX Runtime's\n"
     "  CUDA EP on one stream (default cpu: host buffers, CPU EP).\n";
 
@@ -104,9 +108,46 @@ double median(std::vector<double> v) {
   return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/// The `p`-th percentile (nearest rank) of sorted `v`.
+double percentile(const std::vector<double>& v, double p) {
+  if (v.empty()) return 0.0;
+  size_t rank = size_t(std::ceil(p / 100.0 * double(v.size())));
+  return v[std::min(v.size(), std::max<size_t>(rank, 1)) - 1];
+}
+
+/// --rate/--duration: `step` (run and wait) started at absolute times t0 + k / rate, as a control loop does;
+/// each step's latency is measured, a step that ends after its period is a missed deadline, and a step that
+/// starts late (the previous one overran) is counted too. The loop itself allocates nothing.
+template <class Step>
+void fixed_rate(long rate, double duration, Step&& step, const std::string& name, const std::string& device) {
+  using clock = std::chrono::steady_clock;
+  const auto period = std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(1.0 / double(rate)));
+  const size_t steps = std::max<size_t>(1, size_t(double(rate) * duration));
+  std::vector<double> latency(steps);
+  size_t missed = 0, late = 0;
+  const auto t0 = clock::now() + period;
+  for (size_t k = 0; k < steps; ++k) {
+    const auto due = t0 + period * long(k);
+    std::this_thread::sleep_until(due);
+    const auto start = clock::now();
+    if (start > due + period) ++late;
+    step();
+    const auto end = clock::now();
+    latency[k] = std::chrono::duration<double, std::micro>(end - start).count();
+    if (end > due + period) ++missed;
+  }
+  std::sort(latency.begin(), latency.end());
+  std::printf("pipeline '%s': %zu steps at %ld Hz on %s (period %.1f us), latency (us): p50 %.1f  p99 %.1f  "
+              "p99.9 %.1f  max %.1f; missed deadlines %zu (%.3f%%), late starts %zu\n",
+              name.c_str(), steps, rate, device.c_str(), 1e6 / double(rate), percentile(latency, 50),
+              percentile(latency, 99), percentile(latency, 99.9), latency.back(), missed,
+              100.0 * double(missed) / double(steps), late);
+}
+
 int run(int argc, char** argv) {
   std::string export_dir, in_dir, out_dir, device = "cpu", node;
-  long repeat = 0, threads = 1, batch = 0;
+  long repeat = 0, threads = 1, batch = 0, rate = 0;
+  double duration = 0;
   bool check_only = false, describe_only = false, spin = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -137,6 +178,17 @@ int run(int argc, char** argv) {
     else if (a == "--device") device = value();
     else if (a == "--node") node = value();
     else if (a == "--spin") spin = true;
+    else if (a == "--rate") {
+      rate = count(value());
+      if (rate == 0 || rate > 100000) throw UsageError{a + ": a rate in Hz from 1 to 100000, got '" + argv[i] + "'"};
+    }
+    else if (a == "--duration") {
+      const std::string text = value();
+      char* end = nullptr;
+      duration = std::strtod(text.c_str(), &end);
+      if (text.empty() || *end || !(duration > 0 && duration <= 86400))
+        throw UsageError{a + ": seconds, more than 0 and at most 86400, got '" + text + "'"};
+    }
     else if (a == "--check") check_only = true;
     else if (a == "--describe") describe_only = true;
     else if (a == "-h" || a == "--help") {
@@ -156,6 +208,9 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (export_dir.empty() || in_dir.empty() || out_dir.empty()) throw UsageError{"EXPORT_DIR, --in and --out are required"};
+  if ((rate > 0) != (duration > 0)) throw UsageError{"--rate and --duration go together"};
+  if (rate > 0 && repeat > 0) throw UsageError{"--rate runs a fixed-rate loop, --time back-to-back runs: one of them"};
+  if (rate > 0 && double(rate) * duration > 1e8) throw UsageError{"--rate times --duration: at most 10^8 steps"};
   if (device != "cpu" && device != "cuda") throw UsageError{"--device: cpu or cuda, got '" + device + "'"};
 
   leapp::PipelineOptions options;
@@ -244,6 +299,10 @@ int run(int argc, char** argv) {
     }
     std::printf("  %-24s %10.4f\n", "total", 1e3 * median(totals));
   }
+  if (rate > 0) fixed_rate(rate, duration, [&] {
+      run_once(ins, outs);
+      pipeline->synchronize();
+    }, pipeline->name(), device);
   for (leapp::CUdeviceptr p : device_buffers) leapp::driver().cuMemFree(p);
   return 0;
 }

@@ -1,0 +1,114 @@
+"""A policy step at a fixed rate, as a control loop runs it: latency percentiles and missed deadlines per route.
+
+Routes, each on the same step and inputs, started at absolute times t0 + k / rate:
+
+  leapp-run        `leapp-run EXPORT --rate HZ --duration S` (C++, no Python; ONNX Runtime threads as leapp sets them)
+  leapp.load       the exported pipeline in Python
+  eager            the step in PyTorch (plus Warp where the example has it), under torch.no_grad
+  onnxruntime      the export's policy node alone in an onnxruntime.InferenceSession (ORT's defaults)
+
+A step that ends after its period is a missed deadline. Default: examples/cpu_policy.py's step on the
+CPU (three ONNX nodes, one robot). The Python loops sleep with time.sleep, so their wake-up jitter is
+part of what they measure, as it would be in a Python control loop.
+
+    python3 benchmarks/fixed_rate.py [--rate 1000] [--duration 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("cpu_policy", ROOT / "examples" / "cpu_policy.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _python_loop(step, rate: int, duration: float) -> dict:
+    period = 1.0 / rate
+    steps = max(1, int(rate * duration))
+    latency = np.empty(steps)
+    missed = 0
+    t0 = time.perf_counter() + period
+    for k in range(steps):
+        due = t0 + k * period
+        pause = due - time.perf_counter()
+        if pause > 0:
+            time.sleep(pause)
+        start = time.perf_counter()
+        step()
+        end = time.perf_counter()
+        latency[k] = (end - start) * 1e6
+        missed += end > due + period
+    return {"steps": steps, "p50": np.percentile(latency, 50), "p99": np.percentile(latency, 99),
+            "p99.9": np.percentile(latency, 99.9), "max": latency.max(), "missed": missed}
+
+
+def _leapp_run(export: Path, inputs: Path, out: Path, rate: int, duration: float) -> dict:
+    leapp_run = Path(sys.executable).with_name("leapp-run")
+    r = subprocess.run([str(leapp_run), str(export), "--in", str(inputs), "--out", str(out), "--rate", str(rate),
+                        "--duration", str(duration)], capture_output=True, text=True, check=True)
+    m = re.search(r"(\d+) steps .* p50 ([\d.]+)  p99 ([\d.]+)  p99\.9 ([\d.]+)  max ([\d.]+); missed deadlines (\d+)",
+                  r.stdout)
+    steps, p50, p99, p999, worst, missed = (float(v) for v in m.groups())
+    return {"steps": int(steps), "p50": p50, "p99": p99, "p99.9": p999, "max": worst, "missed": int(missed)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=int, default=1000, help="steps per second")
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds per route")
+    args = parser.parse_args(argv)
+    import onnxruntime as ort
+
+    import leapp
+
+    example = _example()
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        subprocess.run([sys.executable, str(ROOT / "examples" / "cpu_policy.py"), "--out", str(tmp)], check=True,
+                       capture_output=True)
+        export = tmp / "go2_cpu"
+        quat, joints = example.random_state(1, seed=7)
+        (tmp / "in").mkdir()
+        quat.numpy().tofile(tmp / "in" / "quat.bin")
+        joints.numpy().tofile(tmp / "in" / "joints.bin")
+        pipeline = leapp.load(export)
+        session = ort.InferenceSession(str(export / "policy.onnx"), providers=["CPUExecutionProvider"])
+        obs = {session.get_inputs()[0].name: torch.cat([example.projected_gravity(quat), joints], dim=-1).numpy()}
+
+        def eager():
+            with torch.no_grad():
+                example.step(quat, joints)
+
+        rows = {
+            "leapp-run": _leapp_run(export, tmp / "in", tmp / "out", args.rate, args.duration),
+            "leapp.load": _python_loop(lambda: pipeline(quat=quat, joints=joints), args.rate, args.duration),
+            "eager": _python_loop(eager, args.rate, args.duration),
+            "onnxruntime (policy alone)": _python_loop(lambda: session.run(None, obs), args.rate, args.duration),
+        }
+    print(f"{args.rate} Hz for {args.duration:g} s per route, examples/cpu_policy.py's step on the CPU; latency in us")
+    print("| route | steps | p50 | p99 | p99.9 | max | missed deadlines |")
+    print("|---|---|---|---|---|---|---|")
+    for name, r in rows.items():
+        print(f"| {name} | {r['steps']} | {r['p50']:.1f} | {r['p99']:.1f} | {r['p99.9']:.1f} | {r['max']:.1f} | "
+              f"{r['missed']} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
