@@ -104,7 +104,8 @@ def check_twin(folder: Path, yaml_bytes: bytes) -> dict | None:
     """Refuses a folder whose ``pipeline.json`` (the twin leapp-run reads) says something else than its
     ``pipeline.yaml`` (``yaml_bytes``, read once): the twin must hold the sha256 of those bytes, and those bytes
     must be the twin's canonical rendering (``yaml_text``), so leapp.load, leapp inspect and the validation
-    worker act on the document leapp-run acts on, or on none. Returns the twin's description (None without a
+    worker act on the document leapp-run acts on, or on none. Python alone also reads another layout of the
+    same values (exports written before the canonical text), which leapp-run refuses until ``leapp write-json``. Returns the twin's description (None without a
     twin, as for exports made before it existed).
     Every text and the order of the checks are the C++ reader's (ext/pipeline/src/description.cpp)."""
     file = folder / TWIN_FILE
@@ -157,9 +158,17 @@ def check_twin(folder: Path, yaml_bytes: bytes) -> dict | None:
     if difference is not None:
         line, expected, path = difference
         where = yaml_text.shown(path) if path else "after the last field"
-        raise PipelineError(f"{file}: {yaml_file} differs from it at line {line} ({where}), where leapp writes "
-                            f"`{yaml_text.shown(expected)}`: the two descriptions of one export must say the same "
-                            f"(leapp-run reads pipeline.json, leapp.load pipeline.yaml); {hint}")
+        differs = PipelineError(f"{file}: {yaml_file} differs from it at line {line} ({where}), where leapp writes "
+                                f"`{yaml_text.shown(expected)}`: the two descriptions of one export must say the same "
+                                f"(leapp-run reads pipeline.json, leapp.load pipeline.yaml); {hint}")
+        # Another layout of the same values (an export written before the canonical text): this reader can
+        # prove they agree and reads it; leapp-run, which cannot parse YAML, refuses it with this text
+        try:
+            described = parse_description(yaml_bytes, yaml_file)
+        except PipelineError:
+            raise differs from None
+        if not _same(described, twin):
+            raise differs
     return twin
 
 
