@@ -30,22 +30,25 @@ _DEPTH_STEP[ord("]")] = _DEPTH_STEP[ord("}")] = -1
 _EMPTY_CONTAINER = re.compile(rb"\[[ \t\n\r]*\]|\{[ \t\n\r]*\}")
 
 
-def decode_strict_json(raw: bytes | bytearray | memoryview | str, what: str) -> Any:
-    """The decoded document; BundleError("<what>: ...") for anything the C++ reader refuses too.
+def decode_strict_json(raw: bytes | bytearray | memoryview | str, what: str, *,
+                       error: type[Exception] = BundleError, max_depth: int = MAX_JSON_DEPTH,
+                       max_values: int = MAX_JSON_VALUES) -> Any:
+    """The decoded document; ``error("<what>: ...")`` for anything the C++ reader refuses too.
 
-    ``raw`` is UTF-8 bytes (a bundle's manifest) or a str (an op's signature string).
+    ``raw`` is UTF-8 bytes (a bundle's manifest) or a str (an op's signature string). ``error`` and the
+    bounds are the bundle's by default; leapp.pipeline_format reads pipeline.json with its own.
     """
     if isinstance(raw, str):
         text = raw
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as e:  # a str holding a surrogate character itself
-            raise BundleError(f"{what}: not Unicode text: character {e.start} is a lone surrogate") from e
+            raise error(f"{what}: not Unicode text: character {e.start} is a lone surrogate") from e
     else:
         try:
             text = bytes(raw).decode("utf-8")
         except UnicodeDecodeError as e:
-            raise BundleError(f"{what}: not valid UTF-8 at byte {e.start}: {e.reason}") from e
+            raise error(f"{what}: not valid UTF-8 at byte {e.start}: {e.reason}") from e
 
     def reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
         obj = dict(pairs)
@@ -53,38 +56,38 @@ def decode_strict_json(raw: bytes | bytearray | memoryview | str, what: str) -> 
             seen: set[str] = set()
             for key, _ in pairs:
                 if key in seen:
-                    raise BundleError(f'{what}: duplicate key "{_shown(key)}" in one JSON object')
+                    raise error(f'{what}: duplicate key "{_shown(key)}" in one JSON object')
                 seen.add(key)
         return obj
 
     def reject_constant(name: str) -> Any:
-        raise BundleError(f"{what}: {name} is not valid JSON (RFC 8259)")
+        raise error(f"{what}: {name} is not valid JSON (RFC 8259)")
 
     def finite_float(literal: str) -> float:  # 1e999 would be inf: refused, as the C++ reader refuses it
         number = float(literal)
         if math.isinf(number):
-            raise BundleError(f"{what}: number {literal[:40]} is out of range (not a finite double)")
+            raise error(f"{what}: number {literal[:40]} is out of range (not a finite double)")
         return number
 
-    too_deep = f"{what}: not readable JSON: nested deeper than {MAX_JSON_DEPTH} levels"
+    too_deep = f"{what}: not readable JSON: nested deeper than {max_depth} levels"
     try:
         value = json.loads(text, object_pairs_hook=reject_duplicate_keys, parse_constant=reject_constant,
                            parse_float=finite_float)
     except json.JSONDecodeError as e:
-        raise BundleError(f"{what}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
-    except BundleError:
+        raise error(f"{what}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
+    except error:
         raise
     except RecursionError as e:
-        raise BundleError(too_deep) from e
+        raise error(too_deep) from e
     except ValueError as e:  # e.g. an integer literal beyond Python's digit limit
-        raise BundleError(f"{what}: not readable JSON: {e}") from e
+        raise error(f"{what}: not readable JSON: {e}") from e
     depth, values = measure_json(text)
-    if depth > MAX_JSON_DEPTH:
-        raise BundleError(too_deep)
-    if values > MAX_JSON_VALUES:
-        raise BundleError(f"{what}: not readable JSON: more than {MAX_JSON_VALUES} values")
+    if depth > max_depth:
+        raise error(too_deep)
+    if values > max_values:
+        raise error(f"{what}: not readable JSON: more than {max_values} values")
     if _SURROGATE_ESCAPE.search(text):  # only then can a decoded string hold a surrogate
-        _check_strings(value, what)
+        _check_strings(value, what, error)
     return value
 
 
@@ -109,29 +112,29 @@ def measure_json(text: str) -> tuple[int, int]:
     return depth, values
 
 
-def _check_strings(value: Any, what: str) -> None:
+def _check_strings(value: Any, what: str, error: type[Exception]) -> None:
     """Every key and string, in document order, without recursion; a path is kept as linked
     (parent, step) pairs and rendered only for a message."""
     stack: list[tuple[Any, Any]] = [(value, None)]
     while stack:
         item, path = stack.pop()
         if isinstance(item, str):
-            _check_text(item, what, _render(path))
+            _check_text(item, what, _render(path), error)
         elif isinstance(item, dict):
             for key in item:
-                _check_text(key, what, f"a key of {_render(path) or 'the top-level object'}")
+                _check_text(key, what, f"a key of {_render(path) or 'the top-level object'}", error)
             stack.extend((child, (path, key)) for key, child in reversed(item.items()))
         elif isinstance(item, list):
             stack.extend((item[i], (path, i)) for i in range(len(item) - 1, -1, -1))
 
 
-def _check_text(text: str, what: str, where: str) -> None:
+def _check_text(text: str, what: str, where: str, error: type[Exception]) -> None:
     if text.isascii():
         return
     bad = _SURROGATE.search(text)
     if bad is not None:
         escape = f"\\u{ord(bad.group()):04x}"
-        raise BundleError(
+        raise error(
             f"{what}: {where or 'the top-level value'}: the escape {escape} is a lone UTF-16 surrogate "
             "(not a character; a pair is \\ud800-\\udbff then \\udc00-\\udfff)"
         )

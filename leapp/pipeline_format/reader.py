@@ -27,7 +27,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import math
 import reprlib
 from collections.abc import Iterable
 from pathlib import Path
@@ -45,6 +44,7 @@ from .format import (
 )
 from . import yaml_text
 from .metadata import metadata_problem
+from leapp.bundle.strict_json import decode_strict_json
 from .paths import contained_path
 
 __all__ = ["read_pipeline", "parse_description", "validate_description", "field_path", "prepare", "short_repr"]
@@ -87,9 +87,17 @@ def read_pipeline(path: str | Path, twin: bool = True) -> tuple[Path, dict]:
     contained_path(folder, PIPELINE_FILE, str(file))
     with open(file, "rb") as f:
         data = f.read(MAX_FILE_BYTES + 1)
-    described = check_twin(folder, data) if twin else None  # first, in the C++ reader's order
-    description = parse_description(data, file)
-    if described is not None and not _same(described, description):  # held by the rendering; kept as a guard
+    described, differs = check_twin(folder, data) if twin else (None, None)  # first, in the C++ reader's order
+    try:
+        description = parse_description(data, file)
+    except PipelineError:
+        if differs is not None:  # not the twin's text, and not even a description: the C++ reader's refusal
+            raise differs from None
+        raise
+    if described is not None and not _same(described, description):
+        if differs is not None:
+            raise differs
+        # the twin's own text read back as other values: a rendering bug, never run on
         where = field_path(_first_difference(description, described))
         raise PipelineError(f"{folder / TWIN_FILE} and {file} disagree at {where}: the two descriptions of one "
                             "export must say the same (leapp-run reads pipeline.json, leapp.load pipeline.yaml)")
@@ -100,18 +108,18 @@ TWIN_FILE = "pipeline.json"  # leapp.pipeline_format.twin writes it; named here,
 TWIN_DIGEST_KEY = "pipeline_yaml_sha256"
 
 
-def check_twin(folder: Path, yaml_bytes: bytes) -> dict | None:
-    """Refuses a folder whose ``pipeline.json`` (the twin leapp-run reads) says something else than its
-    ``pipeline.yaml`` (``yaml_bytes``, read once): the twin must hold the sha256 of those bytes, and those bytes
-    must be the twin's canonical rendering (``yaml_text``), so leapp.load, leapp inspect and the validation
-    worker act on the document leapp-run acts on, or on none. Python alone also reads another layout of the
-    same values (exports written before the canonical text), which leapp-run refuses until ``leapp write-json``. Returns the twin's description (None without a
-    twin, as for exports made before it existed).
-    Every text and the order of the checks are the C++ reader's (ext/pipeline/src/description.cpp)."""
+def check_twin(folder: Path, yaml_bytes: bytes) -> tuple[dict | None, PipelineError | None]:
+    """Checks ``pipeline.json`` (the twin leapp-run reads) against ``pipeline.yaml`` (``yaml_bytes``, read once), in
+    the C++ reader's order and with its texts (ext/pipeline/src/description.cpp): strict JSON, a mapping, the sha256
+    of those bytes. Returns (the twin's description, None) when those bytes are the twin's canonical rendering
+    (``yaml_text``), so every reader acts on the document leapp-run acts on; (description, the C++ reader's
+    refusal) when they are not: ``read_pipeline`` raises it unless the YAML holds the same values in another
+    layout (an export written before the canonical text), which leapp-run alone refuses until
+    ``leapp write-json``. (None, None) without a twin (exports made before it existed)."""
     file = folder / TWIN_FILE
     try:
         if not file.is_file():
-            return None
+            return None, None
         contained_path(folder, TWIN_FILE, str(file))
         with open(file, "rb") as f:
             raw = f.read(MAX_FILE_BYTES + 1)
@@ -121,26 +129,7 @@ def check_twin(folder: Path, yaml_bytes: bytes) -> dict | None:
     if len(raw) > MAX_FILE_BYTES:
         raise PipelineError(f"{file}: larger than {MAX_FILE_BYTES} bytes (leapp writes a few KiB per node)")
 
-    def pairs(items):
-        keys = [k for k, _ in items]
-        if len(set(keys)) != len(keys):
-            raise PipelineError(f"{file}: a key appears twice in one object")
-        return dict(items)
-
-    def constant(name):
-        raise PipelineError(f"{file}: {name} is not a JSON number")
-
-    def finite(literal):
-        number = float(literal)
-        if math.isinf(number):
-            raise PipelineError(f"{file}: number {literal[:40]} is out of range (not a finite double)")
-        return number
-
-    try:
-        twin = json.loads(raw.decode("utf-8"), object_pairs_hook=pairs, parse_constant=constant,
-                          parse_float=finite)
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise PipelineError(f"{file}: not JSON leapp could have written: {e}") from e
+    twin = decode_strict_json(raw, str(file), error=PipelineError, max_depth=MAX_DEPTH, max_values=MAX_VALUES)
     if not isinstance(twin, dict):
         validate_description(twin, file)  # refuses, as the C++ reader does: not a mapping
     yaml_file = folder / PIPELINE_FILE
@@ -155,21 +144,13 @@ def check_twin(folder: Path, yaml_bytes: bytes) -> dict | None:
         raise PipelineError(f"{file}: {TWIN_DIGEST_KEY}: {_short.repr(digest)} is not the sha256 of {yaml_file} ({actual}): "
                             f"pipeline.yaml changed after pipeline.json was written; {hint}")
     difference = yaml_text.first_difference(twin, yaml_bytes)
-    if difference is not None:
-        line, expected, path = difference
-        where = yaml_text.shown(path) if path else "after the last field"
-        differs = PipelineError(f"{file}: {yaml_file} differs from it at line {line} ({where}), where leapp writes "
-                                f"`{yaml_text.shown(expected)}`: the two descriptions of one export must say the same "
-                                f"(leapp-run reads pipeline.json, leapp.load pipeline.yaml); {hint}")
-        # Another layout of the same values (an export written before the canonical text): this reader can
-        # prove they agree and reads it; leapp-run, which cannot parse YAML, refuses it with this text
-        try:
-            described = parse_description(yaml_bytes, yaml_file)
-        except PipelineError:
-            raise differs from None
-        if not _same(described, twin):
-            raise differs
-    return twin
+    if difference is None:
+        return twin, None
+    line, expected, path = difference
+    where = yaml_text.shown(path) if path else "after the last field"
+    return twin, PipelineError(f"{file}: {yaml_file} differs from it at line {line} ({where}), where leapp writes "
+                               f"`{yaml_text.shown(expected)}`: the two descriptions of one export must say the same "
+                               f"(leapp-run reads pipeline.json, leapp.load pipeline.yaml); {hint}")
 
 
 def _same(a: Any, b: Any) -> bool:
