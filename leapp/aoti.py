@@ -20,10 +20,10 @@ place, so a failed compile leaves no file behind.
 from __future__ import annotations
 
 import logging
-import warnings
 import os
 import tempfile
 import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -71,8 +71,7 @@ def compiler_configs(inductor_configs: Mapping[str, Any] | None = None) -> dict[
     """``inductor_configs`` plus what makes Inductor's C++ compiler link the process's shared C++ runtime.
 
     A compiler whose links carry a private, static copy of libstdc++ makes packages that cannot be
-    loaded (here: ``Error: std::bad_cast`` from the package's container; on the H200 machine every
-    load segfaulted). When the probe link (``leapp._export.cxx_runtime``) shows one, ``-l:libstdc++.so.6``
+    loaded (``Error: std::bad_cast`` from the package's container, or a crash at load). When the probe link (``leapp._export.cxx_runtime``) shows one, ``-l:libstdc++.so.6``
     is added through ``aot_inductor.custom_op_libs``; when even that link carries a private copy,
     ExportError names the compiler.
     """
