@@ -72,6 +72,9 @@ TensorInfo tensor_info(const Spec& s) {
   return t;
 }
 
+/// NodeInfo::execution of a node PipelineOptions::only_node left unopened: no runtime, no buffers.
+constexpr const char* kUnopened = "unopened";
+
 /// A buffer owned by the pipeline: host memory or device memory from the driver.
 struct OwnedBuffer {
   std::vector<uint64_t> host;  // 8-byte aligned
@@ -228,7 +231,6 @@ struct Pipeline::Impl {
   }
 
   void open_node(size_t index, const NodeDescription& d);
-  void check_node(size_t index, const NodeDescription& d);  // only_node: another node's files, no runtime
   void run_one(Node& node, const std::vector<void*>& in, const std::vector<void*>& out);
   void run_aoti(Node& node, const std::vector<void*>& in, const std::vector<void*>& out);
 };
@@ -305,23 +307,6 @@ std::string external_data_problem(const std::string& model, const std::string& b
 
 }  // namespace
 
-void Pipeline::Impl::check_node(size_t index, const NodeDescription& d) {
-  const std::string where = "pipeline '" + description.name + "' node '" + d.name + "'";
-  const std::string field = description.file + ": nodes[" + std::to_string(index) + "]";
-  Node node;
-  node.info.name = d.name;
-  node.info.backend = d.backend;
-  node.info.device = d.device;
-  node.info.execution = "unopened";
-  node.info.artifact = verify_file(description, where, d.artifact, d.sha256, field + ".artifact");
-  for (size_t i = 0; i < d.files.size(); ++i)
-    verify_file(description, where, d.files[i].first, d.files[i].second, field + ".files[" + std::to_string(i) + "].path");
-  for (const Spec& s : d.inputs) node.info.inputs.push_back(tensor_info(s));
-  for (const Spec& s : d.outputs) node.info.outputs.push_back(tensor_info(s));
-  node_infos.push_back(node.info);
-  nodes.push_back(std::move(node));
-}
-
 void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
   const std::string where = "pipeline '" + description.name + "' node '" + d.name + "'";
   const std::string field = description.file + ": nodes[" + std::to_string(index) + "]";
@@ -333,10 +318,12 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
   node.info.backend = d.backend;
   node.info.device = d.device;
   // An ONNX model and its files are read once: the bytes hashed are the bytes ONNX Runtime opens. Other
-  // artifacts are only checked here (a PT2 node runs from its AOTInductor package, checked when opened).
+  // artifacts are only checked here (a PT2 node runs from its AOTInductor package, checked when opened), and
+  // so are the files of a node PipelineOptions::only_node leaves unopened.
+  const bool opened = options.only_node.empty() || options.only_node == d.name;
   CheckedFile model;
   std::vector<CheckedFile> checked;
-  if (d.backend == "onnx") {
+  if (opened && d.backend == "onnx") {
     model = read_checked(description, where, d.artifact, d.sha256, field + ".artifact");
     node.info.artifact = model.path;
     for (size_t i = 0; i < d.files.size(); ++i) {
@@ -350,6 +337,12 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
   }
   for (const Spec& s : d.inputs) node.info.inputs.push_back(tensor_info(s));
   for (const Spec& s : d.outputs) node.info.outputs.push_back(tensor_info(s));
+  if (!opened) {
+    node.info.execution = kUnopened;
+    node_infos.push_back(node.info);
+    nodes.push_back(std::move(node));
+    return;
+  }
   if (d.backend == "pt2" && d.has_aoti) {
     const bool device = options.memory == Memory::kDevice;
     const std::string op_library = torch_op_library(options.torch_op_library);
@@ -537,12 +530,7 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& export_dir, const Pi
   } else {
     impl->memory = std::make_unique<Ort::MemoryInfo>(Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeDefault));
   }
-  for (size_t i = 0; i < d.nodes.size(); ++i) {
-    if (options.only_node.empty() || d.nodes[i].name == options.only_node)
-      impl->open_node(i, d.nodes[i]);
-    else
-      impl->check_node(i, d.nodes[i]);
-  }
+  for (size_t i = 0; i < d.nodes.size(); ++i) impl->open_node(i, d.nodes[i]);
   std::map<std::string, int> index;
   for (size_t i = 0; i < d.nodes.size(); ++i) index[d.nodes[i].name] = int(i);
   for (Node& node : impl->nodes) node.sources.resize(node.info.inputs.size());
@@ -564,7 +552,7 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& export_dir, const Pi
   for (const PipelineOutput& out : d.outputs) impl->outputs.push_back(tensor_info(out.spec));
   for (size_t n = 0; n < impl->nodes.size(); ++n)
     for (const TensorInfo& t : impl->nodes[n].info.outputs) {
-      if (impl->nodes[n].info.execution == "unopened") continue;  // only_node: run() refuses, no buffers
+      if (impl->nodes[n].info.execution == kUnopened) continue;  // only_node: run() refuses, no buffers
       OwnedBuffer& b = impl->values[{int(n), t.name}];
       b.bytes = t.byte_size();
       if (options.memory == Memory::kDevice)
@@ -634,7 +622,7 @@ void Pipeline::run_node(const std::string& name, const std::map<std::string, con
                         repr_names(names) + ")");
   }
   const std::string where = "Pipeline '" + p.description.name + "' node '" + name + "'";
-  if (it->info.execution == "unopened")
+  if (it->info.execution == kUnopened)
     throw PipelineError(where + " was not opened: the pipeline was opened for node '" + p.options.only_node +
                         "' alone (PipelineOptions::only_node)");
   check_names(it->info.inputs, keys(inputs), where, "inputs");
@@ -693,7 +681,7 @@ void Pipeline::set_batch(int64_t batch) {
   bool synced = false;
   for (size_t n = 0; n < p.nodes.size(); ++n)
     for (const TensorInfo& t : p.nodes[n].info.outputs) {
-      if (p.nodes[n].info.execution == "unopened") continue;  // only_node: no buffers
+      if (p.nodes[n].info.execution == kUnopened) continue;  // only_node: no buffers
       OwnedBuffer& b = p.values.at({int(n), t.name});
       const size_t need = t.byte_size(batch);
       if (need <= b.bytes) continue;

@@ -7,13 +7,8 @@
 #include <cstring>
 
 namespace leapp::pipeline_detail {
-namespace {
 
-constexpr size_t kMaxString = 60, kMaxOther = 60, kMaxLong = 40, kMaxList = 4, kMaxDict = 4;
-constexpr int kMaxLevel = 2;
-
-/// Decodes the code points of valid UTF-8 (the parser has checked it).
-std::vector<uint32_t> decode(std::string_view s) {
+std::vector<uint32_t> decode_utf8(std::string_view s) {
   std::vector<uint32_t> out;
   for (size_t i = 0; i < s.size();) {
     unsigned char c = static_cast<unsigned char>(s[i]);
@@ -26,7 +21,7 @@ std::vector<uint32_t> decode(std::string_view s) {
   return out;
 }
 
-void encode(uint32_t cp, std::string& out) {
+void encode_utf8(uint32_t cp, std::string& out) {
   if (cp < 0x80) {
     out += char(cp);
   } else if (cp < 0x800) {
@@ -38,6 +33,11 @@ void encode(uint32_t cp, std::string& out) {
     out += char(0x80 | ((cp >> 6) & 0x3F)), out += char(0x80 | (cp & 0x3F));
   }
 }
+
+namespace {
+
+constexpr size_t kMaxString = 60, kMaxOther = 60, kMaxLong = 40, kMaxList = 4, kMaxDict = 4;
+constexpr int kMaxLevel = 2;
 
 /// Python's str.isprintable() for the code points a description holds in practice: C0/C1
 /// controls, DEL, the line/paragraph separators and the BOM are escaped, everything else shown.
@@ -62,7 +62,7 @@ std::string repr_points(const std::vector<uint32_t>& cps) {
     } else if (cp == '\r') {
       out += "\\r";
     } else if (printable(cp)) {
-      encode(cp, out);
+      encode_utf8(cp, out);
     } else {
       if (cp < 0x100)
         std::snprintf(buf, sizeof buf, "\\x%02x", cp);
@@ -79,13 +79,13 @@ std::string repr_points(const std::vector<uint32_t>& cps) {
 
 /// s[:i] + '...' + s[len(s)-j:] as reprlib shortens a repr longer than `limit` (code points).
 std::string shorten(const std::string& s, size_t limit) {
-  std::vector<uint32_t> cps = decode(s);
+  std::vector<uint32_t> cps = decode_utf8(s);
   if (cps.size() <= limit) return s;
   size_t i = (limit - 3) / 2, j = limit - 3 - i;
   std::string out;
-  for (size_t k = 0; k < i; ++k) encode(cps[k], out);
+  for (size_t k = 0; k < i; ++k) encode_utf8(cps[k], out);
   out += "...";
-  for (size_t k = cps.size() - j; k < cps.size(); ++k) encode(cps[k], out);
+  for (size_t k = cps.size() - j; k < cps.size(); ++k) encode_utf8(cps[k], out);
   return out;
 }
 
@@ -105,18 +105,18 @@ std::string repr_at(const JsonValue& v, bool short_form, int level) {
     }
     case T::kString: {
       if (!short_form) return repr_str(v.string);
-      std::vector<uint32_t> cps = decode(v.string);
+      std::vector<uint32_t> cps = decode_utf8(v.string);
       std::vector<uint32_t> head(cps.begin(), cps.begin() + std::min(cps.size(), kMaxString));
       std::string s = repr_points(head);
-      if (decode(s).size() <= kMaxString) return s;
+      if (decode_utf8(s).size() <= kMaxString) return s;
       size_t i = (kMaxString - 3) / 2, j = kMaxString - 3 - i;
       std::vector<uint32_t> cut(cps.begin(), cps.begin() + i);
       cut.insert(cut.end(), cps.end() - j, cps.end());
-      std::vector<uint32_t> r = decode(repr_points(cut));
+      std::vector<uint32_t> r = decode_utf8(repr_points(cut));
       std::string out;
-      for (size_t k = 0; k < i; ++k) encode(r[k], out);
+      for (size_t k = 0; k < i; ++k) encode_utf8(r[k], out);
       out += "...";
-      for (size_t k = r.size() - j; k < r.size(); ++k) encode(r[k], out);
+      for (size_t k = r.size() - j; k < r.size(); ++k) encode_utf8(r[k], out);
       return out;
     }
     case T::kArray: {
@@ -186,9 +186,9 @@ std::string repr_float(double v) {
   return (neg ? "-" : "") + out;
 }
 
-size_t code_points(std::string_view s) { return decode(s).size(); }
+size_t code_points(std::string_view s) { return decode_utf8(s).size(); }
 
-std::string repr_str(std::string_view s) { return repr_points(decode(s)); }
+std::string repr_str(std::string_view s) { return repr_points(decode_utf8(s)); }
 
 std::string repr(const JsonValue& value, bool short_form) { return repr_at(value, short_form, kMaxLevel); }
 

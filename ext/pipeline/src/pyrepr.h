@@ -5,6 +5,7 @@
 // a reprlib.Repr (maxstring=maxother=60, maxlist=maxdict=4, maxlevel=2).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,6 +16,10 @@ namespace leapp::pipeline_detail {
 
 using leapp::detail::JsonValue;
 
+/// The code points of valid UTF-8 text (the JSON parser has checked it).
+std::vector<uint32_t> decode_utf8(std::string_view s);
+/// Appends code point `cp` to `out` as UTF-8.
+void encode_utf8(uint32_t cp, std::string& out);
 /// repr(s) of a Python str holding the UTF-8 text `s`.
 std::string repr_str(std::string_view s);
 /// reprlib's short repr of the str `s` (leapp.pipeline_format.short_repr): a hostile name, bounded.

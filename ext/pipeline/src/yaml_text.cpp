@@ -32,22 +32,17 @@ bool escaped(uint32_t code) {
 std::string string_text(std::string_view s) {
   if (plain(s)) return std::string(s);
   std::string out = "\"";
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const size_t n = c < 0x80 ? 1 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
-    uint32_t code = n == 1 ? c : c & (0x7f >> n);
-    for (size_t k = 1; k < n && i + k < s.size(); ++k) code = (code << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
-    if (c == '"' || c == '\\') {
+  for (uint32_t code : decode_utf8(s)) {
+    if (code == '"' || code == '\\') {
       out += '\\';
-      out += char(c);
+      out += char(code);
     } else if (escaped(code)) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\u%04X", unsigned(code));
       out += buf;
     } else {
-      out.append(s.substr(i, n));
+      encode_utf8(code, out);
     }
-    i += n;
   }
   return out + "\"";
 }
