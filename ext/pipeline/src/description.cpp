@@ -2,7 +2,9 @@
 // leapp/pipeline_format/reader.py or paths.py (tests/runtime/test_cpp_pipeline.py compares them).
 #include "description.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -289,13 +291,32 @@ std::string contained_path(const std::string& folder, const std::string& rel, co
   return path.string();
 }
 
+/// An artifact's path (contained_path resolved it) opened for reading without following a symbolic link that
+/// appeared since (Python: O_NOFOLLOW, pipeline_format.read_checked); closed when it goes.
+struct ArtifactFd {
+  int fd = -1;
+  /// Throws PipelineError(`failed` + strerror) when the file cannot be opened.
+  ArtifactFd(const std::string& path, const std::string& failed) : fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) {
+    if (fd < 0) throw PipelineError(failed + std::strerror(errno));
+  }
+  ~ArtifactFd() { ::close(fd); }
+  ArtifactFd(const ArtifactFd&) = delete;
+  ArtifactFd& operator=(const ArtifactFd&) = delete;
+  /// Up to `n` bytes into `out`; the count read (0 at the end).
+  size_t read(char* out, size_t n, const std::string& path, const std::string& where) const {
+    for (;;) {
+      const ssize_t got = ::read(fd, out, n);
+      if (got >= 0) return size_t(got);
+      if (errno != EINTR) throw PipelineError(where + ": cannot read " + path + ": " + std::strerror(errno));
+    }
+  }
+};
+
 std::string sha256_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(path + ": cannot be read: " + std::strerror(errno));
+  const ArtifactFd f(path, path + ": cannot be read: ");
   leapp::detail::Sha256Stream hash;
   std::vector<char> chunk(1 << 20);
-  while (f.read(chunk.data(), std::streamsize(chunk.size())) || f.gcount() > 0)
-    hash.update(chunk.data(), size_t(f.gcount()));
+  while (const size_t got = f.read(chunk.data(), chunk.size(), path, path)) hash.update(chunk.data(), got);
   auto digest = hash.digest();
   return leapp::detail::to_hex(digest.data(), digest.size());
 }
@@ -321,15 +342,20 @@ void check_artifact_size(const std::string& path, uint64_t size, const std::stri
 }
 
 std::string read_artifact(const std::string& path, const std::string& where) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw PipelineError(where + ": cannot open " + path + ": " + std::strerror(errno));
+  const ArtifactFd f(path, where + ": cannot open " + path + ": ");
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+  if (::fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode))  // the file opened, not whatever the path names now
     throw PipelineError(where + ": " + path + " is not a regular file");
   check_artifact_size(path, uint64_t(st.st_size), where);
   std::string data(size_t(st.st_size), '\0');
-  f.read(data.data(), std::streamsize(data.size()));
-  if (size_t(f.gcount()) != data.size() || f.peek() != std::char_traits<char>::eof())
+  size_t done = 0;
+  while (done < data.size()) {
+    const size_t got = f.read(data.data() + done, data.size() - done, path, where);
+    if (got == 0) break;
+    done += got;
+  }
+  char extra = 0;
+  if (done != data.size() || f.read(&extra, 1, path, where) != 0)
     throw PipelineError(where + ": " + path + " changed size while it was read");
   return data;
 }
@@ -451,11 +477,7 @@ Description read_description(const std::string& arg) {
       fail(file + ": " + kTwinDigestKey + ": " + repr(*digest, true) + " is not the sha256 of " + yaml_file + " (" +
            actual + "): pipeline.yaml changed after pipeline.json was written; " + regenerate_hint(folder));
     // a digest recomputed over an edited pipeline.yaml is not enough: it must be the twin's rendering
-    JsonValue described = root;  // the twin less its digest: what pipeline.yaml holds
-    auto& members = described.object;
-    members.erase(std::remove_if(members.begin(), members.end(), [](const auto& m) { return m.first == kTwinDigestKey; }),
-                  members.end());
-    if (const auto diff = first_difference(described, yaml_bytes)) {
+    if (const auto diff = first_difference(root, yaml_bytes, kTwinDigestKey)) {  // the twin less its digest
       const std::string& path = diff->expected.path;
       fail(file + ": " + yaml_file + " differs from it at line " + std::to_string(diff->line) + " (" +
            (path.empty() ? std::string("after the last field") : leapp::detail::shown(path)) +

@@ -85,11 +85,13 @@ bool inline_text(const JsonValue& v, std::string& out) {
   return true;
 }
 
-void block(const JsonValue& v, size_t indent, const std::string& path, std::vector<YamlLine>& out) {
+void block(const JsonValue& v, size_t indent, const std::string& path, std::vector<YamlLine>& out,
+           std::string_view skip = {}) {
   const std::string pad(indent, ' ');
   std::string one;
   if (v.type == T::kObject) {
     for (const auto& [key, item] : v.object) {
+      if (!skip.empty() && key == skip) continue;
       const std::string at = path.empty() ? key : path + "." + key;
       const std::string head = pad + string_text(key) + ":";
       if (inline_text(item, one)) {
@@ -115,18 +117,17 @@ void block(const JsonValue& v, size_t indent, const std::string& path, std::vect
 
 }  // namespace
 
-std::vector<YamlLine> yaml_lines(const JsonValue& description) {
+std::vector<YamlLine> yaml_lines(const JsonValue& description, std::string_view skip) {
   std::vector<YamlLine> out;
-  if (description.object.empty())
-    out.push_back({"{}", ""});
-  else
-    block(description, 0, "", out);
+  block(description, 0, "", out, skip);
+  if (out.empty()) out.push_back({"{}", ""});
   out.push_back({"", ""});
   return out;
 }
 
-std::optional<YamlDifference> first_difference(const JsonValue& description, std::string_view text) {
-  const std::vector<YamlLine> lines = yaml_lines(description);
+std::optional<YamlDifference> first_difference(const JsonValue& description, std::string_view text,
+                                              std::string_view skip) {
+  const std::vector<YamlLine> lines = yaml_lines(description, skip);
   size_t start = 0;
   for (size_t i = 0; i < lines.size(); ++i) {
     const size_t end = text.find('\n', start);

@@ -22,8 +22,9 @@ struct YamlLine {
   std::string text, path;
 };
 
-/// The lines of the canonical text of `description` (a JSON object), then the empty rest.
-std::vector<YamlLine> yaml_lines(const leapp::detail::JsonValue& description);
+/// The lines of the canonical text of `description` (a JSON object) less its top-level member `skip` (pipeline.json's
+/// digest of pipeline.yaml, which pipeline.yaml does not hold), then the empty rest.
+std::vector<YamlLine> yaml_lines(const leapp::detail::JsonValue& description, std::string_view skip = {});
 
 /// The first line where `text` differs from the rendering of `description` (1-based number and the
 /// rendered line), or nothing when they are equal. Past the last rendered line: the empty line, path "".
@@ -31,6 +32,7 @@ struct YamlDifference {
   size_t line = 0;
   YamlLine expected;
 };
-std::optional<YamlDifference> first_difference(const leapp::detail::JsonValue& description, std::string_view text);
+std::optional<YamlDifference> first_difference(const leapp::detail::JsonValue& description, std::string_view text,
+                                              std::string_view skip = {});
 
 }  // namespace leapp::pipeline_detail
