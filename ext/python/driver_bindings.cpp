@@ -22,6 +22,8 @@ void bind_driver(nb::module_& m) {
         d["available"] = s.available;
         d["error"] = s.error;
         d["version"] = s.version;
+        d["assumed_version"] = s.assumed_version;
+        d["assumed_error"] = s.assumed_error;
         nb::list devices;
         for (const DeviceInfo& info : s.devices) {
           nb::dict dev;
@@ -33,7 +35,8 @@ void bind_driver(nb::module_& m) {
         d["devices"] = devices;
         return d;
       },
-      "Loads libcuda.so.1 (once) and reports {available, error, version, devices}. Never raises.");
+      "Loads libcuda.so.1 (once) and reports {available, error, version, assumed_version, assumed_error, devices} "
+      "(assumed_version: $LEAPP_ASSUME_DRIVER, 0 when unset). Never raises.");
 }
 
 }  // namespace leapp::python

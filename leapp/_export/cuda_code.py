@@ -40,7 +40,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from leapp import _warp_private as wpp
-from leapp._export import binary_cache, nvrtc_worker, ptx_compat
+from leapp._export import binary_cache, nvrtc_worker, ptx_compat, ptx_isa
 from leapp.runtime.binary_choice import DEFAULT_CUBIN_ARCHS
 from leapp.errors import ExportError
 
@@ -89,6 +89,7 @@ class CompiledModule:
     ptx_isa: str  # ".version" of the PTX, e.g. "9.4"
     toolkit: str  # NVRTC / CUDA toolkit version, e.g. "13.4"
     ptx_toolkit: str = ""  # the NVRTC version that wrote the PTX: toolkit, or an older one (ptx_compat)
+    ptx_isa_check: str = ""  # how its .version was declared (ptx_isa.Declaration.description)
     kernels: tuple[str, ...] = ()  # mangled names of the kernels asked for, sorted; () the whole module
     _kernel_names: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary, repr=False)
 
@@ -204,6 +205,7 @@ def compile_module(kernel, block_dim: int, archs: tuple[int, ...] | None = None,
     module = kernel.module
     toolkit = toolkit_version()
     compat = ptx_compat.compat_nvrtc()  # an older NVRTC for the PTX ($LEAPP_PTX_NVRTC), or None
+    declared = ptx_isa.declaration()  # the PTX's .version as older drivers need it ($LEAPP_PTX_ISA)
     supported = wpp.nvrtc_supported_archs()
     missing = [a for a in (PTX_ARCH, *archs) if a not in supported]
     if missing:
@@ -216,7 +218,7 @@ def compile_module(kernel, block_dim: int, archs: tuple[int, ...] | None = None,
             if k not in names or k.module is not module:
                 raise ExportError(f"kernel '{k.key}' is not a live kernel of module '{module.name}'")
         subset = _subset(module, block_dim, names, kernels)
-        variant = (module.name, module_hash, block_dim, compat.identity if compat else "", subset)
+        variant = (module.name, module_hash, block_dim, compat.identity if compat else "", declared.identity, subset)
         compiled = _cache.get((*variant, archs))
         if compiled is not None:
             log.debug("module '%s' (%s, block_dim %d): compiled code reused", module.name, module_hash[:7], block_dim)
@@ -225,7 +227,7 @@ def compile_module(kernel, block_dim: int, archs: tuple[int, ...] | None = None,
             missing = tuple(a for a in archs if store is None or a not in store.cubins)
             if store is None or missing:
                 fresh = _compile_variant(module, block_dim, missing, module_hash, toolkit, ptx=store is None,
-                                         compat=compat, subset=subset)
+                                         compat=compat, declared=declared, subset=subset)
                 if store is None:
                     store = _store[variant] = fresh
                 store.cubins.update(fresh.cubins)
@@ -255,7 +257,8 @@ def _subset(module, block_dim: int, names: dict, kernels) -> tuple[str, ...]:
 
 def _compile_variant(
     module, block_dim: int, archs: tuple[int, ...], module_hash: str, toolkit: str, ptx: bool = True,
-    compat: ptx_compat.CompatNvrtc | None = None, subset: tuple[str, ...] = (),
+    compat: ptx_compat.CompatNvrtc | None = None, declared: ptx_isa.Declaration | None = None,
+    subset: tuple[str, ...] = (),
 ) -> CompiledModule:
     """The PTX (unless ``ptx`` is False) and the cubins of ``archs`` for one variant, of the kernels ``subset``
     names (() all): read from the binary cache (``binary_cache``) where it has them, the rest compiled
@@ -267,7 +270,8 @@ def _compile_variant(
     if cache is not None and options.get("extra_cuda_include_dirs"):
         log.debug("module '%s': extra_cuda_include_dirs are not part of Warp's hash, binary cache not used", module.name)
         cache = None
-    ptx_nvrtc = f"{toolkit}; PTX by {compat.identity}" if compat else toolkit
+    declared = declared or ptx_isa.declaration()
+    ptx_nvrtc = (f"{toolkit}; PTX by {compat.identity}" if compat else toolkit) + f"; {declared.identity}"
     keys = {t: _cache_key(module.name, module_hash, block_dim, ptx_nvrtc if t[0] == "ptx" else toolkit, *t,
                           kernels=subset) for t in targets} if cache else {}
     found = {}
@@ -277,7 +281,7 @@ def _compile_variant(
             found[t] = entry
     missing = [t for t in targets if t not in found]
     start = time.perf_counter()
-    fresh, processes = _compile_targets(module, options, name, block_dim, missing, compat, subset)
+    fresh, processes = _compile_targets(module, options, name, block_dim, missing, compat, declared, subset)
     what = f"{len(subset)} launched kernel(s) of " if subset else ""
     if fresh:
         log.info("%smodule '%s' (%s, block_dim %d): compiled %s in %.2f s (%d process(es))%s", what, module.name,
@@ -302,6 +306,7 @@ def _compile_variant(
         name=name, module_hash=module_hash, block_dim=block_dim, ptx=ptx_text, cubins=cubins, smem_bytes=smem,
         ptx_isa=match.group(1).decode() if match else "", toolkit=toolkit,
         ptx_toolkit=(compat.version_text if compat else toolkit) if ptx else "", kernels=subset,
+        ptx_isa_check=declared.description if ptx else "",
     )
 
 
@@ -332,7 +337,8 @@ WORKER_TIMEOUT_S = 1800  # one NVRTC target of a large module takes minutes at m
 
 
 def _compile_targets(module, options: dict, name: str, block_dim: int, targets: list[tuple[str, int]],
-                     compat: ptx_compat.CompatNvrtc | None = None, subset: tuple[str, ...] = ()) -> tuple[dict, int]:
+                     compat: ptx_compat.CompatNvrtc | None = None, declared: ptx_isa.Declaration | None = None,
+                     subset: tuple[str, ...] = ()) -> tuple[dict, int]:
     """((kind, arch) -> binary_cache.Entry, processes used), compiled by Warp's NVRTC, each target in its own
     temporary folder.
 
@@ -346,8 +352,9 @@ def _compile_targets(module, options: dict, name: str, block_dim: int, targets: 
     include folders) compile whole, every target here, one after another, as on one-CPU machines. The
     caller holds ``_cache_lock`` and ``preserved_module_state``, so no other leapp compile touches the module
     meanwhile. With ``compat``, the PTX is then compiled again from the generated ``.cu`` by that older
-    NVRTC (``ptx_compat``).
+    NVRTC (``ptx_compat``), and its ``.version`` declared as ``declared`` says (``ptx_isa``).
     """
+    declared = declared or ptx_isa.declaration()
     if not targets:
         return {}, 0
     targets = sorted(targets, key=lambda t: t[0] != "ptx")  # the PTX (and its compat step) stays here
@@ -360,7 +367,8 @@ def _compile_targets(module, options: dict, name: str, block_dim: int, targets: 
             out_dir = os.path.join(tmp, f"{kind}{arch}", name)
             start = time.perf_counter()
             if by_call:
-                entry = _nvrtc_here(module, out_dir, name, block_dim, target, jobs[target], options, compat)
+                entry = _nvrtc_here(module, out_dir, name, block_dim, target, jobs[target], options, compat,
+                                    declared)
                 log.debug("module '%s': %s sm_%d of %d kernel(s) built in %.3f s (codegen before, NVRTC in this "
                           "process)", module.name, "PTX" if kind == "ptx" else "cubin", arch, len(subset),
                           time.perf_counter() - start)
@@ -373,8 +381,8 @@ def _compile_targets(module, options: dict, name: str, block_dim: int, targets: 
                       "PTX" if kind == "ptx" else "cubin", arch, time.perf_counter() - start)
             meta = json.loads(_read(out_dir, f"{name}.meta").decode("utf-8"))
             payload = _read(out_dir, f"{name}.sm{arch}.{kind}")
-            if kind == "ptx" and compat is not None:
-                payload = ptx_compat.compile_ptx(compat, _read(out_dir, f"{name}.cu"), name, options, arch, payload)
+            if kind == "ptx":
+                payload = _final_ptx(payload, _read(out_dir, f"{name}.cu"), name, options, compat, declared)
             return binary_cache.Entry(payload, _smem(meta))
 
         shares = _threads(len(targets))
@@ -430,7 +438,8 @@ def _subset_jobs(module, options: dict, name: str, block_dim: int, targets: list
 
 
 def _nvrtc_here(module, out_dir: str, name: str, block_dim: int, target: tuple[str, int], job: dict,
-                options: dict, compat: ptx_compat.CompatNvrtc | None) -> binary_cache.Entry:
+                options: dict, compat: ptx_compat.CompatNvrtc | None,
+                declared: ptx_isa.Declaration) -> binary_cache.Entry:
     """One target of ``job`` compiled in this process by the worker's NVRTC call (``nvrtc_worker``)."""
     kind, arch = target
     (entry,) = _job_targets(out_dir, name, [target], {target: job})
@@ -439,9 +448,17 @@ def _nvrtc_here(module, out_dir: str, name: str, block_dim: int, target: tuple[s
         raise _compile_error(module, name, block_dim, target, f"NVRTC error {results[0]['error']} in this process "
                              "(NVRTC printed its log to this process's output)")
     payload = _read(out_dir, f"{name}.sm{arch}.{kind}")
-    if kind == "ptx" and compat is not None:
-        payload = ptx_compat.compile_ptx(compat, job["source"].encode("utf-8"), name, options, arch, payload)
+    if kind == "ptx":
+        payload = _final_ptx(payload, job["source"].encode("utf-8"), name, options, compat, declared)
     return binary_cache.Entry(payload, _smem(job["meta"]))
+
+
+def _final_ptx(ptx: bytes, source: bytes, name: str, options: dict, compat: ptx_compat.CompatNvrtc | None,
+               declared: ptx_isa.Declaration) -> bytes:
+    """The sm_75 PTX a bundle carries: Warp's, or ``compat``'s from the same ``source``, its ISA declared."""
+    if compat is not None:
+        ptx = ptx_compat.compile_ptx(compat, source, name, options, PTX_ARCH, ptx)
+    return declared.apply(ptx, name)
 
 
 def _smem(meta: dict) -> dict[str, int]:

@@ -519,6 +519,8 @@ class _Builder:
             producer["ptx_isa"] = self.compiled[0].ptx_isa
             if self.compiled[0].ptx_toolkit not in ("", producer["cuda_toolkit"]):
                 producer["ptx_toolkit"] = self.compiled[0].ptx_toolkit  # an older NVRTC wrote the PTX
+            if self.compiled[0].ptx_isa_check:
+                producer["ptx_isa_check"] = self.compiled[0].ptx_isa_check
         return {
             "format": "leapp.warp.bundle",
             "segment": self.segment_id,

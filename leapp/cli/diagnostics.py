@@ -39,6 +39,12 @@ def doctor(out: TextIO | None = None) -> int:
     if status["available"]:
         version = int(status["version"])
         report.line(f"CUDA driver: available, CUDA {version // 1000}.{version % 1000 // 10} ({version})")
+        if status.get("assumed_version"):
+            assumed = int(status["assumed_version"])
+            report.line(f"LEAPP_ASSUME_DRIVER: binaries are chosen as a CUDA {assumed // 1000}."
+                        f"{assumed % 1000 // 10} driver would (cubins it could not load are not tried)", 1)
+        if status.get("assumed_error"):
+            report.problem(status["assumed_error"])
         devices = status["devices"]
         if not devices:
             report.line("devices: none (the driver sees no GPU)", 1)

@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_CUBIN_ARCHS",
     "NAMED_GPUS",
     "REFERENCE_DRIVER",
+    "ROBOT_TARGETS",
     "binary_choices",
     "bundles_in_artifact",
     "describe_binary_choice",
@@ -52,9 +53,17 @@ NAMED_GPUS: tuple[tuple[str, tuple[int, int]], ...] = (
 # sm_86's for the kernels compared, docs/portability.md); 90 H100/H200; 100 B200/B300 (10.3); 110 Jetson
 # Thor; 120 RTX 50xx, GB10 (12.1). And the PTX ISA / CUDA version of Warp 1.19's NVRTC, which writes them.
 DEFAULT_CUBIN_ARCHS: tuple[int, ...] = (75, 80, 86, 90, 100, 110, 120)
-DEFAULT_EXPORT_PTX_ISA = "9.4"
+# The PTX's declared ISA (leapp._export.ptx_isa: 8.0, read by every CUDA 12 and 13 driver) and the NVRTC's.
+DEFAULT_EXPORT_PTX_ISA = "8.0"
 DEFAULT_EXPORT_TOOLKIT = "13.4"
 REFERENCE_DRIVER = 13000  # CUDA 13.0 (R580, JetPack 7): the oldest driver that loads CUDA 13 cubins
+# The robots an export is judged for in `leapp inspect` and `leapp doctor`, whatever machine runs them:
+# JetPack 6.0 ships a CUDA 12.2 driver, 6.1 and 6.2 a CUDA 12.6 one, JetPack 7 (Thor) CUDA 13.0.
+ROBOT_TARGETS: tuple[tuple[str, tuple[int, int], int], ...] = (
+    ("Jetson Orin, JetPack 6.0", (8, 7), 12020),
+    ("Jetson Orin, JetPack 6.1/6.2", (8, 7), 12060),
+    ("Jetson Thor, JetPack 7", (11, 0), 13000),
+)
 
 
 def driver_text(version: int) -> str:
@@ -97,8 +106,23 @@ def _driver_status() -> dict:
     try:
         from leapp import _native  # noqa: PLC0415
     except ImportError as e:  # pragma: no cover - a broken install
-        return {"available": False, "error": f"leapp._native cannot be imported: {e}", "version": 0, "devices": []}
+        return {"available": False, "error": f"leapp._native cannot be imported: {e}", "version": 0,
+                "assumed_version": 0, "assumed_error": "", "devices": []}
     return _native.driver_status()
+
+
+def _choosing_driver(status: dict) -> int:
+    """The driver version the loader chooses binaries for: this one, or $LEAPP_ASSUME_DRIVER's older one."""
+    return int(status.get("assumed_version") or status["version"])
+
+
+def _robot_lines(choice_for) -> list[str]:
+    """One choice per ``ROBOT_TARGETS`` entry; ``choice_for(major, minor, driver, name)`` is the native choice."""
+    lines = ["  on robots (whatever this machine is):"]
+    for name, (major, minor), driver in ROBOT_TARGETS:
+        lines += _choice_lines(choice_for(major, minor, driver, name),
+                               f"    {name} ({major}.{minor}, {driver_text(driver)} driver)")
+    return lines
 
 
 def describe_binary_choice(bundle, compute_capability: tuple[int, int] | None = None,
@@ -127,8 +151,9 @@ def describe_binary_choice(bundle, compute_capability: tuple[int, int] | None = 
     if not modules:
         return lines + ["  no Warp modules: nothing to load"]
     status = _driver_status()
+    judge_robots = compute_capability is None and driver_version is None
     if driver_version is None:
-        driver_version = int(status["version"]) if status["available"] else REFERENCE_DRIVER
+        driver_version = _choosing_driver(status) if status["available"] else REFERENCE_DRIVER
     targets: list[tuple[str, str, tuple[int, int]]]  # (device name for messages, label, compute capability)
     if compute_capability is not None:
         major, minor = int(compute_capability[0]), int(compute_capability[1])
@@ -148,6 +173,12 @@ def describe_binary_choice(bundle, compute_capability: tuple[int, int] | None = 
             choice = native.binary_choice(m, major, minor, driver_version, name)
             where = f"  {label}" + (f", module {m} {module['name']}" if len(modules) > 1 else "")
             lines += _choice_lines(choice, where)
+    if judge_robots:
+        for m, module in enumerate(modules):
+            if len(modules) > 1:
+                lines.append(f"  module {m} {module['name']}:")
+            lines += _robot_lines(lambda major, minor, driver, name, m=m:
+                                  native.binary_choice(m, major, minor, driver, name))
     return lines
 
 
@@ -168,19 +199,23 @@ def describe_machine_binaries(cubin_archs: tuple[int, ...] | None = None, ptx_is
     toolkit = cuda_toolkit or DEFAULT_EXPORT_TOOLKIT
     binaries = [("ptx", 75, isa)] + [("cubin", a, "") for a in archs]
     status = _driver_status()
-    held = f"cubins {', '.join(f'sm_{a}' for a in archs)} and PTX sm_75 of ISA {isa} (CUDA {toolkit})"
+    held = f"cubins {', '.join(f'sm_{a}' for a in archs)} and PTX sm_75 of ISA {isa}, all by the NVRTC of CUDA {toolkit}"
+    robots = _robot_lines(lambda major, minor, driver, name:
+                          _native.binary_choice_for(binaries, major, minor, driver, name, toolkit))
     if not status["available"]:
         return [f"binaries: no CUDA driver here; a default export ({held}) needs a CUDA 13.0 driver for its "
-                f"cubins and CUDA {_min_driver_text(isa)} for its PTX (docs/portability.md)"]
-    version = int(status["version"])
+                f"cubins and CUDA {_min_driver_text(isa)} for its PTX (docs/portability.md)", *robots]
+    version = _choosing_driver(status)
     reads = _native.driver_ptx_isa(version)
     reads_text = "any PTX ISA known today" if reads == (99, 99) else f"PTX up to ISA {reads[0]}.{reads[1]}"
-    lines = [f"binaries: the {driver_text(version)} driver reads {reads_text}; a default export holds {held}"]
+    assumed = " (LEAPP_ASSUME_DRIVER: binaries are chosen as this older driver would)" if status.get(
+        "assumed_version") else ""
+    lines = [f"binaries: the {driver_text(version)} driver{assumed} reads {reads_text}; a default export holds {held}"]
     for d in status["devices"]:
         major, minor = d["compute_capability"]
         choice = _native.binary_choice_for(binaries, major, minor, version, d["name"], toolkit)
         lines += _choice_lines(choice, f"  device {d['ordinal']} ({d['name']}, {major}.{minor})")
-    return lines
+    return lines + robots
 
 
 def _min_driver_text(isa: str) -> str:
@@ -243,7 +278,7 @@ def binary_choices(bundles: Iterable[bytes], capability: tuple[int, int],
 
     if driver_version is None:
         status = _driver_status()
-        driver_version = int(status["version"]) if status["available"] else REFERENCE_DRIVER
+        driver_version = _choosing_driver(status) if status["available"] else REFERENCE_DRIVER
     major, minor = capability
     lines = []
     for data in bundles:

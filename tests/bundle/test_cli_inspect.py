@@ -259,7 +259,9 @@ def test_doctor(capsys):
     if not status["available"]:
         assert f"CUDA driver: not available ({status['error']})" in out
         assert "binaries: no CUDA driver here; a default export (cubins sm_75, sm_80, sm_86, sm_90, sm_100, sm_110, " \
-               "sm_120 and PTX sm_75 of ISA 9.4 (CUDA 13.4)) needs a CUDA 13.0 driver for its cubins" in out, out
+               "sm_120 and PTX sm_75 of ISA 8.0, all by the NVRTC of CUDA 13.4) needs a CUDA 13.0 driver for its " \
+               "cubins and CUDA 12.0 or later for its PTX" in out, out
+        assert "    Jetson Orin, JetPack 6.0 (8.7, CUDA 12.2 (12020) driver): loads ptx sm_75: " in out, out
     else:
         assert "binaries: the CUDA " in out and " driver reads PTX up to ISA " in out, out
 

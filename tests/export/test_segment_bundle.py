@@ -148,8 +148,9 @@ def test_full_segment_bundle(tmp_path):
     m = b.manifest
     assert (b.segment, b.source) == (SEG, "pipe.py:7")
     assert m["producer"] == {"leapp": m["producer"]["leapp"], "warp": wp.__version__, "param_abi": "warp-1.19",
-                             "cuda_toolkit": m["producer"]["cuda_toolkit"], "ptx_isa": m["producer"]["ptx_isa"]}
-    assert m["producer"]["cuda_toolkit"] == "13.4" and m["producer"]["ptx_isa"] == "9.4"
+                             "cuda_toolkit": m["producer"]["cuda_toolkit"], "ptx_isa": m["producer"]["ptx_isa"],
+                             "ptx_isa_check": m["producer"]["ptx_isa_check"]}
+    assert m["producer"]["cuda_toolkit"] == "13.4" and m["producer"]["ptx_isa"] == "8.0"
 
     # buffers: inputs, then outputs (zero-initialised when their content before the segment was all zero)
     roles = [(buf["role"], buf.get("io"), buf["init"], buf["bytes"]) for buf in b.buffers]

@@ -14,7 +14,8 @@ from leapp.runtime import libraries
 
 def test_driver_status_has_every_field():
     s = _native.driver_status()
-    assert set(s) == {"available", "error", "version", "devices"}
+    assert set(s) == {"available", "error", "version", "assumed_version", "assumed_error", "devices"}
+    assert (s["assumed_version"], s["assumed_error"]) == (0, "")  # $LEAPP_ASSUME_DRIVER is unset
     if s["available"]:
         assert s["version"] >= 12000 and s["devices"]
         for dev in s["devices"]:

@@ -125,10 +125,32 @@ def test_describe_no_fit_and_named_gpus_without_a_driver():
         pytest.skip("a driver is present: the report shows this machine's GPUs")
     lines = describe_binary_choice(data)
     assert "this machine: no CUDA GPU here" in lines[1]
-    firsts = [line for line in lines[2:] if not line.startswith("    ")]
+    robots = lines.index("  on robots (whatever this machine is):")
+    firsts = [line for line in lines[2:robots] if not line.startswith("    ")]
     assert [line.split(" (")[0].strip() for line in firsts] == [name for name, _ in NAMED_GPUS]
     assert "  H200 (9.0): loads cubin sm_90: exact match for compute capability 9.0" in firsts
     assert firsts[-1].startswith("  GB10 / DGX Spark (12.1): no binary fits GB10 / DGX Spark")
+    # its PTX is ISA 9.4 and its cubin is for 9.0: a JetPack 6 Orin loads nothing, and the report says so
+    assert lines[robots + 1].startswith("    Jetson Orin, JetPack 6.0 (8.7, CUDA 12.2 (12020) driver): no binary "
+                                        "fits Jetson Orin, JetPack 6.0 (compute capability 8.7) with the CUDA 12.2 "
+                                        "driver"), lines
+
+
+def test_describe_judges_the_robots_of_a_default_export():
+    """`leapp inspect` of a bundle holding what a default export holds: Orin on JetPack 6.0 and 6.1/6.2 JIT its
+    ISA 8.0 PTX; Thor on JetPack 7 loads its sm_110 cubin."""
+    from leapp.runtime.binary_choice import ROBOT_TARGETS
+
+    data = bundle_with([("ptx", 75, PTX_94.replace(b".version 9.4", b".version 8.0"), "8.0"),
+                        ("cubin", 110, b"x", None)])
+    lines = describe_binary_choice(data)
+    robots = lines.index("  on robots (whatever this machine is):")
+    firsts = [line for line in lines[robots + 1:] if not line.startswith("    then")]
+    assert [line.split(" (")[0].strip() for line in firsts] == [name for name, _, _ in ROBOT_TARGETS]
+    assert firsts[0].endswith("loads ptx sm_75: driver JIT of compute_75 PTX (ISA 8.0) for 8.7; the CUDA 12.2 "
+                              "driver reads PTX up to ISA 8.2"), firsts
+    assert "CUDA 12.6 (12060) driver): loads ptx sm_75:" in firsts[1]
+    assert "loads cubin sm_110: exact match for compute capability 11.0" in firsts[2]
 
 
 def test_describe_a_bundle_without_modules():
@@ -141,9 +163,11 @@ def test_describe_a_bundle_without_modules():
 def test_machine_report_without_a_driver():
     if not no_driver():
         pytest.skip("a driver is present")
-    (line,) = describe_machine_binaries()
+    line, *robots = describe_machine_binaries()
     assert line.startswith("binaries: no CUDA driver here; a default export (cubins sm_75")
-    assert "needs a CUDA 13.0 driver for its cubins and CUDA 13.4 or later for its PTX" in line
+    assert "needs a CUDA 13.0 driver for its cubins and CUDA 12.0 or later for its PTX" in line
+    assert robots[0] == "  on robots (whatever this machine is):"
+    assert robots[1].startswith("    Jetson Orin, JetPack 6.0 (8.7, CUDA 12.2 (12020) driver): loads ptx sm_75: ")
 
 
 def test_example_bundle_choice_still_loads_ptx():

@@ -30,14 +30,15 @@ from leapp._export.cuda_code import DEFAULT_CUBIN_ARCHS
 HERE = Path(__file__).resolve().parent
 GPUS = {"Jetson Orin": (8, 7), "Jetson Thor": (11, 0), "GB10": (12, 1), "B300": (10, 3), "H200": (9, 0),
         "RTX 4090": (8, 9), "future 13.0": (13, 0)}
-DRIVERS = (12000, 12080, 12090, 13000, 13020, 13040, 14000)
+DRIVERS = (12000, 12020, 12060, 12080, 12090, 13000, 13020, 13040, 14000)
 CUBINS = [("cubin", a, "") for a in DEFAULT_CUBIN_ARCHS]
-# what an export holds: default (Warp's PTX, ISA 9.4), with the PTX of an older NVRTC (ptx-compat 12.9 / 12.0),
-# and LEAPP_CUDA_ARCHS=75 (the GPU test's export) with Warp's or a 13.0 NVRTC's PTX
+# what an export holds: default (Warp's PTX declared ISA 8.0, leapp._export.ptx_isa), with the NVRTC's own ISA
+# 9.4 (LEAPP_PTX_ISA=keep), with the PTX of an older NVRTC (ptx-compat 12.9), and LEAPP_CUDA_ARCHS=75 (the GPU
+# test's export) with Warp's ISA or a 13.0 NVRTC's PTX
 BUNDLES = {
-    "default": [("ptx", 75, "9.4"), *CUBINS],
+    "default": [("ptx", 75, "8.0"), *CUBINS],
+    "keep-9.4": [("ptx", 75, "9.4"), *CUBINS],
     "compat-12.9": [("ptx", 75, "8.8"), *CUBINS],
-    "compat-12.0": [("ptx", 75, "8.0"), *CUBINS],
     "sm75-only": [("ptx", 75, "9.4"), ("cubin", 75, "")],
     "sm75-only-compat-13.0": [("ptx", 75, "9.0"), ("cubin", 75, "")],
 }
@@ -49,7 +50,7 @@ FAMILY_CUBIN = {"Jetson Orin": 86, "Jetson Thor": 110, "GB10": 120, "B300": 100,
 def expected(bundle: str, gpu: str, driver: int) -> str:
     """The table, written out: 'cubin sm_XY', 'ptx sm_75' or 'none'."""
     isa = {"9.4": 13040, "9.0": 13000, "8.8": 12090, "8.0": 12000}[BUNDLES[bundle][0][2]]  # oldest driver reading it
-    cubin = FAMILY_CUBIN[gpu] if bundle.startswith(("default", "compat")) else None
+    cubin = FAMILY_CUBIN[gpu] if bundle.startswith(("default", "keep", "compat")) else None
     if cubin is not None and driver >= 13000:  # CUDA 13 cubins need a CUDA 13 driver
         return f"cubin sm_{cubin}"
     return "ptx sm_75" if driver >= isa else "none"
@@ -91,11 +92,14 @@ def test_matrix(bundle, gpu, driver):
 def test_matrix_headline_rows():
     """The rows docs/portability.md states in words."""
     assert picked(choice("default", "Jetson Thor", 13000)) == "cubin sm_110"  # Thor runs with JetPack 7's driver
-    assert picked(choice("default", "future 13.0", 13000)) == "none"  # ISA 9.4 PTX needs CUDA 13.4
+    for driver in (12020, 12060):  # Orin on JetPack 6.0 and 6.1/6.2: a default export's PTX, JIT-compiled
+        assert picked(choice("default", "Jetson Orin", driver)) == "ptx sm_75"
+        assert picked(choice("keep-9.4", "Jetson Orin", driver)) == "none"  # what exports loaded there before
+    assert picked(choice("default", "future 13.0", 13000)) == "ptx sm_75"
+    assert picked(choice("keep-9.4", "future 13.0", 13000)) == "none"  # ISA 9.4 PTX needs CUDA 13.4
     assert picked(choice("compat-12.9", "future 13.0", 13000)) == "ptx sm_75"
-    assert picked(choice("sm75-only", "H200", 13000)) == "none"  # today's error 222, predicted
+    assert picked(choice("sm75-only", "H200", 13000)) == "none"  # error 222, predicted
     assert picked(choice("sm75-only-compat-13.0", "H200", 13000)) == "ptx sm_75"  # the GPU test's route
-    assert picked(choice("compat-12.0", "Jetson Orin", 12080)) == "ptx sm_75"  # a CUDA 12 driver: PTX only
 
 
 # --- the loader against the fake driver -------------------------------------------------------------------------
@@ -128,7 +132,7 @@ print(json.dumps(out))
 """
 
 
-LOADER_DRIVERS = (12080, 12090, 13000, 13040)
+LOADER_DRIVERS = (12020, 12060, 12080, 12090, 13000, 13040)
 
 
 @pytest.fixture(scope="module")
@@ -161,12 +165,45 @@ def test_loader_agrees_with_the_table(loader_runs, gpu, driver):
             text = result.get("error", "")
             assert f"Mock GPU 0, compute capability {major}.{minor}), CUDA driver {driver // 1000}." in text, text
             assert "the bundle holds ptx sm_75 (PTX ISA " in text and "it reads PTX up to ISA" in text, text
-            if driver < 13000 and FAMILY_CUBIN[gpu] and bundle.startswith(("default", "compat")):
+            if driver < 13000 and FAMILY_CUBIN[gpu] and bundle.startswith(("default", "keep", "compat")):
                 assert "Its cubins were built by CUDA 13.4: they need a CUDA 13.0 driver or later." in text, text
         else:
             kind, arch = want.split(" sm_")
             isa = BUNDLES[bundle][0][2]
             assert result.get("loaded") == (f"cubin sm_{arch}" if kind == "cubin" else f"ptx {isa}"), (bundle, result)
+
+
+def _assumed_run(mock_driver_dir, assume: str, gpu: str = "Jetson Orin", driver: int = 13000) -> dict:
+    major, minor = GPUS[gpu]
+    env = mock_driver_env(mock_driver_dir, MOCK_CC=10 * major + minor, MOCK_DRIVER_VERSION=driver, MOCK_MAX_PTX="",
+                          MOCK_DEVICES=1, LEAPP_ASSUME_DRIVER=assume)
+    bundles = {k: BUNDLES[k] for k in ("default", "keep-9.4")}
+    proc = subprocess.run([sys.executable, "-c", WORKER.format(here=str(HERE)), json.dumps(bundles)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_an_assumed_older_driver_loads_what_that_driver_would(mock_driver_dir):
+    """LEAPP_ASSUME_DRIVER=12.2 on a CUDA 13.0 driver: the Orin's sm_86 cubin, which this driver would load, is
+    not tried; the default export loads its PTX (ISA 8.0), the ISA 9.4 one loads nothing and says why."""
+    results = _assumed_run(mock_driver_dir, "12.2")
+    assert results["default"] == {"loaded": "ptx 8.0"}
+    text = results["keep-9.4"]["error"]
+    assert "CUDA driver 13.0 loading as a CUDA 12.2 driver would (LEAPP_ASSUME_DRIVER)" in text, text
+    assert "Its PTX is ISA 9.4, this driver reads PTX up to ISA 8.2." in text, text
+    assert "cubin sm_86:" not in text  # never handed to this driver
+
+
+@pytest.mark.parametrize(("assume", "message"), [
+    ("banana", "LEAPP_ASSUME_DRIVER='banana' is not a CUDA version such as 12.2 or 12020"),
+    ("12.20", "LEAPP_ASSUME_DRIVER='12.20' is not a CUDA version"),
+    ("13.4", "LEAPP_ASSUME_DRIVER=13.4 names a driver newer than this machine's (CUDA 13.0)"),
+])
+def test_an_assumed_driver_that_cannot_be_reproduced_is_refused_by_name(mock_driver_dir, assume, message):
+    results = _assumed_run(mock_driver_dir, assume)
+    for result in results.values():
+        assert message in result["error"], result
 
 
 # --- properties ------------------------------------------------------------------------------------------------

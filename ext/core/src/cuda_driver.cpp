@@ -7,7 +7,9 @@
 
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <mutex>
+#include <stdexcept>
 
 namespace leapp {
 namespace {
@@ -151,6 +153,32 @@ void check_cu(CUresult code, const char* what, const char* file, int line) {
                             std::to_string(line));
 }
 
+int assumed_driver_version(int actual) {
+  const char* env = std::getenv("LEAPP_ASSUME_DRIVER");
+  if (env == nullptr || *env == '\0') return actual;
+  const std::string text(env);
+  int major = 0, minor = 0, version = 0;
+  size_t dot = text.find('.');
+  auto digits = [](const std::string& s) {
+    return !s.empty() && s.size() <= 5 && s.find_first_not_of("0123456789") == std::string::npos;
+  };
+  if (dot != std::string::npos && digits(text.substr(0, dot)) && digits(text.substr(dot + 1))) {
+    major = std::stoi(text.substr(0, dot));
+    minor = std::stoi(text.substr(dot + 1));
+    version = major * 1000 + minor * 10;
+  } else if (digits(text)) {
+    version = std::stoi(text);
+  }
+  if (version < 10000 || version >= 100000 || (dot != std::string::npos && minor > 9))
+    throw std::invalid_argument("LEAPP_ASSUME_DRIVER='" + text.substr(0, 32) +
+                                "' is not a CUDA version such as 12.2 or 12020");
+  if (version > actual)
+    throw std::invalid_argument("LEAPP_ASSUME_DRIVER=" + text + " names a driver newer than this machine's (CUDA " +
+                                std::to_string(actual / 1000) + "." + std::to_string(actual % 1000 / 10) +
+                                "): only an older driver's choice can be reproduced here");
+  return version;
+}
+
 DriverStatus driver_status() {
   DriverStatus s;
   const Loaded& L = loaded();
@@ -160,6 +188,12 @@ DriverStatus driver_status() {
   }
   const CudaDriver& d = L.table;
   s.version = d.version;
+  try {
+    const int assumed = assumed_driver_version(d.version);
+    if (assumed != d.version) s.assumed_version = assumed;
+  } catch (const std::invalid_argument& e) {
+    s.assumed_error = e.what();
+  }
   int count = 0;
   CUresult r = d.cuDeviceGetCount(&count);
   if (r != CUDA_SUCCESS) {

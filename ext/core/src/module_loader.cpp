@@ -261,9 +261,20 @@ LoadedModule load_module(const CudaDriver& d, const Bundle& bundle, uint32_t ind
   const std::string arch = std::to_string(10 * dev.cc_major + dev.cc_minor);
   const std::string where = "leapp segment '" + m.segment + "': module " + std::to_string(index) +
                             (module.name.empty() ? "" : " '" + module.name + "'");
-  const BinaryChoice choice = choose_binary(m, index, dev.cc_major, dev.cc_minor, d.version, dev.name);
+  int driver = d.version;
+  try {
+    driver = assumed_driver_version(d.version);  // $LEAPP_ASSUME_DRIVER: choose as an older driver would
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(where + " cannot be loaded: " + e.what());
+  }
+  const bool assumed = driver != d.version;
+  const BinaryChoice choice = choose_binary(m, index, dev.cc_major, dev.cc_minor, driver, dev.name);
   const std::string context = "device " + std::to_string(dev.ordinal) + " (" + dev.name + ", compute capability " + cc +
-                              "), CUDA driver " + cuda_version_text(d.version) + "; the bundle holds " + choice.holdings;
+                              "), CUDA driver " + cuda_version_text(d.version) +
+                              (assumed ? " loading as a CUDA " + cuda_version_text(driver) +
+                                             " driver would (LEAPP_ASSUME_DRIVER)"
+                                       : std::string()) +
+                              "; the bundle holds " + choice.holdings;
 
   if (choice.candidates.empty())
     throw std::runtime_error(where + " has no binary for " + context + ". Re-export with a cubin for sm_" + arch +
@@ -274,6 +285,7 @@ LoadedModule load_module(const CudaDriver& d, const Bundle& bundle, uint32_t ind
   bool ptx_too_new = false;
   std::string rejected_isa;  // the ISA the driver refused
   for (const BinaryOption& option : choice.candidates) {
+    if (assumed && !option.expected) continue;  // the older driver would refuse it: never let this one accept it
     const BinarySpec& b = option.binary;
     const std::string decoded = b.encoding == BinaryEncoding::kRaw ? std::string() : bundle.binary_image(b);
     std::string_view image = b.encoding == BinaryEncoding::kRaw ? bundle.blob(b.blob) : std::string_view(decoded);
@@ -304,10 +316,10 @@ LoadedModule load_module(const CudaDriver& d, const Bundle& bundle, uint32_t ind
   const bool family_cubin = std::any_of(choice.candidates.begin(), choice.candidates.end(),
                                         [](const BinaryOption& o) { return o.binary.kind == BinaryKind::kCubin; });
   if (ptx_too_new) {
-    const std::pair<int, int> reads = driver_ptx_isa(d.version);
+    const std::pair<int, int> reads = driver_ptx_isa(driver);
     const std::pair<int, int> isa = parse_isa(rejected_isa);
     const int need = isa.first ? ptx_isa_min_driver(isa.first, isa.second) : 0;
-    msg += "\nCUDA_ERROR_UNSUPPORTED_PTX_VERSION (222): the CUDA " + cuda_version_text(d.version) +
+    msg += "\nCUDA_ERROR_UNSUPPORTED_PTX_VERSION (222): the CUDA " + cuda_version_text(driver) +
            " driver cannot JIT-compile PTX ISA " + rejected_isa + " (it reads PTX up to ISA " +
            (reads.first ? isa_text(reads) : std::string("unknown")) +
            "; a driver reads PTX only up to its own CUDA version). Update the driver to " +

@@ -185,8 +185,19 @@ struct DriverStatus {
   bool available = false;
   std::string error;       ///< why the driver is unavailable, empty otherwise
   int version = 0;         ///< cuDriverGetVersion
+  int assumed_version = 0; ///< $LEAPP_ASSUME_DRIVER when set (see assumed_driver_version), else 0
+  std::string assumed_error;  ///< why $LEAPP_ASSUME_DRIVER was refused, empty otherwise
   std::vector<DeviceInfo> devices;
 };
 DriverStatus driver_status();
+
+/// The driver version binaries are chosen for: `actual`, or the older CUDA
+/// version $LEAPP_ASSUME_DRIVER names ("12.2" or "12020"), so that a machine
+/// with a new driver loads a bundle the way an older driver (a Jetson on
+/// JetPack 6) would: cubins that driver could not load are not tried, PTX is
+/// JIT-compiled by this driver. Read at every call (a module load).
+/// Throws std::invalid_argument naming the variable when its value is not a
+/// CUDA version or names one newer than `actual`.
+int assumed_driver_version(int actual);
 
 }  // namespace leapp
