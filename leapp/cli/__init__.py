@@ -1,4 +1,4 @@
-"""leapp/cli: the ``leapp`` command: ``inspect``, ``doctor``, ``aoti``, ``write-json``, ``--version``.
+"""leapp/cli: the ``leapp`` command: ``inspect``, ``doctor``, ``aoti``, ``write-json``, ``ros2``, ``--version``.
 
 This module holds the argument parser and ``main``; each command lives in its own module.
 None of them imports torch unless the command needs it (``aoti``).
@@ -13,6 +13,7 @@ from leapp.cli.diagnostics import doctor, package_version
 from leapp.cli.folder_commands import aoti, write_json
 from leapp.cli.graph import graph_command
 from leapp.cli.inspect import inspect_path
+from leapp.cli.ros2 import ros2
 
 __all__ = ["main", "inspect_path", "doctor", "aoti"]
 
@@ -61,6 +62,21 @@ def _parser() -> argparse.ArgumentParser:
         "Exports made by this leapp have it already; run this after editing pipeline.yaml or for older exports.",
     )
     write_json.add_argument("export_dir", metavar="EXPORT_DIR", help="an export folder with pipeline.yaml")
+    ros2 = commands.add_parser(
+        "ros2",
+        help="run an export as a ROS 2 node: a topic per input and per output (needs leapp[ros2])",
+        description="Load EXPORT_DIR and run it as a ROS 2 node: one subscription per pipeline input, one publisher "
+        "per output, named after them; message types from their metadata (sensor_msgs/JointState for joints, "
+        "sensor_msgs/Imu for an orientation, std_msgs/*MultiArray otherwise; docs/ros2.md). Arguments after "
+        "--ros-args go to ROS (remapping: --ros-args -r joints:=/robot/joint_states).",
+    )
+    ros2.add_argument("export_dir", metavar="EXPORT_DIR", help="an export folder with pipeline.yaml")
+    ros2.add_argument("--trigger", metavar="INPUT", default=None,
+                      help="step on every message of this input (default: a timer)")
+    ros2.add_argument("--rate", metavar="HZ", type=float, default=None,
+                      help="the timer's rate (default: metadata control_rate_hz)")
+    ros2.add_argument("--name", default="leapp", help="the node's name (default: leapp)")
+    ros2.add_argument("--dry-run", action="store_true", help="print the topics, types and step mode, then exit")
     return parser
 
 
@@ -83,6 +99,9 @@ class _PrintCmakeDir(argparse.Action):
 
 def main(argv: list[str] | None = None) -> int:
     """The ``leapp`` console script; returns the exit status (0 ok, 1 problems found, 2 usage)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ros_args = argv[argv.index("--ros-args") + 1:] if "--ros-args" in argv else []
+    argv = argv[:argv.index("--ros-args")] if "--ros-args" in argv else argv
     args = _parser().parse_args(argv)
     try:
         if args.command == "inspect":
@@ -93,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
             return aoti(args.export_dir, args.node, args.output)
         if args.command == "write-json":
             return write_json(args.export_dir)
+        if args.command == "ros2":
+            return ros2(args.export_dir, trigger=args.trigger, rate=args.rate, name=args.name, dry_run=args.dry_run,
+                        ros_args=["--ros-args", *ros_args] if ros_args else [])
         return 1 if doctor() else 0
     except BrokenPipeError:  # `leapp inspect x | head`: stop quietly, as other command-line tools do
         import os

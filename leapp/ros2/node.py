@@ -1,0 +1,171 @@
+"""leapp/ros2/node.py: an export as a ROS 2 node (rclpy): a subscription per pipeline input, a publisher per output.
+
+Topics are the pipeline's input and output names, relative to the node's
+namespace (``--ros-args -r joints:=/robot/joint_states`` remaps one); message
+types and checks are ``leapp.ros2.messages``. The node steps the pipeline
+either on every message of one trigger input, or on a timer at a rate (the
+``control_rate_hz`` an input or output's metadata records, unless one is
+given). A step uses the latest valid message of every input; it waits until
+each input has one. A message that does not fit its input is refused: it is
+logged (throttled) and kept in ``errors``, and that input counts as missing
+until a valid one arrives, so the policy never runs on a value it could not
+check. A failing step raises out of the executor.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import torch
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import QoSProfile
+from rclpy.validate_topic_name import validate_topic_name
+
+from leapp.ros2.messages import Codec, MessageError, codec_for
+
+__all__ = ["PolicyNode", "control_rate", "spin"]
+
+
+def control_rate(pipeline) -> float | None:
+    """The ``control_rate_hz`` the metadata of the pipeline's inputs and outputs records (one value), or None.
+
+    Raises:
+        ValueError: two values disagree, or one is not a positive number.
+    """
+    found = {}
+    for name, spec in [*pipeline.inputs.items(), *pipeline.output_specs.items()]:
+        rate = (spec.metadata or {}).get("control_rate_hz")
+        if rate is not None:
+            if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
+                raise ValueError(f"'{name}': metadata.control_rate_hz {rate!r} is not a positive number")
+            found[name] = float(rate)
+    if len(set(found.values())) > 1:
+        raise ValueError(f"metadata.control_rate_hz differs between values: {found}")
+    return next(iter(found.values()), None)
+
+
+class PolicyNode(Node):
+    """``pipeline`` (``leapp.load``) on ROS 2 topics (module docstring).
+
+    Args:
+        pipeline: a loaded export.
+        node_name: the ROS node's name.
+        trigger: the input whose every (valid) message starts a step; None steps on a timer.
+        rate_hz: the timer's rate; default the metadata's ``control_rate_hz``.
+        qos_depth: the history depth of every subscription and publisher (1: the latest value only).
+        context: the rclpy context (default: the global one).
+
+    Raises:
+        ValueError: a name that is not a valid topic, an unknown trigger, no trigger and no rate.
+        MessageError: metadata that contradicts its value (leapp.ros2.messages.codec_for).
+    """
+
+    def __init__(self, pipeline, *, node_name: str = "leapp", trigger: str | None = None,
+                 rate_hz: float | None = None, qos_depth: int = 1, context: Any = None):
+        self.pipeline = pipeline
+        self.inputs: dict[str, Codec] = {n: codec_for(n, spec) for n, spec in pipeline.inputs.items()}
+        self.outputs: dict[str, Codec] = {n: codec_for(n, pipeline.output_specs[n]) for n in pipeline.outputs}
+        for name in [*self.inputs, *self.outputs]:
+            try:
+                validate_topic_name(name)
+            except Exception as e:  # noqa: BLE001 - rclpy's InvalidTopicNameException and its kin
+                raise ValueError(f"pipeline value '{name}' is not a valid ROS 2 topic name ({e}); rename it where "
+                                 "it is declared (annotate.input_tensors / output_tensors)") from None
+        if trigger is not None and trigger not in self.inputs:
+            raise ValueError(f"trigger '{trigger}' is not an input of pipeline '{pipeline.name}' "
+                             f"(inputs: {list(self.inputs)})")
+        if trigger is None:
+            rate_hz = rate_hz or control_rate(pipeline)
+            if not rate_hz or rate_hz <= 0:
+                raise ValueError(f"pipeline '{pipeline.name}': no trigger input and no rate: step on an input's "
+                                 "messages (--trigger NAME), at a rate (--rate HZ), or record metadata "
+                                 "control_rate_hz at trace time")
+        super().__init__(node_name, context=context)
+        self.trigger, self.rate_hz = trigger, (None if trigger else float(rate_hz))
+        self.devices = _input_devices(pipeline)
+        self.latest: dict[str, torch.Tensor] = {}
+        self.errors: collections.deque[str] = collections.deque(maxlen=100)
+        self.steps = 0
+        self._waiting_for: tuple[str, ...] = ()
+        qos = QoSProfile(depth=qos_depth)
+        self._input_subscriptions = [
+            self.create_subscription(codec.message_type, name, lambda msg, n=name: self.receive(n, msg), qos)
+            for name, codec in self.inputs.items()]
+        self._output_publishers = {name: self.create_publisher(codec.message_type, name, qos)
+                            for name, codec in self.outputs.items()}
+        self._step_timer = self.create_timer(1.0 / self.rate_hz, self.step) if self.rate_hz else None
+
+    def topic(self, name: str) -> str:
+        """The resolved topic of pipeline value ``name`` (namespace and remapping applied)."""
+        return self.resolve_topic_name(name)
+
+    def plan(self) -> list[str]:
+        """Lines saying which topic and message type carry each value, and when the node steps."""
+        lines = [f"leapp ros2: pipeline '{self.pipeline.name}' as node {self.get_fully_qualified_name()}"]
+        for role, codecs in (("in ", self.inputs), ("out", self.outputs)):
+            for name, c in codecs.items():
+                extra = f" joints {list(c.joints)}" if c.joints else f" order {c.order}" if c.field == "orientation" \
+                    else f" shape {list(c.shape)}"
+                lines.append(f"  {role} {self.topic(name)}: {c.message}.{c.field}{extra}")
+        lines.append(f"  step: on every message of {self.topic(self.trigger)}" if self.trigger
+                     else f"  step: at {self.rate_hz:g} Hz")
+        return lines
+
+    def receive(self, name: str, msg: Any) -> None:
+        """A message of input ``name``: checked, kept as its latest value, and a step when it is the trigger."""
+        try:
+            self.latest[name] = self.inputs[name].to_tensor(msg, self.topic(name))
+        except MessageError as e:
+            self.latest.pop(name, None)  # never step on a value older than a refused one
+            self._error(str(e))
+            return
+        if name == self.trigger:
+            self.step()
+
+    def step(self) -> bool:
+        """One pipeline call on the latest inputs, its outputs published; False while an input has none."""
+        missing = tuple(n for n in self.inputs if n not in self.latest)
+        if missing:
+            if missing != self._waiting_for:
+                self.get_logger().info(f"waiting for {[self.topic(n) for n in missing]}")
+                self._waiting_for = missing
+            return False
+        self._waiting_for = ()
+        values = {n: t.to(self.devices[n]) for n, t in self.latest.items()}
+        outputs = self.pipeline(**values)
+        stamp = self.get_clock().now().to_msg()
+        for name, codec in self.outputs.items():
+            self._output_publishers[name].publish(codec.to_message(outputs[name], stamp))
+        self.steps += 1
+        return True
+
+    def _error(self, text: str) -> None:
+        self.errors.append(text)
+        self.get_logger().error(text, throttle_duration_sec=1.0)
+
+
+def _input_devices(pipeline) -> dict[str, torch.device]:
+    """Each pipeline input's device: that of the first node that reads it (pipeline.yaml's ``device``)."""
+    devices = {}
+    for entry in pipeline.description["nodes"]:
+        node = pipeline.nodes[entry["name"]]
+        for source in node.sources.values():
+            if isinstance(source, str):
+                devices.setdefault(source, torch.device(entry["device"]))
+    return {name: devices.get(name, torch.device("cpu")) for name in pipeline.inputs}
+
+
+def spin(pipeline, *, context: Any = None, **options: Any) -> None:
+    """Runs a ``PolicyNode`` of ``pipeline`` until the context shuts down (``leapp ros2``)."""
+    node = PolicyNode(pipeline, context=context, **options)
+    for line in node.plan():
+        node.get_logger().info(line)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    try:
+        executor.spin()
+    finally:
+        executor.shutdown()
+        node.destroy_node()
