@@ -1,10 +1,12 @@
-"""Host allocations per step of leapp-run on an export: what a real-time loop must drive to zero (issue 34).
+"""Host allocations per step of leapp-run on an export, next to ONNX Runtime alone on the same models (issue 34).
 
 A tiny malloc/calloc/realloc counter (C, compiled here with the system's cc) is preloaded into
 leapp-run, which opens the export and runs the step ``--time A`` and then ``--time B`` more times in
-two processes; the difference divided by ``B - A`` is the allocations of one step after warm-up
-(leapp's pipeline, ONNX Runtime's Run and leapp-run's own timing, which keeps one number per node
-per step). Default export: examples/cpu_policy.py's (three ONNX nodes on the CPU EP), made here.
+two processes; the difference divided by ``B - A`` is the allocations of one step after warm-up. The
+same count for ``benchmarks/native/ort_alone.cpp`` (ONNX Runtime's C++ API, one session per ONNX node,
+each IoBinding bound once, no leapp) is the floor ONNX Runtime's ``Run`` sets: what leapp adds is the
+difference. Default export: examples/cpu_policy.py's (three ONNX nodes on the CPU EP), made here.
+tests/runtime/test_step_allocations.py asserts that leapp adds none.
 
     python3 benchmarks/step_allocations.py [--export DIR] [--steps 100,1100]
 """
@@ -37,32 +39,80 @@ __attribute__((destructor)) static void report(void) { fprintf(stderr, "LEAPP_AL
 """
 
 
-def _counter(folder: Path) -> Path:
+class Unavailable(RuntimeError):
+    """A tool this measurement needs is missing (its message says which)."""
+
+
+def counter(folder: Path) -> Path:
+    """The allocation counter, compiled into ``folder``."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        sys.exit("step_allocations: needs a C compiler (cc) for the allocation counter")
+        raise Unavailable("needs a C compiler (cc) for the allocation counter")
     (folder / "count.c").write_text(COUNTER)
     subprocess.run([cc, "-O2", "-shared", "-fPIC", str(folder / "count.c"), "-o", str(folder / "count.so")], check=True)
     return folder / "count.so"
 
 
-def _allocations(leapp_run: Path, counter: Path, export: Path, inputs: Path, out: Path, steps: int) -> int:
-    r = subprocess.run([str(leapp_run), str(export), "--in", str(inputs), "--out", str(out), "--time", str(steps)],
-                       env={"LD_PRELOAD": str(counter), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+def ort_alone(folder: Path) -> Path:
+    """benchmarks/native/ort_alone.cpp, compiled into ``folder`` against ONNX Runtime's headers (third_party/,
+    scripts/fetch-ort-headers.sh) and the onnxruntime wheel's library."""
+    import onnxruntime  # noqa: PLC0415
+
+    cxx = shutil.which("c++") or shutil.which("g++")
+    include = ROOT / "third_party" / "onnxruntime" / "include"
+    libraries = sorted(Path(onnxruntime.__file__).parent.glob("capi/libonnxruntime.so*"))
+    if cxx is None or not (include / "onnxruntime_cxx_api.h").is_file() or not libraries:
+        raise Unavailable("needs a C++ compiler, ONNX Runtime's headers in third_party/ (bash "
+                          "scripts/fetch-ort-headers.sh) and the onnxruntime wheel's library")
+    link = folder / "libonnxruntime.so.1"  # the name the library's SONAME asks for
+    link.unlink(missing_ok=True)
+    link.symlink_to(libraries[-1])
+    subprocess.run([cxx, "-O2", "-std=c++17", f"-I{include}", str(ROOT / "benchmarks" / "native" / "ort_alone.cpp"),
+                    "-o", str(folder / "ort_alone"), f"-L{folder}", "-l:libonnxruntime.so.1",
+                    f"-Wl,-rpath,{folder}"], check=True, capture_output=True)
+    return folder / "ort_alone"
+
+
+def _count(command: list[str], library: Path) -> int:
+    r = subprocess.run(command, env={"LD_PRELOAD": str(library), "PATH": "/usr/bin:/bin"}, capture_output=True,
+                       text=True)
     if r.returncode != 0:
-        sys.exit(f"step_allocations: leapp-run failed: {r.stderr[-2000:]}")
+        raise RuntimeError(f"{command[0]} failed: {r.stderr[-2000:]}")
     return int(next(line.split()[1] for line in r.stderr.splitlines() if line.startswith("LEAPP_ALLOCATIONS")))
+
+
+def per_step(command, library: Path, steps: tuple[int, int]) -> float:
+    """Allocations of one step: ``command(n)`` (argv running n steps) at both counts, the difference per step."""
+    a, b = steps
+    return (_count(command(b), library) - _count(command(a), library)) / (b - a)
+
+
+def leapp_run_command(export: Path, inputs: Path, out: Path):
+    leapp_run = Path(sys.executable).with_name("leapp-run")
+    if not leapp_run.is_file():
+        raise Unavailable("leapp-run was not built (docs/deploy.md)")
+    return lambda n: [str(leapp_run), str(export), "--in", str(inputs), "--out", str(out), "--time", str(n)]
+
+
+def ort_alone_command(program: Path, pipeline):
+    models = [str(node.artifact) for node in pipeline.nodes.values() if node.backend == "onnx"]
+    return lambda n: [str(program), str(n), *models]
+
+
+def write_inputs(pipeline, folder: Path) -> Path:
+    folder.mkdir(exist_ok=True)
+    rng = np.random.default_rng(0)
+    for name, spec in pipeline.inputs.items():
+        rng.standard_normal(spec.shape).astype(str(spec.dtype).removeprefix("torch.")).tofile(folder / f"{name}.bin")
+    return folder
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--export", help="an export folder (default: examples/cpu_policy.py's, made here)")
-    parser.add_argument("--steps", default="100,1100", help="A,B: the two --time counts compared")
+    parser.add_argument("--steps", default="100,1100", help="A,B: the two step counts compared")
     args = parser.parse_args(argv)
-    a, b = (int(v) for v in args.steps.split(","))
-    leapp_run = Path(sys.executable).with_name("leapp-run")
-    if not leapp_run.is_file():
-        sys.exit("step_allocations: leapp-run was not built (docs/deploy.md)")
+    steps = tuple(int(v) for v in args.steps.split(","))
     import leapp
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -73,16 +123,16 @@ def main(argv=None) -> int:
                            capture_output=True)
             export = tmp / "go2_cpu"
         pipeline = leapp.load(export)
-        (tmp / "in").mkdir()
-        rng = np.random.default_rng(0)
-        for name, spec in pipeline.inputs.items():
-            rng.standard_normal(spec.shape).astype(str(spec.dtype).removeprefix("torch.")).tofile(tmp / "in" / f"{name}.bin")
-        counter = _counter(tmp)
-        counts = [_allocations(leapp_run, counter, export, tmp / "in", tmp / f"out{n}", n) for n in (a, b)]
-    per_step = (counts[1] - counts[0]) / (b - a)
-    print(f"| export | nodes | --time {a} | --time {b} | allocations per step |")
+        try:
+            library = counter(tmp)
+            leapp_step = per_step(leapp_run_command(export, write_inputs(pipeline, tmp / "in"), tmp / "out"), library,
+                                  steps)
+            floor = per_step(ort_alone_command(ort_alone(tmp), pipeline), library, steps)
+        except Unavailable as e:
+            sys.exit(f"step_allocations: {e}")
+    print("| export | nodes | leapp-run, per step | ONNX Runtime alone, per step | leapp adds |")
     print("|---|---|---|---|---|")
-    print(f"| {export.name} | {len(pipeline.nodes)} | {counts[0]} | {counts[1]} | {per_step:.1f} |")
+    print(f"| {export.name} | {len(pipeline.nodes)} | {leapp_step:.2f} | {floor:.2f} | {leapp_step - floor:.2f} |")
     return 0
 
 

@@ -99,6 +99,15 @@ void check_names(const std::vector<TensorInfo>& specs, const std::vector<std::st
   throw PipelineError(where + ": " + what + " " + parts + "; expected " + repr_names(expected));
 }
 
+/// Whether `given` names exactly `specs` (no allocation: the common case of every run).
+template <class V>
+bool same_names(const std::vector<TensorInfo>& specs, const std::map<std::string, V>& given) {
+  if (given.size() != specs.size()) return false;
+  for (const TensorInfo& t : specs)
+    if (given.find(t.name) == given.end()) return false;
+  return true;
+}
+
 template <class V>
 std::vector<std::string> keys(const std::map<std::string, V>& m) {
   std::vector<std::string> out;
@@ -185,6 +194,15 @@ struct Node {
   std::vector<std::string> input_names, output_names;  // the model's, bound by position as leapp.load does
   std::vector<int> output_types, input_types;
   std::vector<std::pair<int, std::string>> sources;  // per input: (producer node, output) or (-1, pipeline input)
+  // run()'s plan, made once (refresh_plan): each input's and output's buffer when it is the pipeline's own,
+  // and where the caller's goes; `direct_out[i]` is the pipeline output written straight into the caller's
+  // buffer (-1: the pipeline's). Filled in place each run, so a step allocates nothing here.
+  std::vector<void*> call_in, call_out;
+  std::vector<int> direct_out;
+  // What the IoBinding holds (ONNX nodes): rebound only when a buffer or the batch changes, since binding
+  // makes new OrtValues (heap allocations) and a control loop passes the same buffers every step.
+  std::vector<void*> bound_in, bound_out;
+  int64_t bound_batch = -1;
 };
 
 struct Pipeline::Impl {
@@ -230,7 +248,11 @@ struct Pipeline::Impl {
                                     ONNXTensorElementDataType(onnx_type));
   }
 
+  // Pipeline outputs that edges also read: (output index, the pipeline's buffer), copied after the nodes run.
+  std::vector<std::pair<size_t, void*>> copied_outputs;
+
   void open_node(size_t index, const NodeDescription& d);
+  void refresh_plan();
   void run_one(Node& node, const std::vector<void*>& in, const std::vector<void*>& out);
   void run_aoti(Node& node, const std::vector<void*>& in, const std::vector<void*>& out);
 };
@@ -474,15 +496,54 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
   nodes.push_back(std::move(node));
 }
 
+/// The plan of run(): buffers of the pipeline's own values and where each caller's buffer goes. Made at open
+/// and after set_batch (which may move the pipeline's buffers).
+void Pipeline::Impl::refresh_plan() {
+  copied_outputs.clear();
+  seconds.reserve(nodes.size());
+  if (!options.only_node.empty()) return;  // run() refuses; run_node takes every buffer from the caller
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    Node& node = nodes[n];
+    if (node.info.execution == kUnopened) continue;
+    node.call_in.assign(node.sources.size(), nullptr);
+    node.call_out.assign(node.info.outputs.size(), nullptr);
+    node.direct_out.assign(node.info.outputs.size(), -1);
+    for (size_t i = 0; i < node.sources.size(); ++i)
+      if (node.sources[i].first >= 0) node.call_in[i] = values.at(node.sources[i]).data();
+    for (size_t i = 0; i < node.info.outputs.size(); ++i) {
+      const std::string& name = node.info.outputs[i].name;
+      node.call_out[i] = values.at({int(n), name}).data();
+      for (size_t o = 0; o < description.outputs.size(); ++o) {
+        const PipelineOutput& po = description.outputs[o];
+        if (po.node != node.info.name || po.output != name) continue;
+        if (read_by_edges.count({int(n), name})) copied_outputs.emplace_back(o, node.call_out[i]);
+        else node.direct_out[i] = int(o);  // no edge reads it: the caller's buffer itself
+      }
+    }
+  }
+}
+
 void Pipeline::Impl::run_one(Node& node, const std::vector<void*>& in, const std::vector<void*>& out) {
   auto start = std::chrono::steady_clock::now();
   if (node.aoti.plugin) {
     run_aoti(node, in, out);
   } else try {
+    if (node.bound_batch != batch) {  // a new batch changes every shape: bind all again
+      node.bound_in.assign(in.size(), nullptr);
+      node.bound_out.assign(out.size(), nullptr);
+    }
+    node.bound_batch = -1;  // until every binding below succeeded
     for (size_t i = 0; i < in.size(); ++i)
-      node.binding->BindInput(node.input_names[i].c_str(), tensor(node.info.inputs[i], node.input_types[i], in[i]));
+      if (node.bound_in[i] != in[i]) {
+        node.binding->BindInput(node.input_names[i].c_str(), tensor(node.info.inputs[i], node.input_types[i], in[i]));
+        node.bound_in[i] = in[i];
+      }
     for (size_t i = 0; i < out.size(); ++i)
-      node.binding->BindOutput(node.output_names[i].c_str(), tensor(node.info.outputs[i], node.output_types[i], out[i]));
+      if (node.bound_out[i] != out[i]) {
+        node.binding->BindOutput(node.output_names[i].c_str(), tensor(node.info.outputs[i], node.output_types[i], out[i]));
+        node.bound_out[i] = out[i];
+      }
+    node.bound_batch = batch;
     node.session->Run(*run_options, *node.binding);
   } catch (const Ort::Exception& e) {
     throw PipelineError("Pipeline '" + description.name + "' node '" + node.info.name + "' (" +
@@ -560,6 +621,7 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& export_dir, const Pi
       else
         b.host.resize((t.byte_size() + 7) / 8 + 1);
     }
+  impl->refresh_plan();
   return std::unique_ptr<Pipeline>(new Pipeline(std::move(impl)));
 }
 
@@ -572,42 +634,28 @@ const std::vector<double>& Pipeline::last_node_seconds() const { return impl_->s
 
 void Pipeline::run(const std::map<std::string, const void*>& inputs, const std::map<std::string, void*>& outputs) {
   Impl& p = *impl_;
-  const std::string where = "Pipeline '" + p.description.name + "'";
+  auto where = [&] { return "Pipeline '" + p.description.name + "'"; };  // built for errors only
   if (!p.options.only_node.empty())
-    throw PipelineError(where + " was opened for node '" + p.options.only_node + "' alone (PipelineOptions::only_node): "
+    throw PipelineError(where() + " was opened for node '" + p.options.only_node + "' alone (PipelineOptions::only_node): "
                         "run_node runs it; open without only_node to run the pipeline");
-  check_names(p.inputs, keys(inputs), where, "inputs");
-  check_names(p.outputs, keys(outputs), where, "outputs");
+  if (!same_names(p.inputs, inputs)) check_names(p.inputs, keys(inputs), where(), "inputs");
+  if (!same_names(p.outputs, outputs)) check_names(p.outputs, keys(outputs), where(), "outputs");
   p.make_current();
   p.seconds.clear();
-  std::map<std::pair<int, std::string>, void*> direct;  // pipeline outputs no edge reads: the caller's buffer
-  for (const PipelineOutput& o : p.description.outputs) {
-    int n = 0;
-    while (p.nodes[size_t(n)].info.name != o.node) ++n;
-    if (!p.read_by_edges.count({n, o.output})) direct[{n, o.output}] = outputs.at(o.spec.name);
+  for (Node& node : p.nodes) {  // the plan's buffers, the caller's filled in: no allocation (refresh_plan)
+    for (size_t i = 0; i < node.sources.size(); ++i)
+      if (node.sources[i].first < 0) node.call_in[i] = const_cast<void*>(inputs.find(node.sources[i].second)->second);
+    for (size_t i = 0; i < node.direct_out.size(); ++i)
+      if (node.direct_out[i] >= 0) node.call_out[i] = outputs.find(p.outputs[size_t(node.direct_out[i])].name)->second;
+    p.run_one(node, node.call_in, node.call_out);
   }
-  for (size_t n = 0; n < p.nodes.size(); ++n) {
-    Node& node = p.nodes[n];
-    std::vector<void*> in, out;
-    for (const auto& [producer, name] : node.sources)
-      in.push_back(producer < 0 ? const_cast<void*>(inputs.at(name)) : p.values.at({producer, name}).data());
-    for (const TensorInfo& t : node.info.outputs) {
-      auto it = direct.find({int(n), t.name});
-      out.push_back(it != direct.end() ? it->second : p.values.at({int(n), t.name}).data());
-    }
-    p.run_one(node, in, out);
-  }
-  for (size_t o = 0; o < p.description.outputs.size(); ++o) {  // outputs that edges also read: one copy, same memory
-    const PipelineOutput& po = p.description.outputs[o];
-    int n = 0;
-    while (p.nodes[size_t(n)].info.name != po.node) ++n;
-    if (direct.count({n, po.output})) continue;
-    void* src = p.values.at({n, po.output}).data();
+  for (const auto& [o, src] : p.copied_outputs) {  // outputs that edges also read: one copy, same memory
+    void* dst = outputs.find(p.outputs[o].name)->second;
     size_t bytes = p.outputs[o].byte_size(p.batch);
     if (p.options.memory == Memory::kDevice)
-      LEAPP_CHECK_CU(driver().cuMemcpyDtoDAsync(CUdeviceptr(outputs.at(po.spec.name)), CUdeviceptr(src), bytes, p.stream()));
+      LEAPP_CHECK_CU(driver().cuMemcpyDtoDAsync(CUdeviceptr(dst), CUdeviceptr(src), bytes, p.stream()));
     else
-      std::memcpy(outputs.at(po.spec.name), src, bytes);
+      std::memcpy(dst, src, bytes);
   }
 }
 
@@ -698,6 +746,7 @@ void Pipeline::set_batch(int64_t batch) {
       b.bytes = need;
     }
   p.batch = batch;
+  p.refresh_plan();  // a grown buffer moved
 }
 
 int64_t Pipeline::batch() const { return impl_->batch; }
