@@ -7,6 +7,8 @@ Which NVRTC: $LEAPP_PTX_NVRTC (a path, "auto" for NVIDIA's pip wheels, "off"). T
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 
 import pytest
 import warp as wp
@@ -17,20 +19,10 @@ from leapp._export import cuda_code, ptx_compat
 from leapp.bundle.format import ptx_isa_of
 from leapp.errors import ExportError
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ptx_kernels import k_rotate, k_tile_sum  # noqa: E402
+
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
-
-
-@wp.kernel
-def k_rotate(q: wp.array(dtype=wp.quat), g: wp.vec3, out: wp.array(dtype=wp.vec3)):
-    i = wp.tid()
-    out[i] = wp.quat_rotate_inv(q[i], g)
-
-
-@wp.kernel
-def k_tile_sum(a: wp.array2d(dtype=float), out: wp.array(dtype=float)):
-    i = wp.tid()
-    t = wp.tile_load(a[i], shape=64)
-    wp.tile_store(out, wp.tile_sum(t), offset=i)
 
 
 def compat_or_skip() -> ptx_compat.CompatNvrtc:
