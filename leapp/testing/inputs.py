@@ -135,6 +135,22 @@ def unit_norm(dim: int = -1) -> Callable[[torch.Tensor], torch.Tensor]:
     return normalise
 
 
+def _float32_inside(low: float, high: float) -> tuple[float, float]:
+    """The least and the greatest float32 in [low, high].
+
+    Raises:
+        ValueError: no float32 lies in the interval.
+    """
+    lo, hi = np.float32(low), np.float32(high)
+    if float(lo) < low:
+        lo = np.nextafter(lo, np.float32(np.inf))
+    if float(hi) > high:
+        hi = np.nextafter(hi, np.float32(-np.inf))
+    if lo > hi:
+        raise ValueError(f"tensors(): no float32 value lies in [{low!r}, {high!r}]")
+    return float(lo), float(hi)
+
+
 def _int_range(dtype: torch.dtype, low: float, high: float) -> tuple[int, int]:
     info = torch.iinfo(dtype)
     lo, hi = max(math.ceil(low), info.min), min(math.floor(high), info.max)
@@ -158,6 +174,8 @@ def tensors(shape: tuple[int, ...], dtype: torch.dtype, device: str | torch.devi
         if not (math.isfinite(low) and math.isfinite(high) and low <= high):
             raise ValueError(f"tensors(): bounds [{low}, {high}] must be finite with low <= high")
         width = 64 if dtype == torch.float64 else 32  # float16/bfloat16/float8: drawn as float32, rounded
+        if width == 32:  # bounds as meant: the float32 numbers inside [low, high] (0.2 has no float32 twin)
+            low, high = _float32_inside(low, high)
         elements = st.floats(low, high, width=width, allow_subnormal=False)
         np_dtype = np.float64 if width == 64 else np.float32
     elif dtype.is_complex:

@@ -149,6 +149,16 @@ def test_override_of_the_wrong_shape_or_dtype_is_refused(export):
 def test_within_refuses_bad_bounds():
     with pytest.raises(ValueError, match="finite bounds"):
         within(1.0, -1.0)
+    with pytest.raises(ValueError, match=r"no float32 value lies in \[0.1, 0.1\]"):
+        tensors((2,), torch.float32, "cpu", 0.1, 0.1)  # 0.1 itself is not a float32
+
+
+@settings(max_examples=50, deadline=None)
+@given(x=tensors((16,), torch.float32, "cpu", 0.2, 0.6), y=tensors((4,), torch.float16, "cpu", -0.3, 0.7))
+def test_float32_draws_keep_to_bounds_no_float32_can_hold(x, y):
+    """within(0.2, 0.6) on float32: the bounds as meant, though neither is a float32 (issue 35)."""
+    assert x.dtype == torch.float32 and bool(((x.double() >= 0.2) & (x.double() <= 0.6)).all())
+    assert y.dtype == torch.float16
 
 
 def test_device_defaults_to_the_consumers_recorded_device(tmp_path):
