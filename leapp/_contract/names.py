@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["MAX_NAME_LENGTH", "NAME_RULE", "name_problem", "shown"]
+__all__ = ["MAX_NAME_LENGTH", "NAME_RULE", "identifier", "name_problem", "shown"]
 
 MAX_NAME_LENGTH = 64
 NAME_RULE = (
@@ -49,3 +49,8 @@ def shown(name: object) -> str:
     if isinstance(name, str) and len(name) > MAX_NAME_LENGTH:
         return repr(name[:MAX_NAME_LENGTH]) + "..."
     return repr(name)
+
+
+def identifier(name: str) -> str:
+    """``name`` as part of a Python identifier (an FX GraphModule's class name): other characters become ``_``."""
+    return "".join(c if c.isalnum() else "_" for c in name)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx
 
+from leapp._contract.names import identifier
 from leapp._contract.records import NodeRecord, SegmentRecord, TensorSpec, warp_segment_call
 from leapp.errors import ExportError
 
@@ -136,7 +137,7 @@ def build_exportable(record: NodeRecord, bundles: BundleProvider | None = None) 
 
     ops.ensure_registered()
     src = record.graph
-    gm = torch.fx.GraphModule(src, _copy_graph(src.graph), class_name=f"leapp_{_identifier(record.name)}")
+    gm = torch.fx.GraphModule(src, _copy_graph(src.graph), class_name=f"leapp_{identifier(record.name)}")
     gm.training = False  # inference export; root flag only: submodules are shared with the recording
     if record.dynamic_batch is not None:  # sizes baked from the batch become expressions of input 0's dim 0
         from leapp._export.dynamic_batch import symbolize_batch_sizes  # noqa: PLC0415
@@ -218,6 +219,3 @@ def _copy_graph(graph: torch.fx.Graph) -> torch.fx.Graph:
     """A node-for-node copy (codegen included), so that rewriting never touches the recorded graph."""
     return copy.deepcopy(graph)
 
-
-def _identifier(name: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in name)

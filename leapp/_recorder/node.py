@@ -19,7 +19,7 @@ import torch
 import warp as wp
 
 from leapp._contract.backends import backend_problem
-from leapp._contract.names import NAME_RULE, name_problem, shown
+from leapp._contract.names import NAME_RULE, identifier, name_problem, shown
 from leapp._contract.records import NodeRecord, Probe, Sample, SegmentRecord, TensorSpec
 from leapp._warp_private import array_base
 from leapp.bundle.format import MAX_BATCH  # the largest batch a bundle's rules may name
@@ -169,7 +169,7 @@ class NodeRun:
         state.skipped = state.discovered[len(segments):]
         out_nodes = [rec.value_of(t) for _, _, t, _ in self.outputs]
         _refuse_segments_without_outputs(self.name, segments)
-        graph = rec.finish(out_nodes, class_name=f"leapp_node_{_identifier(self.name)}")
+        graph = rec.finish(out_nodes, class_name=f"leapp_node_{identifier(self.name)}")
         state.record = NodeRecord(
             name=self.name,
             export_with=state.export_with,
@@ -232,7 +232,7 @@ class NodeRun:
                 f"dynamic_batch=({lo}, {hi})."
             )
         out_nodes = [self.recorder.value_of(t) for _, _, t, _ in self.outputs]
-        graph = self.recorder.finish(out_nodes, class_name=f"leapp_node_{_identifier(self.name)}_probe")
+        graph = self.recorder.finish(out_nodes, class_name=f"leapp_node_{identifier(self.name)}_probe")
         record.probes.append(Probe(batch, list(self.segments_met), graph))
         record.samples.append(self._sample())
 
@@ -254,9 +254,6 @@ class NodeRun:
             outputs = [t.detach().clone() for _, _, t, _ in self.outputs]
         return Sample(inputs=list(self.sample_inputs), outputs=outputs)
 
-
-def _identifier(name: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in name)
 
 
 def _active_run(session: Session, node: str, api: str, where: str) -> NodeRun:
