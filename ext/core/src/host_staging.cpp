@@ -27,18 +27,18 @@ struct StagingSet {
   uint64_t capacity = 0;  // bytes at device_base and host_base
 };
 
-/// Offsets of the inputs and outputs at these byte sizes (256-aligned); returns the total.
+/// Offsets of the inputs and outputs at these byte sizes (kSubAlignment-aligned); returns the total.
 uint64_t layout(StagingSet& set, const std::vector<HostSpan>& inputs, const std::vector<HostSpan>& outputs) {
   uint64_t total = 0;
   set.in_offsets.clear();
   set.out_offsets.clear();
   for (const HostSpan& t : inputs) {
     set.in_offsets.push_back(total);
-    total = (total + t.bytes + 255) / 256 * 256;
+    total = detail::round_up(total + t.bytes, detail::kSubAlignment);
   }
   for (const HostSpan& t : outputs) {
     set.out_offsets.push_back(total);
-    total = (total + t.bytes + 255) / 256 * 256;
+    total = detail::round_up(total + t.bytes, detail::kSubAlignment);
   }
   return total;
 }

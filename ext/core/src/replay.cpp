@@ -69,8 +69,6 @@ std::mutex& cache_mutex() {
   return *m;
 }
 
-constexpr uint64_t kSubAlignment = 256;  // sub-buffers of one allocation start 256-aligned
-uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 bool is_special_stream(CUstream s) {
   return s == nullptr || s == cu_stream_legacy() || s == cu_stream_per_thread();

@@ -42,13 +42,14 @@ class RelaxedCaptureMode {
   bool ok_ = false;
 };
 
-struct DeviceAttrs {
-  int ordinal = 0;
-  std::string name;
-  int cc_major = 0;
-  int cc_minor = 0;
+/// What driver_status() reports of a device, and what a launch needs besides.
+struct DeviceAttrs : DeviceInfo {
   int max_smem_optin = 0;  ///< CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
 };
+
+/// Buffers carved from one allocation (segment scratch, host staging) each start at this alignment.
+constexpr uint64_t kSubAlignment = 256;
+inline uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 /// Cached attributes of device `ordinal`; throws std::invalid_argument for a bad ordinal.
 const DeviceAttrs& device_attrs(const CudaDriver& d, int ordinal);
