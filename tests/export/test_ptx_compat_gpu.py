@@ -21,7 +21,7 @@ import torch
 
 import leapp
 from leapp import _native
-from leapp._export import ptx_compat
+from leapp._export import ptx_compat, ptx_isa
 from leapp.errors import ExportError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -83,6 +83,7 @@ def test_warps_own_ptx_on_an_older_driver_is_refused_by_name(monkeypatch, tmp_pa
     if driver >= 13040:
         pytest.skip(f"the CUDA {driver // 1000}.{driver % 1000 // 10} driver reads Warp 1.19's PTX ISA 9.4")
     monkeypatch.setenv(ptx_compat.NVRTC_ENV, "off")
+    monkeypatch.setenv(ptx_isa.ISA_ENV, "keep")  # the NVRTC's own .version (a default export declares 8.0)
     monkeypatch.setenv("LEAPP_CUDA_ARCHS", "75")
     folder = size_pipeline.export(tmp_path, 256, device=DEVICE, validate=False, names=("seg_pt2",))
     pipe = leapp.load(str(folder))
@@ -93,3 +94,17 @@ def test_warps_own_ptx_on_an_older_driver_is_refused_by_name(monkeypatch, tmp_pa
     for part in (name, f"compute capability {cc[0]}.{cc[1]}", "PTX ISA 9.4", "CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222)",
                  "it reads PTX up to ISA 9.", "Update the driver to CUDA 13.4 or later", "leapp[ptx-compat]"):
         assert part in text, (part, text)
+
+
+def test_the_declared_ptx_runs_on_this_driver_and_equals_eager(monkeypatch, tmp_path):
+    """The same export with the PTX declared ISA 8.0 (the default): this driver JIT-compiles it, checking every
+    feature against 8.0, and the result equals eager."""
+    cc, driver = _machine()
+    monkeypatch.setenv(ptx_compat.NVRTC_ENV, "off")
+    monkeypatch.delenv(ptx_isa.ISA_ENV, raising=False)
+    monkeypatch.setenv("LEAPP_CUDA_ARCHS", "75")
+    folder = size_pipeline.export(tmp_path, 256, device=DEVICE, validate=False, names=("seg_pt2",))
+    pipe = leapp.load(str(folder))
+    x = torch.randn(256, device=DEVICE)
+    (out,) = pipe.run_node("seg_pt2", x=x).values()
+    torch.testing.assert_close(out, size_pipeline.eager(x)["seg_pt2"], rtol=0, atol=0)
