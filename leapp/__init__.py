@@ -26,72 +26,109 @@ logging.getLogger("leapp").addHandler(logging.NullHandler())
 # the recorder. `from leapp import annotate` imports the submodule as usual.
 # What import does do, when torch is installed, is register the
 # `leapp::warp_segment` op (`_register_torch_op` at the end), like torchvision.
+from leapp.errors import (
+    ExportError,
+    LeappError,
+    RuntimeLibraryNotFound,
+    SegmentDivergenceError,
+    TraceError,
+    UnsupportedBackend,
+    UnsupportedPlatform,
+    ValidationError,
+)
+
 if TYPE_CHECKING:
     from leapp import annotate, aoti
+    from leapp._contract.records import SessionRecord
+    from leapp._export.report import CompileReport
     from leapp._recorder.node import NodeScope as _NodeScope
     from leapp._recorder.session import Session
+    from leapp.bundle.format import BundleError
+    from leapp.pipeline_format.format import PipelineError
+    from leapp.runtime.artifact_safety import UnsafeArtifact
+    from leapp.runtime.pipeline import Pipeline
 
-__all__ = ["trace", "start", "stop", "compile_graph", "node", "load", "annotate", "aoti", "Session"]
+__all__ = [
+    # recording and export
+    "trace", "start", "stop", "compile_graph", "node", "annotate", "Session", "CompileReport",
+    # running an export
+    "load", "Pipeline", "aoti",
+    # errors: one tree under LeappError (tests/foundation/test_public_api.py)
+    "LeappError", "TraceError", "SegmentDivergenceError", "UnsupportedPlatform", "ExportError", "UnsupportedBackend",
+    "ValidationError", "RuntimeLibraryNotFound", "BundleError", "PipelineError", "UnsafeArtifact",
+]
+
+# Public names whose modules need torch (or Inductor): imported on first use, so that `import leapp` stays light.
+_LAZY = {
+    "annotate": ("leapp.annotate", None),
+    "aoti": ("leapp.aoti", None),
+    "Session": ("leapp._recorder.session", "Session"),
+    "CompileReport": ("leapp._export.report", "CompileReport"),
+    "Pipeline": ("leapp.runtime.pipeline", "Pipeline"),
+    "BundleError": ("leapp.bundle.format", "BundleError"),
+    "PipelineError": ("leapp.pipeline_format.format", "PipelineError"),
+    "UnsafeArtifact": ("leapp.runtime.artifact_safety", "UnsafeArtifact"),
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("annotate", "aoti"):  # leapp.aoti imports torch's Inductor: only when used
+    if name in _LAZY:
         import importlib  # noqa: PLC0415
 
-        return importlib.import_module(f"leapp.{name}")
-    if name == "Session":
-        from leapp._recorder.session import Session  # noqa: PLC0415
-
-        return Session
+        module, attribute = _LAZY[name]
+        found = importlib.import_module(module)
+        return found if attribute is None else getattr(found, attribute)
     raise AttributeError(f"module 'leapp' has no attribute {name!r}")
 
 
-def trace(name: str, save_path: str = ".") -> "Session":
+def trace(name: str, save_path: str = ".") -> "Session[CompileReport]":
     """A recording session, used as a context manager; ``.compile(...)`` exports it."""
     from leapp._recorder.session import Session  # noqa: PLC0415
 
-    return Session(name, save_path, export=_export_session)
+    return Session(name, save_path, export=_EXPORTER)
 
 
-def start(name: str, save_path: str = ".") -> "Session":
+def start(name: str, save_path: str = ".") -> "Session[CompileReport]":
     """Script-style ``trace``: begin a session (end it with ``leapp.stop()``)."""
     from leapp._recorder.session import start as _start  # noqa: PLC0415
 
-    return _start(name, save_path, export=_export_session)
+    return _start(name, save_path, export=_EXPORTER)
 
 
-def stop() -> "Session":
+def stop() -> "Session[CompileReport]":
     """End the session begun by ``leapp.start``."""
     from leapp._recorder.session import stop as _stop  # noqa: PLC0415
 
     return _stop()
 
 
-def _export_session(record: Any, **options: Any) -> Any:
-    """What ``session.compile`` calls: the exporter, imported on first use. The link lives here, in the
-    API layer, so that the recorder and the exporter depend only on ``leapp._contract``, not on each other."""
-    from leapp._export import prewarm  # noqa: PLC0415
+class _SessionExporter:
+    """The ``leapp._contract.exporter.Exporter`` sessions made here use: the exporter, imported on first use.
+    The link lives here, in the API layer, so that the recorder and the exporter depend only on
+    ``leapp._contract``, not on each other."""
 
-    prewarm.finish()  # the imports a session started in the background: none run concurrently with the export
-    from leapp._export.compile import compile_session  # noqa: PLC0415 - the exporter is heavy and optional
+    def prepare(self) -> None:
+        """Starts the exporter's validation worker and its imports in the background
+        (``leapp._export.validate_process.prestart``, ``leapp._export.prewarm``), so both overlap with tracing."""
+        from leapp._export import prewarm  # noqa: PLC0415
+        from leapp._export.validate_process import prestart  # noqa: PLC0415
 
-    return compile_session(record, **options)
+        prestart()
+        prewarm.start()  # opt-in (LEAPP_EXPORT_PREWARM=1)
+
+    def __call__(self, record: "SessionRecord", **options: Any) -> "CompileReport":
+        from leapp._export import prewarm  # noqa: PLC0415
+
+        prewarm.finish()  # the imports a session started in the background: none run concurrently with the export
+        from leapp._export.compile import compile_session  # noqa: PLC0415 - the exporter is heavy and optional
+
+        return compile_session(record, **options)
 
 
-def _prepare_export() -> None:
-    """Run when a session begins: starts the exporter's validation worker and its imports in the background
-    (``leapp._export.validate_process.prestart``, ``leapp._export.prewarm``), so both overlap with tracing."""
-    from leapp._export import prewarm  # noqa: PLC0415
-    from leapp._export.validate_process import prestart  # noqa: PLC0415
-
-    prestart()
-    prewarm.start()  # opt-in (LEAPP_EXPORT_PREWARM=1) until measured on a GPU machine
+_EXPORTER = _SessionExporter()
 
 
-_export_session.prepare = _prepare_export  # type: ignore[attr-defined]
-
-
-def compile_graph(validate: bool = True, rtol: float = 1e-3, atol: float = 1e-5) -> Any:
+def compile_graph(validate: bool = True, rtol: float = 1e-3, atol: float = 1e-5) -> "CompileReport":
     """Compile the active (or last) session; same as ``session.compile(...)``."""
     from leapp._recorder.session import last_session as _last_session  # noqa: PLC0415
 
@@ -113,7 +150,7 @@ def node(name: str, export_with: str = "onnx", *, dynamic_batch: Any = None, **b
     return _NodeScope(name, export_with, dynamic_batch=dynamic_batch, **backend_params)
 
 
-def load(path: str, *, cuda_graphs: bool = False) -> Any:
+def load(path: str, *, cuda_graphs: bool = False) -> "Pipeline":
     """Load an exported pipeline folder (``leapp.runtime.pipeline.load``); ``cuda_graphs=True``
     replays CUDA PT2 nodes from captured CUDA graphs (outputs overwritten by the next call)."""
     from leapp.runtime.pipeline import load as _load  # noqa: PLC0415 - runtime is optional at trace time

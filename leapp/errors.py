@@ -13,6 +13,8 @@ __all__ = [
     "ExportError",
     "ValidationError",
     "RuntimeLibraryNotFound",
+    "UnsupportedBackend",
+    "UnsupportedPlatform",
     "NOT_EXECUTED_TWICE",
     "MORE_REGIONS_THAN_DISCOVERY",
     "SEGMENT_DIVERGED",
@@ -56,6 +58,14 @@ class ValidationError(LeappError):
 
 class RuntimeLibraryNotFound(LeappError, FileNotFoundError):
     """A native op library (PT2 or ONNX) is missing."""
+
+
+class UnsupportedBackend(ExportError, NotImplementedError):
+    """A node holds what its ``export_with`` backend cannot export (Warp segments on TorchScript)."""
+
+
+class UnsupportedPlatform(TraceError, ImportError):
+    """Warp tracing on an operating system leapp does not support (Linux only)."""
 
 
 def runtime_not_found_message(backend: str, path: str) -> str:

@@ -55,6 +55,8 @@ import time
 from pathlib import Path
 from typing import Protocol
 
+from leapp.errors import LeappError
+
 __all__ = [
     "CACHE_DIR_ENV",
     "DISABLE_ENV",
@@ -159,7 +161,7 @@ class Entry:
     meta: dict[str, int]  # Warp's .meta file of that compile
 
 
-class CacheEntryError(ValueError):
+class CacheEntryError(LeappError, ValueError):
     """A cache entry that is not what its key says (the reason names the check)."""
 
 

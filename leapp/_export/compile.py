@@ -30,7 +30,7 @@ from leapp._export.validate import (
     raise_for_failures,
     validate_nodes,
 )
-from leapp.errors import ExportError
+from leapp.errors import ExportError, UnsupportedBackend
 
 __all__ = ["SEGMENT_BACKENDS", "BACKENDS", "check_backends", "compile_session"]
 
@@ -38,11 +38,12 @@ log = logging.getLogger(__name__)
 
 
 def check_backends(record: SessionRecord) -> None:
-    """Raises before anything is written: NotImplementedError for a segment node on another backend."""
+    """Raises before anything is written: UnsupportedBackend (a NotImplementedError) for a segment node on another
+    backend."""
     for node in record.nodes.values():
         backend = node.export_with
         if node.segments and backend not in SEGMENT_BACKENDS:
-            raise NotImplementedError(
+            raise UnsupportedBackend(
                 f"node '{node.name}' ({node.source}) has Warp segment(s) {[s.id for s in node.segments]} and "
                 f"export_with={backend!r}; nodes with Warp segments export only with 'onnx' or 'pt2'"
             )

@@ -34,9 +34,10 @@ from leapp.errors import (
     MORE_REGIONS_THAN_DISCOVERY,
     SEGMENT_DIVERGED,
     WARP_OP_OWNER_TOKEN,
-    SegmentDivergenceError,
     LeappError,
+    SegmentDivergenceError,
     TraceError,
+    UnsupportedPlatform,
 )
 
 from .capture import AllocationWitness, CaptureAnalysis, ClosedSegment, arg_ptr
@@ -94,7 +95,7 @@ def _open(session: Session, node: str | None, source: str) -> _Block:
         )
     segment_id = f"{run.name}/warp_segment_{len(run.segments_met)}"
     if not sys.platform.startswith("linux"):
-        raise ImportError(f"{LINUX_ONLY} (sys.platform is {sys.platform!r}; segment {segment_id} at {source})")
+        raise UnsupportedPlatform(f"{LINUX_ONLY} (sys.platform is {sys.platform!r}; segment {segment_id} at {source})")
     if session.block is not None:
         raise TraceError(
             f"annotate.warp_op() at {source} in node '{run.name}': {WARP_OP_OWNER_TOKEN} "

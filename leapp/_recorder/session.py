@@ -14,10 +14,11 @@ from __future__ import annotations
 import contextvars
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Generic
 
 import torch
 
+from leapp._contract.exporter import Exporter, Report
 from leapp._contract.names import NAME_RULE, name_problem, shown
 from leapp._contract.records import NodeRecord, SessionRecord
 from leapp.errors import NOT_EXECUTED_TWICE, TraceError
@@ -66,17 +67,17 @@ class NodeState:
     dynamic_batch: tuple[int, int] | None = None  # (min, max): docs/recorder.md section 1.0
 
 
-class Session:
+class Session(Generic[Report]):
     """One ``leapp.trace(name, save_path)`` session.
 
     Enter it (``with`` or ``leapp.start``), run the traced code at least twice,
     then call ``compile()``. ``record`` is the plain data model the exporter
-    consumes; ``export(record, validate=, rtol=, atol=)`` is the exporter
-    ``compile()`` hands it to (``leapp.trace`` passes it: the recorder never
-    imports the exporter).
+    consumes; ``export`` (``leapp._contract.exporter.Exporter``) is the exporter
+    ``compile()`` hands it to, and its report what ``compile()`` returns
+    (``leapp.trace`` passes it: the recorder never imports the exporter).
     """
 
-    def __init__(self, name: str, save_path: str = ".", *, export: Callable[..., Any] | None = None) -> None:
+    def __init__(self, name: str, save_path: str = ".", *, export: Exporter[Report] | None = None) -> None:
         problem = name_problem(name)
         if problem is not None:
             raise TraceError(
@@ -115,9 +116,8 @@ class Session:
             )
         self._token = _ACTIVE.set(self)
         _LAST[:] = [self]
-        prepare = getattr(self._export, "prepare", None)
-        if prepare is not None:
-            prepare()  # the exporter's head start while this session traces (its validation worker)
+        if self._export is not None:
+            self._export.prepare()  # the exporter's head start while this session traces (its validation worker)
 
     def stop(self) -> None:
         if self._token is None:
@@ -215,7 +215,7 @@ class Session:
             notes=list(self.notes),
         )
 
-    def compile(self, validate: bool = True, rtol: float = 1e-3, atol: float = 1e-5) -> Any:
+    def compile(self, validate: bool = True, rtol: float = 1e-3, atol: float = 1e-5) -> Report:
         """Check the passes, then export every node (with the ``export`` the session was made with).
 
         Raises:
@@ -255,7 +255,7 @@ def probe_problem(state: NodeState) -> str | None:
     )
 
 
-def start(name: str, save_path: str = ".", *, export: Callable[..., Any] | None = None) -> Session:
+def start(name: str, save_path: str = ".", *, export: Exporter[Report] | None = None) -> Session[Report]:
     session = Session(name, save_path, export=export)
     session.start()
     return session

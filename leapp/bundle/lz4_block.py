@@ -16,6 +16,8 @@ without compressed binaries needs nothing but the standard library.
 
 from __future__ import annotations
 
+from leapp.errors import LeappError
+
 __all__ = [
     "ENCODING",
     "MAX_RATIO",
@@ -37,7 +39,7 @@ LAST_LITERALS = 5  # a match ends at least 5 bytes before the end of the output
 MIN_TAIL_AFTER_LITERALS = 8  # input bytes that follow the literals of a sequence that is not the last
 
 
-class BlockError(ValueError):
+class BlockError(LeappError, ValueError):
     """A block that breaks a rule of §1.1; the message names the rule and the byte offset."""
 
 

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from leapp.errors import LeappError
 from leapp.runtime.io import IOSpec
 
 __all__ = ["Codec", "MessageError", "codec_for"]
@@ -47,7 +48,7 @@ _ARRAYS = {torch.float32: ("Float32MultiArray", np.float32), torch.float16: ("Fl
            torch.bool: ("UInt8MultiArray", np.uint8)}
 
 
-class MessageError(ValueError):
+class MessageError(LeappError, ValueError):
     """A message that does not fit the pipeline value it feeds (name, length or order): what, where, and why."""
 
 

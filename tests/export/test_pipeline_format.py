@@ -121,7 +121,9 @@ def _generated_text(generated) -> tuple[dict, str]:
 def test_truncation_at_any_line_is_refused(generated, data):
     _, text = _generated_text(generated)
     lines = text.splitlines(keepends=True)
-    keep = data.draw(st.integers(0, len(lines) - 1))
+    # all but the last line: a document that ends in a list (constants: ["", ""]) is still a valid, shorter
+    # description without its last item; that truncation is what the digest and the JSON twin catch
+    keep = data.draw(st.integers(0, len(lines) - 2))
     with pytest.raises(PipelineError, match=r"^pipeline\.yaml: "):
         parse_description("".join(lines[:keep]))
 
