@@ -51,14 +51,12 @@ from leapp.runtime.onnx_runner import (  # noqa: F401 - re-exported (tests impor
     onnx_providers,
     torch_uses_tf32_matmul,
 )
+from leapp.runtime.open_artifact import ONNX_EPS, make_runner, onnx_ep_device
 from leapp.runtime.runners import (
-    ONNX_EPS,
     NodeRunner,
     Pt2Runner,
     TorchScriptRunner,
     load_pt2,
-    make_runner,
-    onnx_ep_device,
 )
 
 __all__ = [

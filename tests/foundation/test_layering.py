@@ -4,7 +4,10 @@ ruff's banned-api is global, so the rules scoped to a directory live here:
 leapp.bundle and leapp.pipeline_format stay free of torch and Warp (leapp
 inspect and the C++ side's schema use them without either); the recorder and
 the exporter meet only in leapp._contract; Warp's private API is reached only
-through leapp._warp_private. The checker itself is tested on made-up sources.
+through leapp._warp_private. Inside one package folder no two modules import
+each other, directly or around a circle (imports only a type checker runs, under
+``if TYPE_CHECKING:``, do not count). The checkers themselves are tested on
+made-up sources.
 """
 
 from __future__ import annotations
@@ -111,3 +114,61 @@ def test_the_checker_allows_what_the_layers_may_do():
     assert not violations("leapp._export.compile", {"leapp._contract.records", "torch", "warp"})
     assert not violations("leapp._recorder.node", {"leapp._contract.backends", "leapp._warp_private"})
     assert module_name(PACKAGE / "_recorder" / "__init__.py") == "leapp._recorder"
+
+
+def runtime_imports(source: str, module: str, is_package: bool) -> set[str]:
+    """``imported_modules`` without the imports under ``if TYPE_CHECKING:`` (they never run)."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", "")) == "TYPE_CHECKING":
+            node.body = [ast.Pass()]
+    return imported_modules(ast.unparse(tree), module, is_package)
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of ``graph`` (module -> modules it imports): its strongly connected components of
+    more than one module (Tarjan's algorithm), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circle_inside_a_package_folder():
+    modules = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name != "__init__.py":
+            module = module_name(path)
+            modules[module] = (path.parent, runtime_imports(path.read_text(encoding="utf-8"), module, False))
+    graph = {m: {i for i in imports if i in modules and i != m and modules[i][0] == folder}
+             for m, (folder, imports) in modules.items()}
+    assert not circles(graph), circles(graph)
+
+
+def test_the_circle_checker_finds_circles_and_skips_type_only_imports():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import B\ndef f():\n    from .c import C\n"
+    assert runtime_imports(source, "leapp.x.a", False) >= {"leapp.x.c"}
+    assert "leapp.x.b" not in runtime_imports(source, "leapp.x.a", False)
