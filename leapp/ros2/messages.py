@@ -26,6 +26,7 @@ A topic carries one robot: a value with a dynamic batch is sent with batch 1.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -64,7 +65,7 @@ class Codec:
     joints: tuple[str, ...] = ()
     order: str = "xyzw"
 
-    @property
+    @functools.cached_property
     def message_type(self) -> type:
         package, _, name = self.message.partition("/")
         module = __import__(f"{package}.msg", fromlist=[name])

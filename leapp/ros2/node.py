@@ -96,6 +96,7 @@ class PolicyNode(Node):
         self._output_publishers = {name: self.create_publisher(codec.message_type, name, qos)
                             for name, codec in self.outputs.items()}
         self._step_timer = self.create_timer(1.0 / self.rate_hz, self.step) if self.rate_hz else None
+        self._input_topics = {name: self.resolve_topic_name(name) for name in self.inputs}  # for refusals
 
     def topic(self, name: str) -> str:
         """The resolved topic of pipeline value ``name`` (namespace and remapping applied)."""
@@ -116,7 +117,7 @@ class PolicyNode(Node):
     def receive(self, name: str, msg: Any) -> None:
         """A message of input ``name``: checked, kept as its latest value, and a step when it is the trigger."""
         try:
-            self.latest[name] = self.inputs[name].to_tensor(msg, self.topic(name))
+            self.latest[name] = self.inputs[name].to_tensor(msg, self._input_topics[name])
         except MessageError as e:
             self.latest.pop(name, None)  # never step on a value older than a refused one
             self._error(str(e))
