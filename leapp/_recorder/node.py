@@ -55,6 +55,9 @@ class NodeRun:
         self.inputs: list[tuple[str, torch.Tensor, TensorSpec]] = []
         self.outputs: list[tuple[str, Any, torch.Tensor, TensorSpec]] = []
         self.segments_met: list = []  # DiscoveredSegment (pass 1, samples) or SegmentRecord (capture)
+        # Each captured segment's wp.Graph, alive until this run ends: a graph's allocations (the arrays its block
+        # created) are then still graph memory no later segment's graph can be given, whatever Python collects.
+        self.captured_graphs: list = []
         self.sample_inputs: list[torch.Tensor] = []
         self._mode_on = False
 

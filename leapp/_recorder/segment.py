@@ -310,6 +310,7 @@ class _Block:
         if run.capturing:
             closed = ClosedSegment(self.segment_id, run.name, self.index, self.source, self.device, self.launches,
                                    self.discovered.ops, self.discovered.call_sites, self._census)
+            run.captured_graphs.append(graph)
             analysis = CaptureAnalysis(closed, graph, run.recorder, self.session.constants_report)
             run.segments_met.append(analysis.build())
         else:
