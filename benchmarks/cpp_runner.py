@@ -6,7 +6,8 @@
 Both sides get the same seeded inputs (random normal, per pipeline.yaml's dtypes and shapes). The C++
 side is ``leapp-run EXPORT --in IN --out OUT --time N --device D``: its per-node medians (host wall
 clock; with ``--device cuda`` each node is synchronised when timing) and its total (median over runs of
-the per-node sum). The Python side is ``leapp.load(EXPORT, onnx_ep=D)`` on tensors on D: per node,
+the per-node sum), run with ``--no-graph``; on CUDA a second run without it gives the whole step replayed as
+one CUDA graph (docs/deploy.md, "A step as one CUDA graph"; a PT2 node keeps it node by node). The Python side is ``leapp.load(EXPORT, onnx_ep=D)`` on tensors on D: per node,
 ``run_node`` on the values a full run produced; per step, ``pipeline(**inputs)``; each call timed with
 ``time.perf_counter`` around the call and a ``torch.cuda.synchronize()`` (the latency a control loop
 sees). The table gives medians in µs; the last line the largest difference between the two outputs.
@@ -71,16 +72,18 @@ def make_inputs(pipeline, seed: int) -> dict[str, torch.Tensor]:
     return out
 
 
-def run_cpp(export: Path, inputs: dict[str, torch.Tensor], device: str, steps: int, work: Path) -> tuple[dict, dict]:
-    """(node -> median ms incl. 'total', output name -> tensor) from leapp-run."""
+def run_cpp(export: Path, inputs: dict[str, torch.Tensor], device: str, steps: int, work: Path,
+            graph: bool = False) -> tuple[dict, dict]:
+    """(node -> median ms incl. 'total', output name -> tensor) from leapp-run; ``graph``: the whole step's median
+    as 'step' when leapp-run replays it as one CUDA graph (per-node times need it off: --no-graph)."""
     from leapp.testing.cpp_runner import value_file
 
-    in_dir, out_dir = work / "in", work / "out"
-    in_dir.mkdir()
+    in_dir, out_dir = work / "in", work / ("out-graph" if graph else "out")
+    in_dir.mkdir(exist_ok=True)
     for name, t in inputs.items():
         value_file(in_dir, name).write_bytes(t.contiguous().numpy().tobytes())
     cmd = [str(leapp_run_binary()), str(export), "--in", str(in_dir), "--out", str(out_dir), "--time", str(steps),
-           "--device", device]
+           "--device", device] + ([] if graph else ["--no-graph"])
     from leapp.testing.cpp_runner import leapp_run_env  # the ORT leapp.load runs here
 
     r = subprocess.run(cmd, capture_output=True, text=True, env=leapp_run_env())
@@ -147,6 +150,7 @@ def main(argv=None) -> int:
         pipeline = leapp_load(export, onnx_ep=args.device)
         inputs = make_inputs(pipeline, args.seed)
         cpp, cpp_outputs = run_cpp(export, inputs, args.device, args.steps, work)
+        graphed = run_cpp(export, inputs, args.device, args.steps, work, graph=True)[0] if args.device == "cuda" else {}
         py_nodes, py_step, py_outputs = run_python(export, inputs, args.device, args.steps, args.warmup)
 
         print(f"export {export}: device {args.device}, {args.steps} timed runs, torch {torch.__version__}")
@@ -157,6 +161,8 @@ def main(argv=None) -> int:
             print(f"| {name} | {1e3 * ms:.1f} | {how} | {1e6 * py_nodes[name]:.1f} |")
         total = cpp.get("total", (float("nan"), ""))[0]
         print(f"| whole step | {1e3 * total:.1f} (sum of nodes) | | {1e6 * py_step:.1f} (one call) |")
+        if "step" in graphed:
+            print(f"| whole step, one CUDA graph | {1e3 * graphed['step'][0]:.1f} | cuda-graph | |")
         worst = 0.0
         for name, want in py_outputs.items():
             got = torch.frombuffer(bytearray(cpp_outputs[name].read_bytes()), dtype=want.dtype).reshape(want.shape)

@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
   }
   try {
     leapp::PipelineOptions options;
-    options.memory = device == "cuda" ? leapp::Memory::kDevice : leapp::Memory::kHost;  // kDevice: the legacy default stream
+    options.memory = device == "cuda" ? leapp::Memory::kDevice : leapp::Memory::kHost;  // kDevice: on a stream of the pipeline's
     auto pipeline = leapp::Pipeline::open(argv[1], options);
 
     std::map<std::string, const void*> inputs;
@@ -92,6 +92,8 @@ int main(int argc, char** argv) {
       std::printf("output %-12s %s x %zu bytes\n", t.name.c_str(), t.dtype.c_str(), t.byte_size());
     }
     for (const leapp::NodeInfo& n : pipeline->nodes()) std::printf("node   %-12s %s\n", n.name.c_str(), n.execution.c_str());
+    if (device == "cuda")  // the same buffers every step: from step 1 on, one CUDA graph launch per step
+      std::printf("step   %s\n", pipeline->graph_reason().empty() ? "one CUDA graph" : pipeline->graph_reason().c_str());
 
     std::vector<double> step_seconds;
     for (int step = 0; step < steps; ++step) {
@@ -113,6 +115,9 @@ int main(int argc, char** argv) {
     std::printf("%d steps on %s; per step (us, after step 0): median %.1f  p90 %.1f  max %.1f\n", steps, device.c_str(),
                 1e6 * percentile(step_seconds, 0.5), 1e6 * percentile(step_seconds, 0.9),
                 1e6 * percentile(step_seconds, 1.0));
+    if (device == "cuda")
+      std::printf("graph captures %lld, graph launches %lld\n", static_cast<long long>(pipeline->graph_captures()),
+                  static_cast<long long>(pipeline->graph_replays()));
     if (!dump.empty()) {
       for (size_t i = 0; i < host_in.size(); ++i) write(dump + "/" + pipeline->inputs()[i].name + ".in.bin", host_in[i]);
       for (size_t i = 0; i < host_out.size(); ++i) write(dump + "/" + pipeline->outputs()[i].name + ".out.bin", host_out[i]);

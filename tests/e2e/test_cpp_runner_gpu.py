@@ -8,6 +8,9 @@ package through libleapp_pipeline_aoti.so, policy and action on ONNX Runtime's C
 compared with ``leapp.load(..., onnx_ep="cuda")`` (the same execution provider for the ONNX nodes,
 use_tf32=0 on both sides) on the same inputs. The controller example (examples/cpp) runs the same
 export with --device cuda, and benchmarks/cpp_runner.py prints the latency table for docs/deploy.md.
+The same example with ``--obs-with onnx`` (every node ONNX) is the step the C++ runner replays as one CUDA
+graph (docs/deploy.md, "A step as one CUDA graph"): the controller's steps upload new values into the same
+buffers, so its last step checks that the graph reads them.
 
 Needs: an NVIDIA GPU and driver, torch with CUDA, Warp, onnxruntime-gpu (its CUDA EP), cmake for the
 example. CPU CI covers the same code paths with the fake driver (tests/runtime/test_cpp_pipeline_aoti.py).
@@ -33,9 +36,9 @@ LEAPP_RUN = Path(sys.executable).with_name("leapp-run")
 ENVS = 64
 
 
-@pytest.fixture(scope="module")
-def go2_export(tmp_path_factory) -> Path:
-    """exports/go2 of examples/go2_pipeline.py (its own eager check must pass), with obs's package recorded."""
+def _example_export(tmp_path_factory, *flags: str) -> Path:
+    """exports/go2 of examples/go2_pipeline.py with ``flags`` (its own eager check must pass); skips without what
+    the C++ runner on CUDA needs."""
     import warp as wp
 
     wp.init()
@@ -47,16 +50,22 @@ def go2_export(tmp_path_factory) -> Path:
         pytest.skip(f"this onnxruntime has no CUDA EP ({onnxruntime.get_available_providers()}): install onnxruntime-gpu")
     if not LEAPP_RUN.is_file():
         pytest.skip("leapp-run was not built (ONNX Runtime's headers were missing at build time)")
-    from leapp.runtime.libraries import native_dir
-
-    if not (native_dir() / "libleapp_pipeline_aoti.so").is_file():
-        pytest.skip("libleapp_pipeline_aoti.so was not built (torch was not found when leapp was built)")
     sys.path.insert(0, str(ROOT / "examples"))
     import go2_pipeline
 
     out = tmp_path_factory.mktemp("go2")
-    assert go2_pipeline.main(["--envs", str(ENVS), "--out", str(out)]) == 0, "the example's own check failed"
-    export = out / "go2"
+    assert go2_pipeline.main(["--envs", str(ENVS), "--out", str(out), *flags]) == 0, "the example's own check failed"
+    return out / "go2"
+
+
+@pytest.fixture(scope="module")
+def go2_export(tmp_path_factory) -> Path:
+    """exports/go2 of examples/go2_pipeline.py, with obs's package recorded."""
+    from leapp.runtime.libraries import native_dir
+
+    if not (native_dir() / "libleapp_pipeline_aoti.so").is_file():
+        pytest.skip("libleapp_pipeline_aoti.so was not built (torch was not found when leapp was built)")
+    export = _example_export(tmp_path_factory)
     import leapp.aoti
 
     start = time.perf_counter()
@@ -74,6 +83,12 @@ def same_onnxruntime():
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LEAPP_ONNXRUNTIME_LIBRARY", str(onnxruntime_library()))
         yield
+
+
+@pytest.fixture(scope="module")
+def go2_onnx_export(tmp_path_factory) -> Path:
+    """examples/go2_pipeline.py --obs-with onnx: every node ONNX (two with Warp segments), so a step is graphed."""
+    return _example_export(tmp_path_factory, "--obs-with", "onnx")
 
 
 def _inputs(folder: Path, seed: int) -> dict[str, torch.Tensor]:
@@ -95,11 +110,11 @@ def test_leapp_run_cuda_equals_leapp_load(go2_export, tmp_path):
     for seed in (200, 201):  # inputs never seen while tracing
         inputs = _inputs(tmp_path / f"in{seed}", seed)
         r = subprocess.run([str(LEAPP_RUN), str(go2_export), "--in", str(tmp_path / f"in{seed}"), "--out",
-                            str(tmp_path / f"out{seed}"), "--device", "cuda", "--time", "50"],
+                            str(tmp_path / f"out{seed}"), "--device", "cuda", "--time", "50", "--no-graph"],
                            capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stdout + r.stderr[-4000:]
         print(r.stdout)
-        assert "(aoti-cuda)" in r.stdout and "(ort-cuda)" in r.stdout, r.stdout
+        assert "(aoti-cuda)" in r.stdout and "(ort-cuda)" in r.stdout, r.stdout  # per-node times: node by node
         with torch.no_grad():
             want = pipeline(**{k: v.cuda() for k, v in inputs.items()})
         for name, expected in want.items():
@@ -111,24 +126,80 @@ def test_leapp_run_cuda_equals_leapp_load(go2_export, tmp_path):
             torch.testing.assert_close(got, expected.cpu(), rtol=1e-5, atol=1e-6)
 
 
-def test_controller_example_runs_the_robot_export_on_cuda(go2_export, tmp_path, cmake_build_with_leapp):
-    build = cmake_build_with_leapp(ROOT / "examples" / "cpp", tmp_path / "build")
-    dump = tmp_path / "dump"
+def _controller(build: Path, export: Path, dump: Path, steps: int, **env: str) -> subprocess.CompletedProcess:
+    import os
+
     dump.mkdir()
-    r = subprocess.run([str(build / "controller"), str(go2_export), "--steps", "500", "--device", "cuda", "--dump",
-                        str(dump)], capture_output=True, text=True, timeout=300)
-    print(r.stdout)
-    assert r.returncode == 0, r.stdout + r.stderr[-4000:]
-    assert "500 steps on cuda" in r.stdout and "aoti-cuda" in r.stdout
+    return subprocess.run([str(build / "controller"), str(export), "--steps", str(steps), "--device", "cuda", "--dump",
+                           str(dump)], capture_output=True, text=True, timeout=300, env={**os.environ, **env})
+
+
+def _check_dump(export: Path, dump: Path) -> None:
+    """The controller's last step (its inputs and outputs, dumped) against leapp.load on the same inputs."""
     from leapp.runtime.pipeline import load
 
-    pipeline = load(go2_export, onnx_ep="cuda")
+    pipeline = load(export, onnx_ep="cuda")
     inputs = {name: torch.frombuffer(bytearray((dump / f"{name}.in.bin").read_bytes()), dtype=spec.dtype)
               .reshape(spec.shape).cuda() for name, spec in pipeline.inputs.items()}
     with torch.no_grad():
         for name, expected in pipeline(**inputs).items():
             got = torch.frombuffer(bytearray((dump / f"{name}.out.bin").read_bytes()), dtype=expected.dtype)
             torch.testing.assert_close(got.reshape(expected.shape), expected.cpu(), rtol=1e-5, atol=1e-6)
+
+
+def test_controller_example_runs_the_robot_export_on_cuda(go2_export, tmp_path, cmake_build_with_leapp):
+    build = cmake_build_with_leapp(ROOT / "examples" / "cpp", tmp_path / "build")
+    r = _controller(build, go2_export, tmp_path / "dump", 500)
+    print(r.stdout)
+    assert r.returncode == 0, r.stdout + r.stderr[-4000:]
+    assert "500 steps on cuda" in r.stdout and "aoti-cuda" in r.stdout
+    # the PT2 node's package is captured too: its allocations go to the graph's own torch pool
+    assert "step   one CUDA graph" in r.stdout and "graph captures 1, graph launches 499" in r.stdout, r.stdout
+    _check_dump(go2_export, tmp_path / "dump")
+
+
+def test_controller_replays_each_step_as_one_cuda_graph(go2_onnx_export, tmp_path, cmake_build_with_leapp):
+    """Every step uploads new sensor values into the same buffers: the graph captured at step 1 must read them
+    (the last step's outputs equal leapp.load on the last step's inputs). Off by the variable, the same values
+    come node by node; a bad value is refused at open."""
+    build = cmake_build_with_leapp(ROOT / "examples" / "cpp", tmp_path / "build")
+    r = _controller(build, go2_onnx_export, tmp_path / "graph", 300)
+    print(r.stdout)
+    assert r.returncode == 0, r.stdout + r.stderr[-4000:]
+    assert r.stdout.count("ort-cuda") == 3 and "step   one CUDA graph" in r.stdout, r.stdout
+    # step 0 runs node by node, step 1 captures and launches, every later step launches
+    assert "graph captures 1, graph launches 299" in r.stdout, r.stdout
+    _check_dump(go2_onnx_export, tmp_path / "graph")
+
+    r = _controller(build, go2_onnx_export, tmp_path / "off", 50, LEAPP_PIPELINE_GRAPH="0")
+    assert r.returncode == 0, r.stdout + r.stderr[-4000:]
+    assert "step   turned off by $LEAPP_PIPELINE_GRAPH=0" in r.stdout and "graph captures 0" in r.stdout, r.stdout
+    _check_dump(go2_onnx_export, tmp_path / "off")
+
+    r = _controller(build, go2_onnx_export, tmp_path / "bad", 5, LEAPP_PIPELINE_GRAPH="yes")
+    assert r.returncode == 1 and "$LEAPP_PIPELINE_GRAPH must be 0 or 1, got 'yes'" in r.stderr, r.stdout + r.stderr
+
+
+def test_leapp_run_times_the_graphed_step(go2_onnx_export, tmp_path):
+    from leapp.runtime.pipeline import load
+
+    inputs = _inputs(tmp_path / "in", 300)
+    r = subprocess.run([str(LEAPP_RUN), str(go2_onnx_export), "--in", str(tmp_path / "in"), "--out",
+                        str(tmp_path / "out"), "--device", "cuda", "--time", "50"],
+                       capture_output=True, text=True, timeout=600)
+    print(r.stdout)
+    assert r.returncode == 0, r.stdout + r.stderr[-4000:]
+    assert "step: one CUDA graph launch from the second run on" in r.stdout, r.stdout
+    assert "(cuda-graph)" in r.stdout and "graph captures 1, graph launches 50" in r.stdout, r.stdout
+    r = subprocess.run([str(LEAPP_RUN), str(go2_onnx_export), "--in", str(tmp_path / "in"), "--out",
+                        str(tmp_path / "out2"), "--device", "cuda", "--time", "5", "--no-graph"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "step: node by node (turned off (PipelineOptions::cuda_graph))" in r.stdout, r.stdout
+    with torch.no_grad():
+        want = load(go2_onnx_export, onnx_ep="cuda")(**{k: v.cuda() for k, v in inputs.items()})["action"].cpu()
+    for out in ("out", "out2"):
+        got = torch.frombuffer(bytearray((tmp_path / out / "action.bin").read_bytes()), dtype=want.dtype)
+        torch.testing.assert_close(got.reshape(want.shape), want, rtol=1e-5, atol=1e-6)
 
 
 def test_benchmark_table(go2_export):

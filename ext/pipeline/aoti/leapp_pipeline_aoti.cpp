@@ -16,6 +16,10 @@
 #include <c10/core/StreamGuard.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/headeronly/version.h>
+#if LEAPP_AOTI_CUDA_POOLS
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 #include <cstdio>
 #include <cstring>
@@ -166,7 +170,50 @@ int run_model(void* handle, const LeappAotiTensor* inputs, size_t n_inputs, Leap
 
 void close_model(void* handle) { delete static_cast<Model*>(handle); }
 
-const LeappAotiPlugin kPlugin = {LEAPP_AOTI_PLUGIN_ABI, TORCH_VERSION, open_model, model_device, run_model, close_model};
+#if LEAPP_AOTI_CUDA_POOLS
+// What torch.cuda.graph does around a capture (at::cuda::CUDAGraph::capture_begin/capture_end/reset): a pool
+// of its own, allocations on the capturing stream routed to it, released with the graph.
+struct GraphPool {
+  c10::DeviceIndex device;
+  decltype(at::cuda::graph_pool_handle()) id;  // MempoolId_t (c10:: now, c10::cuda:: in older torch)
+};
+
+void* begin_graph_pool(int device_index, void* stream, char* error, size_t error_size) {
+  try {
+    auto pool = std::make_unique<GraphPool>(GraphPool{static_cast<c10::DeviceIndex>(device_index),
+                                                      at::cuda::graph_pool_handle()});
+    const auto capturing = static_cast<cudaStream_t>(stream);
+    c10::cuda::CUDACachingAllocator::beginAllocateToPool(pool->device, pool->id,
+                                                         [capturing](cudaStream_t s) { return s == capturing; });
+    return pool.release();
+  } catch (const std::exception& e) {
+    set_error(error, error_size, e.what());
+    return nullptr;
+  }
+}
+
+void end_graph_pool(void* handle) {
+  auto* pool = static_cast<GraphPool*>(handle);
+  try {
+    c10::cuda::CUDACachingAllocator::endAllocateToPool(pool->device, pool->id);
+  } catch (...) {  // nothing to report it to: the pool is released with its graph either way
+  }
+}
+
+void release_graph_pool(void* handle) {
+  std::unique_ptr<GraphPool> pool(static_cast<GraphPool*>(handle));
+  try {
+    c10::cuda::CUDACachingAllocator::releasePool(pool->device, pool->id);
+  } catch (...) {
+  }
+}
+
+const LeappAotiPlugin kPlugin = {LEAPP_AOTI_PLUGIN_ABI, TORCH_VERSION, open_model, model_device, run_model, close_model,
+                                 begin_graph_pool, end_graph_pool, release_graph_pool};
+#else
+const LeappAotiPlugin kPlugin = {LEAPP_AOTI_PLUGIN_ABI, TORCH_VERSION, open_model, model_device, run_model, close_model,
+                                 nullptr, nullptr, nullptr};
+#endif
 
 }  // namespace
 

@@ -163,4 +163,30 @@ AotiModel open_aoti_node(const Description& d, size_t index, const std::string& 
   return AotiModel{p, std::shared_ptr<void>(model, [p](void* m) { p->close(m); }), package};
 }
 
+namespace {
+
+class AotiGraphPool final : public CaptureResources {
+ public:
+  AotiGraphPool(const LeappAotiPlugin* plugin, int device_index) : plugin_(plugin), device_index_(device_index) {}
+  void* begin(CUstream stream) override {
+    char error[2048] = {0};
+    void* pool = plugin_->begin_graph_pool(device_index_, stream, error, sizeof(error));
+    if (!pool) throw PipelineError(std::string("torch's allocator refused a private pool: ") + error);
+    return pool;
+  }
+  void end(void* held) noexcept override { plugin_->end_graph_pool(held); }
+  void release(void* held) noexcept override { plugin_->release_graph_pool(held); }
+
+ private:
+  const LeappAotiPlugin* plugin_;
+  int device_index_;
+};
+
+}  // namespace
+
+std::unique_ptr<CaptureResources> aoti_graph_pool(const LeappAotiPlugin* plugin, int device_index) {
+  if (!plugin || !plugin->begin_graph_pool || !plugin->end_graph_pool || !plugin->release_graph_pool) return nullptr;
+  return std::make_unique<AotiGraphPool>(plugin, device_index);
+}
+
 }  // namespace leapp::pipeline_detail

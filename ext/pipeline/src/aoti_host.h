@@ -9,6 +9,7 @@
 
 #include "aoti_plugin.h"
 #include "description.h"
+#include "step_graph.h"
 
 namespace leapp::pipeline_detail {
 
@@ -34,6 +35,10 @@ AotiModel open_aoti_node(const Description& d, size_t index, const std::string& 
 /// leapp's does not (only the tests' fake-driver build does). True when it cannot tell (the op was registered from
 /// another copy): the run then reports what torch says.
 bool op_library_replays_on_cpu(const std::string& op_library);
+
+/// Torch's private pool for the PT2 nodes' allocations while a step is captured (aoti_plugin.h), on device
+/// `device_index`; null when the plugin's torch has no CUDA.
+std::unique_ptr<CaptureResources> aoti_graph_pool(const LeappAotiPlugin* plugin, int device_index);
 
 /// The checks of open_aoti_node that need no plugin (leapp-run --check): containment and sha256.
 void verify_aoti_package(const Description& d, size_t index);

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LEAPP_AOTI_PLUGIN_ABI 1u
+#define LEAPP_AOTI_PLUGIN_ABI 2u
 #define LEAPP_AOTI_PLUGIN_SYMBOL "leapp_pipeline_aoti_plugin"
 
 extern "C" {
@@ -38,6 +38,14 @@ struct LeappAotiPlugin {
   int (*run)(void* model, const LeappAotiTensor* inputs, size_t n_inputs, LeappAotiTensor* outputs, size_t n_outputs,
              void* stream, char* error, size_t error_size);
   void (*close)(void* model);
+  /// A step captured as one CUDA graph (docs/deploy.md, "A step as one CUDA graph"): while it is captured,
+  /// torch's allocations on `stream` go to a private pool of their own (torch.cuda.graph's), so the memory the
+  /// packages use inside the graph stays the graph's. begin_graph_pool: before the capture begins; returns the
+  /// pool, or null with the reason in `error`. end_graph_pool: the capture ended (or failed). release_graph_pool:
+  /// the graph is gone, its memory returns to torch. All three null when the plugin's torch has no CUDA.
+  void* (*begin_graph_pool)(int device_index, void* stream, char* error, size_t error_size);
+  void (*end_graph_pool)(void* pool);
+  void (*release_graph_pool)(void* pool);
 };
 
 typedef const LeappAotiPlugin* (*LeappAotiPluginEntry)(void);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +23,7 @@
 #include "ort_runtime.h"
 #include "pyrepr.h"
 #include "sha256.h"
+#include "step_graph.h"
 
 namespace leapp {
 
@@ -219,17 +221,25 @@ struct Pipeline::Impl {
   bool timing = false;
   std::vector<double> seconds;
   CUcontext context = nullptr;
+  CUstream own_stream = nullptr;  // kDevice without PipelineOptions::stream: the pipeline's (see pipeline.h)
   int64_t batch = 0;  // set_batch: 0 = the traced shapes
+  std::unique_ptr<CaptureResources> graph_pool;  // PT2 nodes: torch's pool while a step is captured
+  StepGraphs graphs;  // run() as CUDA graphs (step_graph.h); destroyed before graph_pool (it releases pools)
 
   // Never throws: device buffers exist only once the driver gave a context, and a destructor that threw
   // while an error from open() unwinds would end the process (exit 134) instead of reporting that error.
   ~Impl() {
+    try {
+      graphs.clear(stream());  // before the nodes: a graph's release goes to the PT2 nodes' plugin
+    } catch (...) {
+    }
     nodes.clear();
     if (options.memory != Memory::kDevice || context == nullptr) return;
     try {
       const CudaDriver& d = driver();
       for (auto& kv : values)
         if (kv.second.device) d.cuMemFree(kv.second.device);
+      if (own_stream) d.cuStreamDestroy(own_stream);
     } catch (...) {  // the driver failed after the buffers were made: nothing left to free them with
     }
   }
@@ -239,7 +249,8 @@ struct Pipeline::Impl {
   }
 
   CUstream stream() const {
-    return options.stream ? reinterpret_cast<CUstream>(options.stream) : cu_stream_legacy();
+    if (options.stream) return reinterpret_cast<CUstream>(options.stream);
+    return own_stream ? own_stream : cu_stream_legacy();
   }
 
   Ort::Value tensor(const TensorInfo& t, int onnx_type, void* data) const {
@@ -252,6 +263,8 @@ struct Pipeline::Impl {
   std::vector<std::pair<size_t, void*>> copied_outputs;
 
   void open_node(size_t index, const NodeDescription& d);
+  std::string graph_off_reason() const;
+  void run_nodes(const std::map<std::string, const void*>& inputs, const std::map<std::string, void*>& outputs);
   void refresh_plan();
   void run_one(Node& node, const std::vector<void*>& in, const std::vector<void*>& out);
   void run_aoti(Node& node, const std::vector<void*>& in, const std::vector<void*>& out);
@@ -259,8 +272,8 @@ struct Pipeline::Impl {
 
 /// A PT2 node: the plugin wraps the input buffers as tensors (no copy) and runs the package on the stream;
 /// AOTInductor allocates the outputs, copied here into the pipeline's or the caller's buffers (same stream).
-/// The stream goes as given: null means torch's default stream, the legacy default stream that stream()
-/// names CU_STREAM_LEGACY (0x1), a handle torch would read as an invalid stream id.
+/// The stream goes as a handle (the caller's or the pipeline's own), never as CU_STREAM_LEGACY (0x1), a handle
+/// torch would read as an invalid stream id.
 void Pipeline::Impl::run_aoti(Node& node, const std::vector<void*>& in, const std::vector<void*>& out) {
   std::vector<std::vector<int64_t>> shapes;  // this batch's shapes, alive for the call
   shapes.reserve(in.size() + out.size());
@@ -274,7 +287,7 @@ void Pipeline::Impl::run_aoti(Node& node, const std::vector<void*>& in, const st
   char error[4096] = {0};
   const bool device = options.memory == Memory::kDevice;
   if (node.aoti.plugin->run(node.aoti.model.get(), inputs.data(), inputs.size(), outputs.data(), outputs.size(),
-                            device ? options.stream : nullptr, error, sizeof(error)) != 0)
+                            device ? static_cast<void*>(stream()) : nullptr, error, sizeof(error)) != 0)
     throw PipelineError("Pipeline '" + description.name + "' node '" + node.info.name + "' (" +
                         std::filesystem::path(node.aoti.package).filename().string() + "): " + error);
   for (size_t i = 0; i < out.size(); ++i) {
@@ -585,6 +598,9 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& export_dir, const Pi
     LEAPP_CHECK_CU(drv.cuDeviceGet(&device, options.device_index));
     LEAPP_CHECK_CU(drv.cuDevicePrimaryCtxRetain(&impl->context, device));  // the runtime API's (ORT's) context
     impl->make_current();
+    // No stream given: one of the pipeline's own, blocking (flags 0), so that it stays ordered with the caller's
+    // work on the legacy default stream as that stream itself would be, and can be captured (step_graph.h).
+    if (!options.stream) LEAPP_CHECK_CU(drv.cuStreamCreate(&impl->own_stream, 0));
     impl->memory = std::make_unique<Ort::MemoryInfo>("Cuda", OrtDeviceAllocator, options.device_index, OrtMemTypeDefault);
     // outputs are ready in stream order; ORT need not wait for the stream (leapp/runtime/onnx_runner.py)
     impl->run_options->AddConfigEntry("disable_synchronize_execution_providers", "1");
@@ -622,6 +638,15 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& export_dir, const Pi
         b.host.resize((t.byte_size() + 7) / 8 + 1);
     }
   impl->refresh_plan();
+  const std::string off = impl->graph_off_reason();
+  if (off.empty()) {
+    for (const Node& node : impl->nodes)
+      if (node.aoti.plugin && !impl->graph_pool) impl->graph_pool = aoti_graph_pool(node.aoti.plugin, options.device_index);
+    impl->graphs.set_resources(impl->graph_pool.get());
+    impl->graphs.turn_on(impl->inputs.size() + impl->outputs.size() + 1);
+  } else {
+    impl->graphs.turn_off(off);
+  }
   return std::unique_ptr<Pipeline>(new Pipeline(std::move(impl)));
 }
 
@@ -631,6 +656,48 @@ const std::vector<TensorInfo>& Pipeline::outputs() const { return impl_->outputs
 const std::vector<NodeInfo>& Pipeline::nodes() const { return impl_->node_infos; }
 void Pipeline::set_timing(bool on) { impl_->timing = on; }
 const std::vector<double>& Pipeline::last_node_seconds() const { return impl_->seconds; }
+const std::string& Pipeline::graph_reason() const { return impl_->graphs.reason(); }
+int64_t Pipeline::graph_captures() const { return impl_->graphs.captures(); }
+int64_t Pipeline::graph_replays() const { return impl_->graphs.replays(); }
+
+/// Why steps are not CUDA graphs ("" when they can be), checked once at open.
+std::string Pipeline::Impl::graph_off_reason() const {
+  if (options.memory != Memory::kDevice) return "host buffers (PipelineOptions::memory): CUDA graphs need kDevice";
+  if (!options.only_node.empty()) return "opened for one node (PipelineOptions::only_node)";
+  if (!options.cuda_graph) return "turned off (PipelineOptions::cuda_graph)";
+  if (const char* env = std::getenv("LEAPP_PIPELINE_GRAPH")) {
+    const std::string v = env;
+    if (v == "0") return "turned off by $LEAPP_PIPELINE_GRAPH=0";
+    if (v != "1" && !v.empty())
+      throw PipelineError("$LEAPP_PIPELINE_GRAPH must be 0 or 1, got " + repr_str(v));
+  }
+  if (!driver().has_graphs()) return "this CUDA driver lacks the graph API (cuStreamBeginCapture, cuGraphLaunch)";
+  for (const Node& node : nodes)
+    if (node.aoti.plugin && !node.aoti.plugin->begin_graph_pool)
+      return "node '" + node.info.name + "' runs an AOTInductor package, and the AOTInductor plugin was built "
+             "without torch's CUDA allocator pools (a torch without CUDA, or CUDA's headers missing at build "
+             "time), which a graph needs to own the package's memory";
+  return "";
+}
+
+void Pipeline::Impl::run_nodes(const std::map<std::string, const void*>& inputs,
+                               const std::map<std::string, void*>& outputs) {
+  for (Node& node : nodes) {  // the plan's buffers, the caller's filled in: no allocation (refresh_plan)
+    for (size_t i = 0; i < node.sources.size(); ++i)
+      if (node.sources[i].first < 0) node.call_in[i] = const_cast<void*>(inputs.find(node.sources[i].second)->second);
+    for (size_t i = 0; i < node.direct_out.size(); ++i)
+      if (node.direct_out[i] >= 0) node.call_out[i] = outputs.find(this->outputs[size_t(node.direct_out[i])].name)->second;
+    run_one(node, node.call_in, node.call_out);
+  }
+  for (const auto& [o, src] : copied_outputs) {  // outputs that edges also read: one copy, same memory
+    void* dst = outputs.find(this->outputs[o].name)->second;
+    size_t bytes = this->outputs[o].byte_size(batch);
+    if (options.memory == Memory::kDevice)
+      LEAPP_CHECK_CU(driver().cuMemcpyDtoDAsync(CUdeviceptr(dst), CUdeviceptr(src), bytes, stream()));
+    else
+      std::memcpy(dst, src, bytes);
+  }
+}
 
 void Pipeline::run(const std::map<std::string, const void*>& inputs, const std::map<std::string, void*>& outputs) {
   Impl& p = *impl_;
@@ -642,21 +709,13 @@ void Pipeline::run(const std::map<std::string, const void*>& inputs, const std::
   if (!same_names(p.outputs, outputs)) check_names(p.outputs, keys(outputs), where(), "outputs");
   p.make_current();
   p.seconds.clear();
-  for (Node& node : p.nodes) {  // the plan's buffers, the caller's filled in: no allocation (refresh_plan)
-    for (size_t i = 0; i < node.sources.size(); ++i)
-      if (node.sources[i].first < 0) node.call_in[i] = const_cast<void*>(inputs.find(node.sources[i].second)->second);
-    for (size_t i = 0; i < node.direct_out.size(); ++i)
-      if (node.direct_out[i] >= 0) node.call_out[i] = outputs.find(p.outputs[size_t(node.direct_out[i])].name)->second;
-    p.run_one(node, node.call_in, node.call_out);
-  }
-  for (const auto& [o, src] : p.copied_outputs) {  // outputs that edges also read: one copy, same memory
-    void* dst = outputs.find(p.outputs[o].name)->second;
-    size_t bytes = p.outputs[o].byte_size(p.batch);
-    if (p.options.memory == Memory::kDevice)
-      LEAPP_CHECK_CU(driver().cuMemcpyDtoDAsync(CUdeviceptr(dst), CUdeviceptr(src), bytes, p.stream()));
-    else
-      std::memcpy(dst, src, bytes);
-  }
+  if (p.timing || !p.graphs.reason().empty()) return p.run_nodes(inputs, outputs);
+  std::vector<const void*>& key = p.graphs.key();  // every buffer and the batch: what a graph bakes in
+  size_t k = 0;
+  for (const auto& [name, buffer] : inputs) key[k++] = buffer;  // std::map: in name order, the same every run
+  for (const auto& [name, buffer] : outputs) key[k++] = buffer;
+  key[k] = reinterpret_cast<const void*>(static_cast<intptr_t>(p.batch));
+  p.graphs.run(p.stream(), [&] { p.run_nodes(inputs, outputs); });
 }
 
 void Pipeline::run_node(const std::string& name, const std::map<std::string, const void*>& inputs,
@@ -747,6 +806,7 @@ void Pipeline::set_batch(int64_t batch) {
     }
   p.batch = batch;
   p.refresh_plan();  // a grown buffer moved
+  if (synced) p.graphs.clear(p.stream());  // graphs bake in the buffers that moved
 }
 
 int64_t Pipeline::batch() const { return impl_->batch; }

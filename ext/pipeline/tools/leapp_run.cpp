@@ -29,7 +29,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: leapp-run EXPORT_DIR --in IN_DIR --out OUT_DIR [--node NAME] [--time N] [--device cpu|cuda] [--threads N]\n"
-    "                 [--spin] [--batch N] [--rate HZ --duration S]\n"
+    "                 [--spin] [--batch N] [--rate HZ --duration S] [--no-graph]\n"
     "       leapp-run EXPORT_DIR --check   (the wiring and the artifacts' sha256 only; exit 1 with the reason)\n"
     "       leapp-run EXPORT_DIR --describe   (open it; print each input and output: dtype, shape, metadata JSON)\n"
     "  IN_DIR/<input>.bin: each pipeline input, raw little-endian C-order bytes; writes OUT_DIR/<output>.bin.\n"
@@ -40,7 +40,8 @@ constexpr const char* kUsage =
     "  --rate HZ --duration S: run the step at HZ for S seconds, as a control loop, and print its latency\n"
     "  percentiles (p50, p99, p99.9, max) and missed deadlines.\n"
     "  --time N: run N more times and print each node's median time. --device cuda: device buffers, ONNX Runtime's\n"
-    "  CUDA EP on one stream (default cpu: host buffers, CPU EP).\n";
+    "  CUDA EP on one stream (default cpu: host buffers, CPU EP); from the second run on, a step is one CUDA graph\n"
+    "  launch (docs/deploy.md) and --time prints the whole step's median. --no-graph: run node by node.\n";
 
 struct UsageError {
   std::string text;
@@ -148,7 +149,7 @@ int run(int argc, char** argv) {
   std::string export_dir, in_dir, out_dir, device = "cpu", node;
   long repeat = 0, threads = 1, batch = 0, rate = 0;
   double duration = 0;
-  bool check_only = false, describe_only = false, spin = false;
+  bool check_only = false, describe_only = false, spin = false, graph = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -178,6 +179,7 @@ int run(int argc, char** argv) {
     else if (a == "--device") device = value();
     else if (a == "--node") node = value();
     else if (a == "--spin") spin = true;
+    else if (a == "--no-graph") graph = false;
     else if (a == "--rate") {
       rate = count(value());
       if (rate == 0 || rate > 100000) throw UsageError{a + ": a rate in Hz from 1 to 100000, got '" + argv[i] + "'"};
@@ -218,6 +220,7 @@ int run(int argc, char** argv) {
   options.intra_op_threads = int(threads);
   options.spin = spin;
   options.only_node = node;  // --node: the others need no runtime (a PT2 node elsewhere, no package)
+  options.cuda_graph = graph;
   std::unique_ptr<leapp::Pipeline> pipeline;
   try {
     pipeline = leapp::Pipeline::open(export_dir, options);
@@ -276,7 +279,25 @@ int run(int argc, char** argv) {
     if (!f) throw leapp::PipelineError("cannot write " + file_for(out_dir, (*out_specs)[i].name));
   }
 
-  if (repeat > 0) {
+  const bool graphed = node.empty() && pipeline->graph_reason().empty();
+  if (on_device && (repeat > 0 || rate > 0)) {
+    if (graphed) std::printf("step: one CUDA graph launch from the second run on\n");
+    else std::printf("step: node by node (%s)\n", node.empty() ? pipeline->graph_reason().c_str() : "--node");
+  }
+  if (repeat > 0 && graphed) {  // per-node times would need a synchronisation between nodes: the whole step
+    std::vector<double> totals;
+    totals.reserve(size_t(repeat));
+    for (long r = 0; r < repeat; ++r) {
+      const auto start = std::chrono::steady_clock::now();
+      run_once(ins, outs);
+      pipeline->synchronize();
+      totals.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::printf("pipeline '%s': %ld runs on %s, median of the whole step (ms):\n  %-24s %10.4f  (cuda-graph)\n"
+                "graph captures %lld, graph launches %lld\n", pipeline->name().c_str(), repeat, device.c_str(), "step",
+                1e3 * median(totals), static_cast<long long>(pipeline->graph_captures()),
+                static_cast<long long>(pipeline->graph_replays()));
+  } else if (repeat > 0) {
     pipeline->set_timing(true);
     size_t n_nodes = pipeline->nodes().size();
     std::vector<std::vector<double>> per_node(n_nodes);
@@ -300,6 +321,10 @@ int run(int argc, char** argv) {
       std::printf("  %-24s %10.4f  (%s)\n", info.name.c_str(), 1e3 * median(per_node[n]), info.execution.c_str());
     }
     std::printf("  %-24s %10.4f\n", "total", 1e3 * median(totals));
+  }
+  if (rate > 0) {  // activation: one more step before the loop (on the device it captures the step's graph)
+    run_once(ins, outs);
+    pipeline->synchronize();
   }
   if (rate > 0) fixed_rate(rate, duration, [&] {
       run_once(ins, outs);

@@ -70,7 +70,10 @@ enum class Memory { kHost, kDevice };
 struct PipelineOptions {
   Memory memory = Memory::kHost;
   int device_index = 0;          ///< kDevice: the CUDA device of the buffers
-  void* stream = nullptr;        ///< kDevice: the CUstream (= cudaStream_t) all work is enqueued on; nullptr: the legacy default stream
+  /// kDevice: the CUstream (= cudaStream_t) all work is enqueued on. nullptr: a stream the pipeline makes, blocking
+  /// (ordered with the caller's work on the legacy default stream, as that stream would be; a program built with
+  /// per-thread default streams passes its own).
+  void* stream = nullptr;
   std::string onnxruntime_library;  ///< libonnxruntime.so to load; "" = search (docs/deploy.md)
   std::string ort_op_library;       ///< libleapp_warp_ort.so to register; "" = search
   std::string aoti_plugin;          ///< libleapp_pipeline_aoti.so (PT2 nodes' AOTInductor packages); "" = search
@@ -86,6 +89,11 @@ struct PipelineOptions {
   /// sha256) but no runtime is opened for them, so a PT2 node elsewhere needs no AOTInductor package and
   /// run() refuses. "" (the default): every node. An unknown name throws NodeNotFound.
   std::string only_node;
+  /// kDevice: run() as one CUDA graph once the same buffers come back (docs/deploy.md, "A step as one CUDA
+  /// graph"): the first run with a set of input and output buffers (and batch) runs node by node, the second
+  /// captures the step on the stream and launches it, later runs with those buffers launch the graph.
+  /// graph_reason() says why steps run node by node. $LEAPP_PIPELINE_GRAPH=0 turns it off too.
+  bool cuda_graph = true;
 };
 
 class Pipeline {
@@ -126,7 +134,13 @@ class Pipeline {
   /// Host bytes into a buffer of options.memory's kind, and back (kDevice: enqueued on options.stream).
   void upload(void* buffer, const void* host, size_t bytes);
   void download(void* host, const void* buffer, size_t bytes);
-  /// Seconds each node took in the last run() (host wall clock; kDevice: each node is synchronised when timing is on).
+  /// Why run() goes node by node ("" while steps are CUDA graphs; see PipelineOptions::cuda_graph).
+  const std::string& graph_reason() const;
+  /// Step graphs captured, and runs that launched one, since open.
+  int64_t graph_captures() const;
+  int64_t graph_replays() const;
+  /// Seconds each node took in the last run() (host wall clock; kDevice: each node is synchronised when timing is
+  /// on, and the step then runs node by node, not as a graph).
   void set_timing(bool on);
   const std::vector<double>& last_node_seconds() const;
 

@@ -1,0 +1,123 @@
+// ext/pipeline/src/step_graph.cpp: StepGraphs (see step_graph.h).
+#include "step_graph.h"
+
+#include <algorithm>
+
+namespace leapp::pipeline_detail {
+
+namespace {
+// CUstreamCaptureMode: only this thread's calls that capture forbids (a cudaMalloc, a synchronisation) break
+// the capture, so other threads of the process keep working while a step is captured.
+constexpr int kCaptureThreadLocal = 1;
+}  // namespace
+
+StepGraphs::~StepGraphs() {
+  for (Graph& g : graphs_) drop(g);
+}
+
+void StepGraphs::drop(Graph& g) noexcept {
+  try {
+    driver().cuGraphExecDestroy(g.exec);
+  } catch (...) {  // no driver left to free it with
+  }
+  if (resources_ && g.held) resources_->release(g.held);
+}
+
+void StepGraphs::turn_on(size_t key_size) {
+  reason_.clear();
+  key_.assign(key_size, nullptr);
+  last_.reserve(key_size);
+}
+
+void StepGraphs::turn_off(std::string reason) {
+  reason_ = std::move(reason);
+  last_.clear();
+}
+
+bool StepGraphs::launch_known(CUstream stream) {
+  for (Graph& g : graphs_)
+    if (g.key == key_) {
+      LEAPP_CHECK_CU(driver().cuGraphLaunch(g.exec, stream));
+      g.used = ++tick_;
+      ++replays_;
+      return true;
+    }
+  return false;
+}
+
+bool StepGraphs::begin_capture(CUstream stream) {
+  held_ = nullptr;
+  if (resources_) {
+    try {
+      held_ = resources_->begin(stream);  // before the capture, as torch.cuda.graph routes its pool
+    } catch (const std::exception& e) {
+      turn_off(std::string("a step graph cannot own what a PT2 node allocates: ") + e.what());
+      return false;
+    }
+  }
+  const CUresult r = driver().cuStreamBeginCapture(stream, kCaptureThreadLocal);
+  if (r != CUDA_SUCCESS) {
+    give_back();
+    turn_off("cannot capture the pipeline's stream (" + cu_error_text(r) + ")");
+    return false;
+  }
+  return true;
+}
+
+void StepGraphs::give_back() noexcept {
+  if (!resources_ || !held_) return;
+  resources_->end(held_);
+  resources_->release(held_);
+  held_ = nullptr;
+}
+
+void StepGraphs::abandon_capture(CUstream stream, const std::string& why) {
+  CUgraph graph = nullptr;
+  driver().cuStreamEndCapture(stream, &graph);  // ends it whatever the step left behind
+  if (graph) driver().cuGraphDestroy(graph);
+  give_back();
+  turn_off("capturing the step failed (" + why + "); steps run node by node");
+}
+
+bool StepGraphs::end_capture(CUstream stream) {
+  const CudaDriver& d = driver();
+  CUgraph graph = nullptr;
+  CUresult r = d.cuStreamEndCapture(stream, &graph);
+  if (resources_ && held_) resources_->end(held_);
+  CUgraphExec exec = nullptr;
+  if (r == CUDA_SUCCESS) r = d.cuGraphInstantiateWithFlags(&exec, graph, 0);
+  if (graph) d.cuGraphDestroy(graph);
+  if (r != CUDA_SUCCESS) {
+    // a node made a call capture forbids (ONNX Runtime synchronising, a node on its CPU EP): nothing of the
+    // captured work ran, so the caller runs the step directly
+    if (resources_ && held_) resources_->release(held_);
+    held_ = nullptr;
+    turn_off("capturing the step failed (" + cu_error_text(r) + "): a node makes a call CUDA cannot capture "
+             "(a host synchronisation or copy, for example a node with ONNX Runtime CPU EP kernels); steps run "
+             "node by node");
+    return false;
+  }
+  if (graphs_.size() >= kMaxGraphs) {
+    auto lru = std::min_element(graphs_.begin(), graphs_.end(),
+                                [](const Graph& a, const Graph& b) { return a.used < b.used; });
+    LEAPP_CHECK_CU(d.cuStreamSynchronize(stream));  // its last launch may still run
+    drop(*lru);
+    graphs_.erase(lru);
+  }
+  graphs_.push_back(Graph{key_, exec, held_, ++tick_});
+  held_ = nullptr;
+  ++captures_;
+  LEAPP_CHECK_CU(d.cuGraphLaunch(exec, stream));  // the captured work did not run: this is the step
+  ++replays_;
+  return true;
+}
+
+void StepGraphs::clear(CUstream stream) {
+  if (graphs_.empty()) return;
+  LEAPP_CHECK_CU(driver().cuStreamSynchronize(stream));
+  for (Graph& g : graphs_) drop(g);
+  graphs_.clear();
+  last_.clear();
+}
+
+}  // namespace leapp::pipeline_detail
