@@ -8,10 +8,14 @@ Routes, each on the same step and inputs, started at absolute times t0 + k / rat
   onnxruntime      the export's policy node alone in an onnxruntime.InferenceSession (ORT's defaults)
 
 A step that ends after its period is a missed deadline. Default: examples/cpu_policy.py's step on the
-CPU (three ONNX nodes, one robot). The Python loops sleep with time.sleep, so their wake-up jitter is
-part of what they measure, as it would be in a Python control loop.
+CPU (three ONNX nodes, one robot). ``--device cuda``: examples/go2_pipeline.py's step with every node ONNX
+(``--obs-with onnx``; two nodes replay Warp segments) for ``--envs`` robots on cuda:0, each route synchronised
+at the end of its step; leapp-run runs it twice, as one CUDA graph and node by node (``--no-graph``), and
+ONNX Runtime alone runs the policy on its CUDA EP through an IOBinding on device tensors. The Python loops
+sleep with time.sleep, so their wake-up jitter is part of what they measure, as it would be in a Python
+control loop.
 
-    python3 benchmarks/fixed_rate.py [--rate 1000] [--duration 60]
+    python3 benchmarks/fixed_rate.py [--rate 1000] [--duration 60] [--device cuda [--envs 64]]
 """
 
 from __future__ import annotations
@@ -58,10 +62,13 @@ def _python_loop(step, rate: int, duration: float) -> dict:
             "p99.9": np.percentile(latency, 99.9), "max": latency.max(), "missed": missed}
 
 
-def _leapp_run(export: Path, inputs: Path, out: Path, rate: int, duration: float) -> dict:
+def _leapp_run(export: Path, inputs: Path, out: Path, rate: int, duration: float, *flags: str) -> dict:
+    from leapp.testing.cpp_runner import leapp_run_env  # the onnxruntime this Python imports (onnxruntime-gpu)
+
     leapp_run = Path(sys.executable).with_name("leapp-run")
     r = subprocess.run([str(leapp_run), str(export), "--in", str(inputs), "--out", str(out), "--rate", str(rate),
-                        "--duration", str(duration)], capture_output=True, text=True, check=True)
+                        "--duration", str(duration), *flags], capture_output=True, text=True, check=True,
+                       env=leapp_run_env())
     m = re.search(r"(\d+) steps .* p50 ([\d.]+)  p99 ([\d.]+)  p99\.9 ([\d.]+)  max ([\d.]+); missed deadlines (\d+)",
                   r.stdout)
     steps, p50, p99, p999, worst, missed = (float(v) for v in m.groups())
@@ -72,7 +79,23 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=int, default=1000, help="steps per second")
     parser.add_argument("--duration", type=float, default=60.0, help="seconds per route")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--envs", type=int, default=64, help="--device cuda: robots per step")
+    parser.add_argument("--extra-duration", type=float, default=None,
+                        help="--device cuda: seconds for the two comparison routes (leapp-run node by node, "
+                        "leapp.load); default --duration")
     args = parser.parse_args(argv)
+    rows, what = (_cuda_rows if args.device == "cuda" else _cpu_rows)(args)
+    print(f"{args.rate} Hz for {args.duration:g} s per route, {what}; latency in us")
+    print("| route | steps | p50 | p99 | p99.9 | max | missed deadlines |")
+    print("|---|---|---|---|---|---|---|")
+    for name, r in rows.items():
+        print(f"| {name} | {r['steps']} | {r['p50']:.1f} | {r['p99']:.1f} | {r['p99.9']:.1f} | {r['max']:.1f} | "
+              f"{r['missed']} |")
+    return 0
+
+
+def _cpu_rows(args) -> tuple[dict, str]:
     import onnxruntime as ort
 
     import leapp
@@ -101,13 +124,57 @@ def main(argv=None) -> int:
             "eager": _python_loop(eager, args.rate, args.duration),
             "onnxruntime (policy alone)": _python_loop(lambda: session.run(None, obs), args.rate, args.duration),
         }
-    print(f"{args.rate} Hz for {args.duration:g} s per route, examples/cpu_policy.py's step on the CPU; latency in us")
-    print("| route | steps | p50 | p99 | p99.9 | max | missed deadlines |")
-    print("|---|---|---|---|---|---|---|")
-    for name, r in rows.items():
-        print(f"| {name} | {r['steps']} | {r['p50']:.1f} | {r['p99']:.1f} | {r['p99.9']:.1f} | {r['max']:.1f} | "
-              f"{r['missed']} |")
-    return 0
+    return rows, "examples/cpu_policy.py's step on the CPU"
+
+
+def _cuda_rows(args) -> tuple[dict, str]:
+    import onnxruntime as ort
+
+    import leapp
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    import go2_pipeline
+
+    device = "cuda:0"
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        subprocess.run([sys.executable, str(ROOT / "examples" / "go2_pipeline.py"), "--envs", str(args.envs),
+                        "--out", str(tmp), "--obs-with", "onnx"], check=True, capture_output=True)
+        export = tmp / "go2"
+        quat, joints = go2_pipeline.random_state(args.envs, device, seed=7)
+        (tmp / "in").mkdir()
+        quat.cpu().numpy().tofile(tmp / "in" / "quat.bin")
+        joints.cpu().numpy().tofile(tmp / "in" / "joints.bin")
+        robot = go2_pipeline.Go2(device)  # the example's network: the same seeded weights it exported
+        pipeline = leapp.load(export, onnx_ep="cuda")
+        with torch.no_grad():
+            obs = pipeline.run_node("obs", quat=quat, joints=joints)["obs"].contiguous()
+            raw = pipeline.run_node("policy", obs=obs)["output"].contiguous()
+        session = ort.InferenceSession(str(export / "policy.onnx"),
+                                       providers=[("CUDAExecutionProvider", {"device_id": 0, "use_tf32": 0})])
+        binding = session.io_binding()
+        binding.bind_input(session.get_inputs()[0].name, "cuda", 0, np.float32, list(obs.shape), obs.data_ptr())
+        binding.bind_output(session.get_outputs()[0].name, "cuda", 0, np.float32, list(raw.shape), raw.data_ptr())
+
+        def synced(step):
+            def run():
+                with torch.no_grad():
+                    step()
+                torch.cuda.synchronize()
+            return run
+
+        extra = args.extra_duration or args.duration
+        rows = {
+            "leapp-run, one CUDA graph": _leapp_run(export, tmp / "in", tmp / "out", args.rate, args.duration,
+                                                    "--device", "cuda"),
+            "leapp-run, node by node": _leapp_run(export, tmp / "in", tmp / "out", args.rate, extra,
+                                                  "--device", "cuda", "--no-graph"),
+            "leapp.load": _python_loop(synced(lambda: pipeline(quat=quat, joints=joints)), args.rate, extra),
+            "eager (PyTorch + Warp)": _python_loop(synced(lambda: robot.step(quat, joints)), args.rate, args.duration),
+            "onnxruntime (policy alone, CUDA EP)": _python_loop(lambda: session.run_with_iobinding(binding), args.rate,
+                                                                args.duration),
+        }
+    return rows, (f"examples/go2_pipeline.py --obs-with onnx, {args.envs} robots on {torch.cuda.get_device_name(0)}")
 
 
 if __name__ == "__main__":
