@@ -5,8 +5,6 @@ Three nodes, as a robot's inference step has them:
                   offsets from the default pose through a scratch buffer, scaling.
   policy  (ONNX)  a small MLP.
   action  (ONNX)  a Warp clamp-and-scale kernel on the policy output.
-With --obs-with onnx, obs is ONNX too: with every node ONNX, the C++ runner replays a step on
-the GPU as one CUDA graph (docs/deploy.md).
 
 The script traces the pipeline (two passes plus validation samples), exports it to
 ./exports/go2, reloads it with leapp.load and compares it with the eager result.
@@ -77,7 +75,7 @@ class Go2:
 
     def __init__(self, device: str, dynamic_batch: tuple[int, int] | None = None, obs_with: str = "pt2"):
         self.device = device
-        self.obs_with = obs_with  # "onnx": every node ONNX, so a C++ step is one CUDA graph (docs/deploy.md)
+        self.obs_with = obs_with  # the obs node's format (tests export it as ONNX too)
         self.dynamic = dynamic_batch  # export once for every number of robots in [min, max] (docs/recorder.md 1.0)
         self.default_pose = wp.array([0.1, 0.8, -1.5] * 4, dtype=float, device=device)
         torch.manual_seed(0)
@@ -149,15 +147,13 @@ def main(argv=None) -> int:
                         help="export once for any number of robots in [MIN, MAX] (also traced at MIN and MAX)")
     parser.add_argument("--check-batches", default=None, metavar="N,N,...",
                         help="with --dynamic-batch: numbers of robots the loaded export is compared with eager at")
-    parser.add_argument("--obs-with", default="pt2", choices=("pt2", "onnx"),
-                        help="the obs node's format (onnx: every node ONNX)")
     args = parser.parse_args(argv)
     dynamic = tuple(int(v) for v in args.dynamic_batch.split(",")) if args.dynamic_batch else None
 
     wp.init()
     gpu = torch.cuda.is_available() and wp.is_cuda_available()
     device = "cuda:0" if gpu else "cpu"
-    robot = Go2(device, dynamic, args.obs_with)
+    robot = Go2(device, dynamic)
     batches = [random_state(args.envs, device, seed) for seed in range(4)]
     if dynamic is not None:  # the probe passes: the same step at the smallest and largest batch
         batches += [random_state(n, device, 10 + n % 7) for n in dynamic]

@@ -115,9 +115,10 @@ int main(int argc, char** argv) {
     std::printf("%d steps on %s; per step (us, after step 0): median %.1f  p90 %.1f  max %.1f\n", steps, device.c_str(),
                 1e6 * percentile(step_seconds, 0.5), 1e6 * percentile(step_seconds, 0.9),
                 1e6 * percentile(step_seconds, 1.0));
-    if (device == "cuda")
-      std::printf("graph captures %lld, graph launches %lld\n", static_cast<long long>(pipeline->graph_captures()),
-                  static_cast<long long>(pipeline->graph_replays()));
+    if (device == "cuda")  // and why not, when a capture was refused
+      std::printf("graph captures %lld, graph launches %lld%s%s\n", static_cast<long long>(pipeline->graph_captures()),
+                  static_cast<long long>(pipeline->graph_replays()), pipeline->graph_reason().empty() ? "" : "; ",
+                  pipeline->graph_reason().c_str());
     if (!dump.empty()) {
       for (size_t i = 0; i < host_in.size(); ++i) write(dump + "/" + pipeline->inputs()[i].name + ".in.bin", host_in[i]);
       for (size_t i = 0; i < host_out.size(); ++i) write(dump + "/" + pipeline->outputs()[i].name + ".out.bin", host_out[i]);

@@ -99,6 +99,9 @@ Loaded load() {
   if (!graphs) {
     d.cuStreamBeginCapture = nullptr;  // all or none: has_graphs() is false
   }
+  if (!(resolve(gpa, "cuGraphGetNodes", 10000, d.cuGraphGetNodes, optional_error) &&
+        resolve(gpa, "cuGraphNodeGetType", 10000, d.cuGraphNodeGetType, optional_error)))
+    d.cuGraphGetNodes = nullptr;  // both or none
   bool capture_scratch =
       resolve(gpa, "cuStreamGetCaptureInfo", 11030, d.cuStreamGetCaptureInfo, optional_error) &&
       resolve(gpa, "cuUserObjectCreate", 11030, d.cuUserObjectCreate, optional_error) &&

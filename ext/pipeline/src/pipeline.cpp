@@ -671,7 +671,8 @@ std::string Pipeline::Impl::graph_off_reason() const {
     if (v != "1" && !v.empty())
       throw PipelineError("$LEAPP_PIPELINE_GRAPH must be 0 or 1, got " + repr_str(v));
   }
-  if (!driver().has_graphs()) return "this CUDA driver lacks the graph API (cuStreamBeginCapture, cuGraphLaunch)";
+  if (!driver().has_graphs() || !driver().cuGraphGetNodes)
+    return "this CUDA driver lacks the graph API (cuStreamBeginCapture, cuGraphLaunch, cuGraphGetNodes)";
   for (const Node& node : nodes)
     if (node.aoti.plugin && !node.aoti.plugin->begin_graph_pool)
       return "node '" + node.info.name + "' runs an AOTInductor package, and the AOTInductor plugin was built "

@@ -84,9 +84,21 @@ bool StepGraphs::end_capture(CUstream stream) {
   CUgraph graph = nullptr;
   CUresult r = d.cuStreamEndCapture(stream, &graph);
   if (resources_ && held_) resources_->end(held_);
+  const size_t hosts = r == CUDA_SUCCESS ? host_callbacks(graph) : 0;
   CUgraphExec exec = nullptr;
-  if (r == CUDA_SUCCESS) r = d.cuGraphInstantiateWithFlags(&exec, graph, 0);
+  if (r == CUDA_SUCCESS && hosts == 0) r = d.cuGraphInstantiateWithFlags(&exec, graph, 0);
   if (graph) d.cuGraphDestroy(graph);
+  if (hosts > 0) {
+    // ONNX Runtime frees pinned staging buffers from a host callback when a run copied through them: a graph
+    // would replay the copy from, and the release of, buffers long given back. Refused, so that nothing is
+    // freed twice or read after it was freed.
+    if (resources_ && held_) resources_->release(held_);
+    held_ = nullptr;
+    turn_off("capturing the step recorded " + std::to_string(hosts) + " host callback(s) (ONNX Runtime stages "
+             "some kernels' arguments through pinned host memory and frees it from a host callback), which a "
+             "graph would replay with buffers already freed; steps run node by node");
+    return false;
+  }
   if (r != CUDA_SUCCESS) {
     // a node made a call capture forbids (ONNX Runtime synchronising, a node on its CPU EP): nothing of the
     // captured work ran, so the caller runs the step directly
@@ -110,6 +122,21 @@ bool StepGraphs::end_capture(CUstream stream) {
   LEAPP_CHECK_CU(d.cuGraphLaunch(exec, stream));  // the captured work did not run: this is the step
   ++replays_;
   return true;
+}
+
+size_t StepGraphs::host_callbacks(CUgraph graph) {
+  const CudaDriver& d = driver();
+  size_t count = 0;
+  LEAPP_CHECK_CU(d.cuGraphGetNodes(graph, nullptr, &count));
+  std::vector<CUgraphNode> nodes(count);  // a capture: allocation is fine here
+  LEAPP_CHECK_CU(d.cuGraphGetNodes(graph, nodes.data(), &count));
+  size_t hosts = 0;
+  for (size_t i = 0; i < count; ++i) {
+    int type = -1;
+    LEAPP_CHECK_CU(d.cuGraphNodeGetType(nodes[i], &type));
+    hosts += type == CU_GRAPH_NODE_TYPE_HOST;
+  }
+  return hosts;
 }
 
 void StepGraphs::clear(CUstream stream) {

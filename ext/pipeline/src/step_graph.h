@@ -89,6 +89,7 @@ class StepGraphs {
   void give_back() noexcept;  // ends and releases held_ (a capture that did not happen)
   void abandon_capture(CUstream stream, const std::string& why);
   bool end_capture(CUstream stream);
+  static size_t host_callbacks(CUgraph graph);  // host-function nodes of a captured step (refused)
 
   std::string reason_ = "not opened on device buffers";
   std::vector<const void*> key_, last_;

@@ -56,6 +56,7 @@ constexpr CUresult CUDA_SUCCESS = 0;
 constexpr CUresult CUDA_ERROR_NOT_READY = 600;
 constexpr CUresult CUDA_ERROR_NO_BINARY_FOR_GPU = 209;
 constexpr CUresult CUDA_ERROR_UNSUPPORTED_PTX_VERSION = 222;
+constexpr int CU_GRAPH_NODE_TYPE_HOST = 3;
 constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
 constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
 constexpr int CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97;
@@ -130,6 +131,9 @@ struct CudaDriver {
   CUresult (*cuGraphLaunch)(CUgraphExec, CUstream) = nullptr;
   CUresult (*cuGraphDestroy)(CUgraph) = nullptr;
   CUresult (*cuGraphExecDestroy)(CUgraphExec) = nullptr;
+  // What a captured graph holds (a whole pipeline step refuses host-function nodes). Optional.
+  CUresult (*cuGraphGetNodes)(CUgraph, CUgraphNode*, size_t*) = nullptr;
+  CUresult (*cuGraphNodeGetType)(CUgraphNode, int*) = nullptr;
 
   // Scratch of its own for each capture of a caller's stream (torch.cuda.graph), kept alive by
   // the captured graph. Optional (CUDA 11.3): without them a captured call uses its stream's scratch.
