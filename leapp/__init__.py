@@ -158,12 +158,29 @@ def load(path: str, *, cuda_graphs: bool = False) -> "Pipeline":
     return _load(path, cuda_graphs=cuda_graphs)
 
 
+def _in_leapp_command() -> bool:
+    """True when this process is the ``leapp`` command (its console script, or ``python -m leapp``): its
+    commands register the op themselves when they load a PT2 (``leapp.runtime.runners.load_pt2``), so
+    that ``leapp --help`` and ``leapp --version`` answer without importing torch."""
+    import os  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    argv = list(getattr(sys, "orig_argv", []))
+    if any(a == "-m" and b in ("leapp", "leapp.cli") for a, b in zip(argv, argv[1:])):
+        return True
+    return bool(sys.argv) and os.path.basename(sys.argv[0]) == "leapp"
+
+
 def _register_torch_op() -> None:
     """Registers ``torch.ops.leapp.warp_segment`` when torch is installed, so that
     ``import leapp; torch.export.load("node.pt2")`` resolves the op. Never raises: a
     library that fails to load is reported as a warning here and raised by the
-    ``leapp.load`` / export that needs it (``leapp-build-warp-runtime`` must still import)."""
+    ``leapp.load`` / export that needs it (``leapp-build-warp-runtime`` must still import).
+    Not in the ``leapp`` command itself (``_in_leapp_command``)."""
     import importlib.util  # noqa: PLC0415
+
+    if _in_leapp_command():
+        return
 
     try:
         if importlib.util.find_spec("torch") is None:
