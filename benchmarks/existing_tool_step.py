@@ -62,7 +62,7 @@ POLICY_NET: list = []  # floor_route reads the policy here, as it reads the exam
 
 def existing_leapp():
     """The existing tool's package, refusing this project's (both are ``leapp``)."""
-    import leapp  # noqa: PLC0415
+    import leapp
 
     if not hasattr(leapp, "InferenceManager") or getattr(leapp, "__version__", None) != EXISTING_VERSION:
         raise SystemExit(f"existing_tool_step.py: `import leapp` gave {getattr(leapp, '__file__', '?')} "
@@ -298,7 +298,7 @@ def measure(envs: int, out: Path, args) -> dict:
 
 def environment() -> dict:
     """Versions and the GPU, from the existing tool's interpreter."""
-    import onnxruntime as ort  # noqa: PLC0415
+    import onnxruntime as ort
 
     leapp = existing_leapp()
     return {"existing_tool": leapp.__version__, "torch": torch.__version__, "warp": wp.config.version,

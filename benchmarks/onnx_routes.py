@@ -159,7 +159,9 @@ def timed(name: str, fn, calls: int, warmup: int) -> dict:
 def measure(folder: Path, n: int, device: str, calls: int, warmup: int, only: set | None = None,
             aoti: bool = False) -> dict:
     on_current, on_other, facts = routes(folder, n, device, aoti)
-    wanted = (lambda name: only is None or name in only)
+    def wanted(name: str) -> bool:
+        return only is None or name in only
+
     results = {name: timed(name, fn, calls, warmup) for name, fn in on_current.items() if wanted(name)}
     side = torch.cuda.Stream(device)
     with torch.cuda.stream(side):  # time_calls records its events on this stream, the call hands off

@@ -80,7 +80,7 @@ print(json.dumps({
 
 def build(source: Path, out: Path) -> Path:
     sys.path.insert(0, str(RUNTIME_TESTS))
-    from runtime_helpers import build_torch_test_library  # noqa: PLC0415
+    from runtime_helpers import build_torch_test_library
 
     proc = build_torch_test_library(out, source, opt="-O2")
     if proc.returncode != 0:
@@ -90,7 +90,7 @@ def build(source: Path, out: Path) -> Path:
 
 def measure(library: Path, mock_dir: Path, calls: int, repeats: int) -> dict:
     sys.path.insert(0, str(RUNTIME_TESTS))
-    from runtime_helpers import mock_driver_env  # noqa: PLC0415
+    from runtime_helpers import mock_driver_env
 
     env = mock_driver_env(mock_dir, LEAPP_WARP_PT2_CUSTOM_OP_LIBRARY=library)
     proc = subprocess.run([sys.executable, "-c", _CHILD, str(calls), str(repeats)], env=env, capture_output=True,
@@ -109,7 +109,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     sys.path.insert(0, str(RUNTIME_TESTS))
-    from runtime_helpers import build_mock_driver  # noqa: PLC0415
+    from runtime_helpers import build_mock_driver
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -56,7 +56,7 @@ def counter(folder: Path) -> Path:
 def ort_alone(folder: Path) -> Path:
     """benchmarks/native/ort_alone.cpp, compiled into ``folder`` against ONNX Runtime's headers (third_party/,
     scripts/fetch-ort-headers.sh) and the onnxruntime wheel's library."""
-    import onnxruntime  # noqa: PLC0415
+    import onnxruntime
 
     cxx = shutil.which("c++") or shutil.which("g++")
     include = ROOT / "third_party" / "onnxruntime" / "include"

@@ -24,7 +24,7 @@ __all__ = ["AllocationProbe", "measure_interleaved", "time_calls"]
 def _leapp_native():
     """This project's ``leapp._native`` (its allocation counter), or None where another ``leapp`` is imported."""
     try:
-        from leapp import _native  # noqa: PLC0415
+        from leapp import _native
     except ImportError:
         return None
     return _native if hasattr(_native, "allocation_count") else None

@@ -17,10 +17,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-# leapp logs through the "leapp" logger (export steps and timings, the binaries chosen at load,
-# cache decisions) and stays silent unless the application configures logging.
-logging.getLogger("leapp").addHandler(logging.NullHandler())
-
 # NOTE: the recorder (torch, warp) is imported on first use, not here: loading
 # and running an export (`leapp.load`, `leapp inspect`) needs neither Warp nor
 # the recorder. `from leapp import annotate` imports the submodule as usual.
@@ -36,6 +32,10 @@ from leapp.errors import (
     UnsupportedPlatform,
     ValidationError,
 )
+
+# leapp logs through the "leapp" logger (export steps and timings, the binaries chosen at load,
+# cache decisions) and stays silent unless the application configures logging.
+logging.getLogger("leapp").addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
     from leapp import annotate, aoti
@@ -73,7 +73,7 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib  # noqa: PLC0415
+        import importlib
 
         module, attribute = _LAZY[name]
         found = importlib.import_module(module)
@@ -83,21 +83,21 @@ def __getattr__(name: str) -> Any:
 
 def trace(name: str, save_path: str = ".") -> "Session[CompileReport]":
     """A recording session, used as a context manager; ``.compile(...)`` exports it."""
-    from leapp._recorder.session import Session  # noqa: PLC0415
+    from leapp._recorder.session import Session
 
     return Session(name, save_path, export=_EXPORTER)
 
 
 def start(name: str, save_path: str = ".") -> "Session[CompileReport]":
     """Script-style ``trace``: begin a session (end it with ``leapp.stop()``)."""
-    from leapp._recorder.session import start as _start  # noqa: PLC0415
+    from leapp._recorder.session import start as _start
 
     return _start(name, save_path, export=_EXPORTER)
 
 
 def stop() -> "Session[CompileReport]":
     """End the session begun by ``leapp.start``."""
-    from leapp._recorder.session import stop as _stop  # noqa: PLC0415
+    from leapp._recorder.session import stop as _stop
 
     return _stop()
 
@@ -110,17 +110,17 @@ class _SessionExporter:
     def prepare(self) -> None:
         """Starts the exporter's validation worker and its imports in the background
         (``leapp._export.validate_process.prestart``, ``leapp._export.prewarm``), so both overlap with tracing."""
-        from leapp._export import prewarm  # noqa: PLC0415
-        from leapp._export.validate_process import prestart  # noqa: PLC0415
+        from leapp._export import prewarm
+        from leapp._export.validate_process import prestart
 
         prestart()
         prewarm.start()  # opt-in (LEAPP_EXPORT_PREWARM=1)
 
     def __call__(self, record: "SessionRecord", **options: Any) -> "CompileReport":
-        from leapp._export import prewarm  # noqa: PLC0415
+        from leapp._export import prewarm
 
         prewarm.finish()  # the imports a session started in the background: none run concurrently with the export
-        from leapp._export.compile import compile_session  # noqa: PLC0415 - the exporter is heavy and optional
+        from leapp._export.compile import compile_session  # the exporter is heavy and optional
 
         return compile_session(record, **options)
 
@@ -130,7 +130,7 @@ _EXPORTER = _SessionExporter()
 
 def compile_graph(validate: bool = True, rtol: float = 1e-3, atol: float = 1e-5) -> "CompileReport":
     """Compile the active (or last) session; same as ``session.compile(...)``."""
-    from leapp._recorder.session import last_session as _last_session  # noqa: PLC0415
+    from leapp._recorder.session import last_session as _last_session
 
     return _last_session().compile(validate=validate, rtol=rtol, atol=atol)
 
@@ -145,7 +145,7 @@ def node(name: str, export_with: str = "onnx", *, dynamic_batch: Any = None, **b
     parameters) and the return value (a tensor, a tuple/list or a dict of
     tensors) its outputs. Outside a session it just calls the function.
     """
-    from leapp._recorder.node import NodeScope as _NodeScope  # noqa: PLC0415
+    from leapp._recorder.node import NodeScope as _NodeScope
 
     return _NodeScope(name, export_with, dynamic_batch=dynamic_batch, **backend_params)
 
@@ -153,7 +153,7 @@ def node(name: str, export_with: str = "onnx", *, dynamic_batch: Any = None, **b
 def load(path: str, *, cuda_graphs: bool = False) -> "Pipeline":
     """Load an exported pipeline folder (``leapp.runtime.pipeline.load``); ``cuda_graphs=True``
     replays CUDA PT2 nodes from captured CUDA graphs (outputs overwritten by the next call)."""
-    from leapp.runtime.pipeline import load as _load  # noqa: PLC0415 - runtime is optional at trace time
+    from leapp.runtime.pipeline import load as _load  # runtime is optional at trace time
 
     return _load(path, cuda_graphs=cuda_graphs)
 
@@ -162,8 +162,8 @@ def _in_leapp_command() -> bool:
     """True when this process is the ``leapp`` command (its console script, or ``python -m leapp``): its
     commands register the op themselves when they load a PT2 (``leapp.runtime.runners.load_pt2``), so
     that ``leapp --help`` and ``leapp --version`` answer without importing torch."""
-    import os  # noqa: PLC0415
-    import sys  # noqa: PLC0415
+    import os
+    import sys
 
     argv = list(getattr(sys, "orig_argv", []))
     if any(a == "-m" and b in ("leapp", "leapp.cli") for a, b in zip(argv, argv[1:])):
@@ -177,7 +177,7 @@ def _register_torch_op() -> None:
     library that fails to load is reported as a warning here and raised by the
     ``leapp.load`` / export that needs it (``leapp-build-warp-runtime`` must still import).
     Not in the ``leapp`` command itself (``_in_leapp_command``)."""
-    import importlib.util  # noqa: PLC0415
+    import importlib.util
 
     if _in_leapp_command():
         return
@@ -188,11 +188,11 @@ def _register_torch_op() -> None:
     except ValueError:  # sys.modules["torch"] is None: torch blocked on purpose
         return
     try:
-        from leapp.runtime import ops  # noqa: PLC0415 - imports torch, not Warp or the recorder
+        from leapp.runtime import ops  # imports torch, not Warp or the recorder
 
         ops.ensure_registered()
     except Exception as e:  # noqa: BLE001 - any failure must leave `import leapp` working
-        import warnings  # noqa: PLC0415
+        import warnings
 
         warnings.warn(
             f"leapp: torch.ops.leapp.warp_segment is not registered ({type(e).__name__}: {e}); PT2 exports with "

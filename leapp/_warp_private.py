@@ -71,7 +71,7 @@ SUPPORTED_WARP_SERIES = "1.19"  # the release series every private use below was
 
 
 def installed_warp_version() -> str:
-    import warp  # noqa: PLC0415
+    import warp
 
     return warp.__version__
 
@@ -92,14 +92,14 @@ def require_supported_warp() -> str:
 
 def is_struct_type(t) -> bool:
     """Whether ``t`` is a ``@wp.struct`` type."""
-    import warp._src.codegen as codegen  # noqa: PLC0415
+    import warp._src.codegen as codegen
 
     return isinstance(t, codegen.Struct)
 
 
 def scalar_types():
     """Warp's scalar types (float16..float64, int8..uint64), without ``wp.bool``."""
-    import warp._src.types as wt  # noqa: PLC0415
+    import warp._src.types as wt
 
     return wt.scalar_types
 
@@ -119,7 +119,7 @@ def written_args(kernel, block_dim: int) -> set[int]:
     module's options are not touched, its caches are restored, the verifier's warnings are dropped). The
     result is the same for every kernel of a module and is cached per module variant.
     """
-    import warnings  # noqa: PLC0415
+    import warnings
 
     module = kernel.module
     with _WRITTEN_LOCK, preserved_module_state(module):  # two tracing threads must not interleave the restore
@@ -149,8 +149,8 @@ def needs_deterministic(kernel) -> bool:
 
 def uses_tiles(kernel) -> bool:
     """Whether the kernel's last build used tile values (their semantics depend on block_dim)."""
-    import warp._src.codegen as codegen  # noqa: PLC0415
-    import warp._src.types as wt  # noqa: PLC0415
+    import warp._src.codegen as codegen
+    import warp._src.types as wt
 
     for var in getattr(kernel.adj, "variables", ()):
         t = codegen.strip_reference(var.type)
@@ -164,10 +164,10 @@ def expected_arg_size(arg_type) -> int | None:
 
     Used to check recorded argument blobs before they are packed into a bundle.
     """
-    import ctypes  # noqa: PLC0415
+    import ctypes
 
-    import warp._src.codegen as codegen  # noqa: PLC0415
-    import warp._src.types as wt  # noqa: PLC0415
+    import warp._src.codegen as codegen
+    import warp._src.types as wt
 
     if wt.matches_array_class(arg_type, wt.indexedarray):
         return ctypes.sizeof(wt.indexedarray_t)
@@ -210,7 +210,7 @@ def array_base(arr) -> tuple[object, int, int]:
 
 @functools.cache
 def _launch_observer_class():
-    import warp as wp  # noqa: PLC0415
+    import warp as wp
 
     class LaunchObserver(wp.Tape):
         """A ``wp.Tape`` that records nothing for autodiff; it reports each ``wp.launch``."""
@@ -244,7 +244,7 @@ class _RecordedLaunchProfile:
     """A per-thread profile function that reports calls of ``wp.Launch.launch`` (see below)."""
 
     def __init__(self, on_launch) -> None:
-        import warp as wp  # noqa: PLC0415
+        import warp as wp
 
         self._code = wp.Launch.launch.__code__
         self._on_launch = on_launch
@@ -258,7 +258,7 @@ class _RecordedLaunchProfile:
                             caller.f_lineno if caller else 0)
 
     def __enter__(self):
-        import sys  # noqa: PLC0415
+        import sys
 
         self._previous = sys.getprofile()
         if self._previous is None:  # a profiler of the user's is left alone (the launch is then refused later)
@@ -266,7 +266,7 @@ class _RecordedLaunchProfile:
         return self
 
     def __exit__(self, *exc) -> None:
-        import sys  # noqa: PLC0415
+        import sys
 
         if self._previous is None and sys.getprofile() is self:
             sys.setprofile(None)
@@ -328,7 +328,7 @@ def apic_kernels(graph) -> Iterator[tuple[str, int]]:
 
 
 def _context():
-    import warp._src.context as ctx  # noqa: PLC0415
+    import warp._src.context as ctx
 
     return ctx
 
@@ -414,7 +414,7 @@ def module_identifier(module, block_dim: int) -> str:
 
 def resolved_options(module, block_dim: int) -> dict:
     """The module's options for one ``block_dim`` variant, resolved against ``wp.config`` (a copy: nothing is set)."""
-    import warp  # noqa: PLC0415
+    import warp
 
     return module.resolve_options(warp.config, block_dim=block_dim)
 
@@ -447,7 +447,7 @@ def nvrtc_refusal(options: dict) -> str:
     """Why a variant with these (resolved) options cannot be compiled by the plain ``wp_cuda_compile_program``
     call ``nvrtc_job`` describes ("" when it can); device code linked at build time shows only in codegen's
     output, so ``nvrtc_job`` also returns None for it."""
-    import warp  # noqa: PLC0415
+    import warp
 
     if options.get("llvm_cuda"):
         return "it is compiled by the LLVM CUDA path (llvm_cuda)"
@@ -505,8 +505,8 @@ def nvrtc_job(module, options: dict, arch: int, use_ptx: bool, kernels: frozense
     uses the variant's names). None for what the plain call cannot express (``nvrtc_refusal``) and for
     device code linked at build time (MathDx LTO-IR, fatbins).
     """
-    import warp  # noqa: PLC0415
-    import warp._src.build as build  # noqa: PLC0415
+    import warp
+    import warp._src.build as build
 
     if nvrtc_refusal(options):
         return None
@@ -537,7 +537,7 @@ def nvrtc_job(module, options: dict, arch: int, use_ptx: bool, kernels: frozense
 
 def native_include_dir() -> str:
     """Warp's ``native`` folder: the headers its generated CUDA source includes (NVRTC's --include-path)."""
-    import warp  # noqa: PLC0415
+    import warp
 
     return os.path.join(os.path.dirname(warp.__file__), "native")
 

@@ -174,7 +174,7 @@ def main() -> int:
         if name != "default":  # own Inductor caches and precompiled headers: no object made by another compiler
             child_env["TMPDIR"] = str(folder / "tmp")
             child_env["TORCHINDUCTOR_CACHE_DIR"] = str(folder / "tmp" / "inductor")
-        log = open(folder / "compile.log", "w")
+        log = open(folder / "compile.log", "w")  # noqa: SIM115 - the child writes it until it is reaped below
         children[name] = (subprocess.Popen(
             [sys.executable, "-c", COMPILE_CHILD, str(folder / "sin.pt2"), json.dumps(inductor_configs), args.device],
             env=child_env, stdout=log, stderr=subprocess.STDOUT), log, child_env)

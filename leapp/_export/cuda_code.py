@@ -129,7 +129,7 @@ def clear_cache() -> None:
 
 
 def _warp():
-    import warp  # noqa: PLC0415
+    import warp
 
     wpp.require_supported_warp()
     warp.init()
@@ -549,7 +549,7 @@ def _warp_native() -> str:
 
 def _cache_key(module: str, module_hash: str, block_dim: int, toolkit: str, kind: str, arch: int,
                kernels: tuple[str, ...] = ()):
-    from leapp.bundle.format import FORMAT_VERSION  # noqa: PLC0415
+    from leapp.bundle.format import FORMAT_VERSION
 
     return binary_cache.CacheKey(
         warp=wpp.installed_warp_version(), warp_native=_warp_native(), nvrtc=toolkit, module=module,

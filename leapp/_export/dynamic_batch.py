@@ -122,7 +122,7 @@ class _Learner:
 
     def constant_origin(self, i: int) -> str:
         """Which launch reads constant buffer ``i``: kernel, argument and the launch's file:line."""
-        from leapp import _warp_private as wpp  # noqa: PLC0415
+        from leapp import _warp_private as wpp
 
         region = next((r for r, bi in self.builders[0].region_buffer.items() if bi == i), None)
         what = f"region {region}" if region is not None else "a constant"
@@ -157,7 +157,7 @@ class _Learner:
             e["batch_rule"] = rule
             row = e["shape"][1:]
             buf = self.manifests[0]["buffers"][e["buffer"]]
-            from leapp.bundle.format import DTYPE_ITEMSIZE  # noqa: PLC0415
+            from leapp.bundle.format import DTYPE_ITEMSIZE
 
             r = DTYPE_ITEMSIZE[e["dtype"]]
             for dim in row:
@@ -214,7 +214,7 @@ class _Learner:
         o["patches"] = patches
 
     def param_patches(self, ops: list[dict], what: str, kernel) -> list[dict]:
-        from leapp import _warp_private as wpp  # noqa: PLC0415
+        from leapp import _warp_private as wpp
 
         blobs = [bytes(b.blobs[x["params"]["blob"]]) for b, x in zip(self.builders, ops)]
         offsets, sizes = ops[0]["params"]["offsets"], ops[0]["params"]["sizes"]
@@ -273,7 +273,7 @@ def build_dynamic_bundle(segment, probes: Sequence, batch_range: tuple[int, int]
         probes: ``(batch, SegmentRecord)`` of the same segment at other batch sizes (at least one).
         batch_range: the node's ``dynamic_batch`` (min, max).
     """
-    from leapp.bundle import BundleError, write_bundle  # noqa: PLC0415
+    from leapp.bundle import BundleError, write_bundle
 
     if not probes:
         raise ExportError(f"{sb._where(segment.id, segment.source)}: dynamic_batch needs a capture at a second "
@@ -301,9 +301,9 @@ def symbolize_batch_sizes(gm, record) -> int:
         ExportError: the graphs differ in structure, or an integer differs between batch sizes without being
             affine in the batch (naming the aten op).
     """
-    import operator  # noqa: PLC0415
+    import operator
 
-    import torch  # noqa: PLC0415
+    import torch
 
     probes = [p for p in record.probes if p.graph is not None]
     if not probes:
@@ -381,7 +381,7 @@ def symbolize_batch_sizes(gm, record) -> int:
 
 def _args_of(node) -> list:
     """A node's args with FX nodes replaced by their position marker (only ints are compared)."""
-    import torch  # noqa: PLC0415
+    import torch
 
     def walk(v):
         if isinstance(v, torch.fx.Node):

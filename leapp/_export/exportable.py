@@ -84,7 +84,7 @@ def _segment_calls(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
 
 def _dynamic_bundles(record: NodeRecord) -> BundleProvider:
     """Bundles with dynamic-batch rules learned from the node's probes (docs/recorder.md section 1.0)."""
-    from leapp._export.dynamic_batch import build_dynamic_bundle  # noqa: PLC0415
+    from leapp._export.dynamic_batch import build_dynamic_bundle
 
     traced = int(record.inputs[0].shape[0])
 
@@ -140,7 +140,7 @@ def build_exportable(record: NodeRecord, bundles: BundleProvider | None = None) 
     gm = torch.fx.GraphModule(src, _copy_graph(src.graph), class_name=f"leapp_{identifier(record.name)}")
     gm.training = False  # inference export; root flag only: submodules are shared with the recording
     if record.dynamic_batch is not None:  # sizes baked from the batch become expressions of input 0's dim 0
-        from leapp._export.dynamic_batch import symbolize_batch_sizes  # noqa: PLC0415
+        from leapp._export.dynamic_batch import symbolize_batch_sizes
 
         symbolize_batch_sizes(gm, record)
     by_id = {seg.id: seg for seg in record.segments}

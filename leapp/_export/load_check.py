@@ -23,18 +23,18 @@ def check_artifact_loads(node: str, backend: str, path: Path) -> None:
     """Raises ExportError naming the node and the file when its artifact cannot be opened."""
     try:
         if backend == "pt2":
-            from leapp.runtime.runners import load_pt2  # noqa: PLC0415 - the runtime is imported only to check
+            from leapp.runtime.runners import load_pt2  # the runtime is imported only to check
 
             load_pt2(path)
         elif backend == "onnx":
             _open_onnx(path)
         else:
-            import torch  # noqa: PLC0415
+            import torch
 
             torch.jit.load(str(path), map_location="cpu")
     except ExportError:
         raise
-    except Exception as e:  # noqa: BLE001 - torch's and ORT's loaders raise their own types
+    except Exception as e:  # torch's and ORT's loaders raise their own types
         raise ExportError(
             f"node '{node}': the {backend} artifact {path.name} was written but cannot be opened as leapp.load "
             f"opens it ({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else e!r}); "
@@ -43,11 +43,11 @@ def check_artifact_loads(node: str, backend: str, path: Path) -> None:
 
 
 def _open_onnx(path: Path) -> None:
-    import onnx  # noqa: PLC0415
-    import onnxruntime as ort  # noqa: PLC0415
+    import onnx
+    import onnxruntime as ort
 
-    from leapp.runtime import libraries  # noqa: PLC0415
-    from leapp.runtime.onnx_runner import session_options  # noqa: PLC0415
+    from leapp.runtime import libraries
+    from leapp.runtime.onnx_runner import session_options
 
     onnx.checker.check_model(str(path))
     library = libraries.library_path("onnx")

@@ -105,8 +105,8 @@ def to_onnx_program(node: ExportableNode):
         kwargs["opset_version"] = int(params["opset_version"])
     args = node.example_inputs
     if record.dynamic_batch is not None:  # dim 0 of every input and output: one symbolic "batch" dimension
-        from leapp._export.exportable import example_batch_inputs  # noqa: PLC0415
-        from leapp._export.pt2_export import batch_dynamic_shapes  # noqa: PLC0415
+        from leapp._export.exportable import example_batch_inputs
+        from leapp._export.pt2_export import batch_dynamic_shapes
 
         args = example_batch_inputs(record)
         kwargs["dynamic_shapes"] = batch_dynamic_shapes(record, args)

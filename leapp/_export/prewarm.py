@@ -73,7 +73,7 @@ def _import_all() -> None:
         except Exception as e:  # noqa: BLE001 - best effort: compile() imports it again and reports there
             log.debug("prewarm: importing %s failed (%s: %s); the export will import it", name, type(e).__name__, e)
     try:
-        from leapp.pipeline_format import reader  # noqa: PLC0415
+        from leapp.pipeline_format import reader
 
         reader.prepare()  # the compiled pipeline.yaml schema (cached)
     except Exception as e:  # noqa: BLE001

@@ -36,7 +36,7 @@ def to_exported_program(node: ExportableNode) -> torch.export.ExportedProgram:
     strict = bool(record.backend_params.get("strict", False))
     args, dynamic_shapes = node.example_inputs, None
     if record.dynamic_batch is not None:
-        from leapp._export.exportable import example_batch_inputs  # noqa: PLC0415
+        from leapp._export.exportable import example_batch_inputs
 
         args = example_batch_inputs(record)
         dynamic_shapes = batch_dynamic_shapes(record, args)

@@ -223,7 +223,7 @@ def _text(isa: tuple[int, int]) -> str:
 
 
 def _cuda_for(isa: tuple[int, int]) -> tuple[int, int]:
-    from leapp import _native  # noqa: PLC0415 - the table of ISAs per CUDA version is the loader's
+    from leapp import _native  # the table of ISAs per CUDA version is the loader's
 
     need = _native.ptx_isa_min_driver(*isa)
     return (need // 1000, need % 1000 // 10) if need else isa

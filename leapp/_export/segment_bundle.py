@@ -105,7 +105,7 @@ def build_bundle_from_wrp(
         scratch: region id -> bytes of regions allocated inside the segment.
         cuda_block_dim, archs: see ``build_segment_bundle``.
     """
-    from leapp.bundle import BundleError, write_bundle  # noqa: PLC0415
+    from leapp.bundle import BundleError, write_bundle
 
     builder = make_builder(wrp, segment_id=segment_id, source=source, kernels=kernels, inputs=inputs,
                            outputs=outputs, constants=constants, scratch=scratch, cuda_block_dim=cuda_block_dim,
@@ -272,7 +272,7 @@ class _Builder:
     def signature_entry(self, io, region_bytes: int, buffer: int, side: str) -> dict:
         spec = io.spec
         dtype = torch_dtype_name(spec.dtype)
-        from leapp.bundle.format import DTYPE_ITEMSIZE  # noqa: PLC0415
+        from leapp.bundle.format import DTYPE_ITEMSIZE
 
         if dtype not in DTYPE_ITEMSIZE:
             raise self.fail(f"{side} '{spec.name}' has dtype {dtype}, which a bundle cannot carry "

@@ -172,7 +172,7 @@ def warm_up() -> None:
     exporting process still traces): torch.export's deserializer (seconds of imports), ONNX Runtime, where
     there is a CUDA device the CUDA context, and pipeline.yaml's schema validator (about half the validation
     of a small node; measured in docs/performance.md)."""
-    import torch._export.serde.serialize  # noqa: F401 - the first torch.export.load imports it
+    import torch._export.serde.serialize  # the first torch.export.load imports it
 
     try:
         import onnxruntime  # noqa: F401
@@ -181,10 +181,10 @@ def warm_up() -> None:
     if torch.cuda.is_available():
         torch.cuda.init()
     try:
-        from leapp.pipeline_format import reader  # noqa: PLC0415
+        from leapp.pipeline_format import reader
 
         reader.prepare()
-    except Exception:  # noqa: BLE001, S110 - the job's own read reports whatever is wrong, with its context
+    except Exception:  # noqa: BLE001 - the job's own read reports whatever is wrong, with its context
         pass
 
 

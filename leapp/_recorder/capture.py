@@ -557,7 +557,7 @@ def _write_region(ptr: int, data: bytes, device) -> None:
     if not data:
         return
     if device.is_cpu:
-        import ctypes  # noqa: PLC0415
+        import ctypes
 
         ctypes.memmove(ptr, data, len(data))
         return
@@ -573,7 +573,7 @@ def _read_region(ptr: int, nbytes: int, device) -> bytes:
     if nbytes == 0:
         return b""
     if device.is_cpu:
-        import ctypes  # noqa: PLC0415
+        import ctypes
 
         return ctypes.string_at(ptr, nbytes)
     # Read on torch's current stream, where the user's torch work made these values and where the

@@ -47,10 +47,10 @@ def _copy(value: Any) -> torch.Tensor | None:
     if isinstance(value, torch.Tensor):
         return value.detach().clone()
     if type(value).__module__.startswith("warp"):
-        from .dtypes import is_warp_array  # noqa: PLC0415 - Warp is imported by whoever made the array
+        from .dtypes import is_warp_array  # Warp is imported by whoever made the array
 
         if is_warp_array(value):
-            import warp as wp  # noqa: PLC0415
+            import warp as wp
 
             return wp.to_torch(value, requires_grad=False).detach().clone()
     return None

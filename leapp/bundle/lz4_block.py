@@ -103,12 +103,12 @@ def decode_block(data: bytes, size: int) -> bytes:
     """The ``size`` bytes the block encodes; BlockError when it breaks a rule (``check_block``)."""
     check_block(data, size)
     try:
-        import lz4.block  # noqa: PLC0415
+        import lz4.block
     except ImportError as e:  # a hard dependency of leapp; named in case an environment lacks it
         raise BlockError("needs the 'lz4' Python package to decode (pip install lz4)") from e
     try:
         out = lz4.block.decompress(data, uncompressed_size=size) if size else b""
-    except Exception as e:  # noqa: BLE001 - lz4.block.LZ4BlockError; check_block accepted it, so never expected
+    except Exception as e:  # lz4.block.LZ4BlockError; check_block accepted it, so never expected
         raise BlockError(f"the lz4 package refused a block that follows the rules: {e}") from e
     if len(out) != size:
         raise BlockError(f"decodes to {len(out)} bytes, the manifest declares {size}")
@@ -120,6 +120,6 @@ def encode_block(data: bytes) -> bytes:
 
     Level 9 (LZ4HC's default): on the gravity segment's binaries 95,130 B in 8 ms; level 12 saves 0.6 % in 6x the time.
     """
-    import lz4.block  # noqa: PLC0415
+    import lz4.block
 
     return lz4.block.compress(bytes(data), mode="high_compression", compression=9, store_size=False)

@@ -77,7 +77,7 @@ def compress_binaries(manifest: dict, blobs: Sequence[bytes]) -> tuple[dict, lis
     A blob is compressed only when binaries alone refer to it, all without an encoding (an operation's
     parameters or a constant stay raw: the runtime reads them in place). Incompressible blobs stay raw.
     """
-    import copy  # noqa: PLC0415
+    import copy
 
     out = copy.deepcopy(manifest)
     blobs = list(blobs)

@@ -83,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
 class _PrintCmakeDir(argparse.Action):
     """``leapp --cmake-dir``: like ``--version``, it prints and exits without a command."""
 
-    def __init__(self, option_strings, dest, help=None):  # noqa: A002 - argparse's name
+    def __init__(self, option_strings, dest, help=None):  # argparse's name
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):

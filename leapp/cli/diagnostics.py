@@ -55,7 +55,7 @@ def doctor(out: TextIO | None = None) -> int:
     else:
         report.line(f"CUDA driver: not available ({status['error']})")
         report.line("export and CPU tests work; replaying Warp segments needs an NVIDIA driver", 1)
-    from leapp.runtime.binary_choice import describe_machine_binaries  # noqa: PLC0415
+    from leapp.runtime.binary_choice import describe_machine_binaries
 
     report.lines(describe_machine_binaries())  # which binary a default export loads here, and why
     try:

@@ -17,8 +17,8 @@ def aoti(export_dir: str, node: str, out: str | None = None, err: TextIO | None 
 
     Returns 0, or 1 after printing the reason (bad folder, node, artifact, output path or compile).
     """
-    from leapp import aoti as _aoti  # noqa: PLC0415 - its package() imports torch; other commands need none
-    from leapp.errors import LeappError  # noqa: PLC0415
+    from leapp import aoti as _aoti  # its package() imports torch; other commands need none
+    from leapp.errors import LeappError
 
     err = err if err is not None else sys.stderr
     try:

@@ -39,7 +39,7 @@ def check_signature(report: Report, where: str, text: str | None, bundle: Bundle
 def describe_choice(report: Report, where: str, data: bytes, indent: int) -> None:
     """Which binary of the bundle loads on this machine's GPUs (or on named GPUs without a driver), and why:
     the native loader's own choice (``leapp.runtime.binary_choice``)."""
-    from leapp.runtime.binary_choice import describe_binary_choice  # noqa: PLC0415
+    from leapp.runtime.binary_choice import describe_binary_choice
 
     try:
         report.lines(describe_binary_choice(data), indent)

@@ -14,15 +14,15 @@ def ros2(export_dir: str, *, trigger: str | None, rate: float | None, name: str,
     Returns 0, or 2 (a message on stderr) when rclpy is missing or the export cannot be put on topics.
     """
     try:
-        import rclpy  # noqa: PLC0415 - ROS 2 is an optional extra
+        import rclpy  # ROS 2 is an optional extra
 
-        from leapp.ros2.messages import MessageError  # noqa: PLC0415
-        from leapp.ros2.node import PolicyNode, spin  # noqa: PLC0415
+        from leapp.ros2.messages import MessageError
+        from leapp.ros2.node import PolicyNode, spin
     except ImportError as e:
         print(f"leapp ros2: ROS 2's Python packages cannot be imported ({e}): pip install 'leapp[ros2]', or source "
               "a ROS 2 installation", file=sys.stderr)
         return 2
-    import leapp  # noqa: PLC0415
+    import leapp
 
     pipeline = leapp.load(export_dir)
     context = rclpy.Context()

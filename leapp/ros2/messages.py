@@ -143,7 +143,7 @@ class Codec:
             else:
                 target.x, target.y, target.z = v
         else:
-            from std_msgs.msg import MultiArrayDimension  # noqa: PLC0415 - rclpy's packages are an extra
+            from std_msgs.msg import MultiArrayDimension  # rclpy's packages are an extra
 
             stride = self.count
             for i, size in enumerate(self.shape):

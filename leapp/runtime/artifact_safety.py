@@ -146,11 +146,11 @@ def canonical_pt2(data: bytes, name: str) -> bytes:
                       if member.casefold().startswith("data/aotinductor/") else "")
             raise refuse(member, f"not a member of a PT2 program archive{detail}; {_TRUST}")
     if pickles:
-        import torch  # noqa: PLC0415 - only an archive with pickles needs it (leapp inspect runs without)
+        import torch  # only an archive with pickles needs it (leapp inspect runs without)
     for member in pickles:
         try:
             torch.load(io.BytesIO(contents[member]), weights_only=True)
-        except Exception as e:  # noqa: BLE001 - any refusal of the weights-only unpickler
+        except Exception as e:  # any refusal of the weights-only unpickler
             raise refuse(member, f"a pickle torch's weights-only unpickler refuses ({type(e).__name__}: "
                                  f"{str(e).splitlines()[0][:200] if str(e) else ''}); torch.export.load would run "
                                  f"it with Python's full unpickler, which can run any code; {_TRUST}") from e
@@ -190,8 +190,8 @@ def check_onnx_external_data(model: str | Path, files: Iterable[Path], data: byt
 
 def _parse_onnx(model: Path, data: bytes | None):
     try:
-        import onnx  # noqa: PLC0415 - only ONNX nodes need it
-        from google.protobuf.message import DecodeError  # noqa: PLC0415
+        import onnx  # only ONNX nodes need it
+        from google.protobuf.message import DecodeError
     except ImportError as e:
         raise PipelineError(f"{model.name}: checking its external data needs the onnx package, a dependency of "
                             f"leapp that is not installed here ({e}): pip install 'onnx>=1.16'") from e

@@ -72,12 +72,12 @@ def driver_text(version: int) -> str:
 
 
 def _native_bundle(bundle):
-    from leapp import _native  # noqa: PLC0415 - the native module is needed only here
+    from leapp import _native  # the native module is needed only here
 
     if isinstance(bundle, _native.Bundle):
         return bundle
     if isinstance(bundle, Bundle):
-        from leapp.bundle.writer import write_bundle  # noqa: PLC0415
+        from leapp.bundle.writer import write_bundle
 
         return _native.Bundle(write_bundle(bundle.manifest, bundle.blobs))
     if isinstance(bundle, (str, os.PathLike)):
@@ -86,7 +86,7 @@ def _native_bundle(bundle):
 
 
 def _modules(native) -> list[dict]:
-    import json  # noqa: PLC0415
+    import json
 
     return json.loads(native.manifest_json)["modules"]
 
@@ -104,7 +104,7 @@ def _choice_lines(choice: dict, label: str) -> list[str]:
 
 def _driver_status() -> dict:
     try:
-        from leapp import _native  # noqa: PLC0415
+        from leapp import _native
     except ImportError as e:  # pragma: no cover - a broken install
         return {"available": False, "error": f"leapp._native cannot be imported: {e}", "version": 0,
                 "assumed_version": 0, "assumed_error": "", "devices": []}
@@ -190,7 +190,7 @@ def describe_machine_binaries(cubin_archs: tuple[int, ...] | None = None, ptx_is
     PTX sm_75 of ISA 9.4 and CUDA 13.4, Warp 1.19's NVRTC); no Warp or bundle is needed.
     """
     try:
-        from leapp import _native  # noqa: PLC0415
+        from leapp import _native
     except ImportError as e:
         return [f"binaries: not available, leapp._native cannot be imported ({e})"]
 
@@ -219,7 +219,7 @@ def describe_machine_binaries(cubin_archs: tuple[int, ...] | None = None, ptx_is
 
 
 def _min_driver_text(isa: str) -> str:
-    from leapp import _native  # noqa: PLC0415
+    from leapp import _native
 
     major, _, minor = isa.partition(".")
     need = _native.ptx_isa_min_driver(int(major), int(minor))
@@ -233,7 +233,7 @@ def _min_driver_text(isa: str) -> str:
 
 def device_capability(device: str) -> tuple[int, int] | None:
     """(major, minor) of ``device`` as leapp's driver loader sees it (no CUDA torch needed), or None."""
-    import torch  # noqa: PLC0415 - leapp inspect and doctor use this module without torch
+    import torch  # leapp inspect and doctor use this module without torch
 
     status = _driver_status()
     index = torch.device(device).index or 0
@@ -244,7 +244,7 @@ def device_capability(device: str) -> tuple[int, int] | None:
 
 
 def _is_bundle(tensor) -> bool:
-    import torch  # noqa: PLC0415
+    import torch
 
     return tensor.dtype == torch.uint8 and tensor.dim() == 1 and tensor.numel() > len(MAGIC)
 
@@ -252,14 +252,14 @@ def _is_bundle(tensor) -> bool:
 def bundles_in_artifact(backend: str, path: Path, runner) -> list[bytes]:
     """The segment bundles a node's artifact holds: a PT2 program's constants, an ONNX model's initializers."""
     if backend == "pt2":
-        import torch  # noqa: PLC0415
+        import torch
 
         program = runner.program.program
         tensors = [*program.constants.values(), *program.state_dict.values()]
         found = [bytes(t.cpu().numpy()) for t in tensors if isinstance(t, torch.Tensor) and _is_bundle(t)]
     elif backend == "onnx":
-        import onnx  # noqa: PLC0415
-        from onnx import numpy_helper  # noqa: PLC0415
+        import onnx
+        from onnx import numpy_helper
 
         data = getattr(runner, "model_bytes", None)  # what the session opened (read and hashed once)
         model = onnx.load_model_from_string(data) if data is not None else onnx.load(str(path))
@@ -274,7 +274,7 @@ def binary_choices(bundles: Iterable[bytes], capability: tuple[int, int],
                    driver_version: int | None = None) -> list[str]:
     """Lines saying what each module of each bundle loads on a device of ``capability`` with this machine's
     driver (or ``driver_version``; ``REFERENCE_DRIVER`` without a driver): the native ``choose_binary``."""
-    from leapp import _native  # noqa: PLC0415
+    from leapp import _native
 
     if driver_version is None:
         status = _driver_status()

@@ -102,7 +102,7 @@ def _data_dependent(value) -> bool:
 
 
 def _unbacked(value) -> bool:
-    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols  # noqa: PLC0415
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
     try:
         return bool(free_unbacked_symbols(value))
@@ -216,7 +216,7 @@ class CudaGraphCall:
         del self._seen[key]
         try:
             graph, outputs = self._capture(inputs, key[0])
-        except Exception as e:  # the direct call stays correct
+        except Exception as e:  # noqa: BLE001 - any capture failure turns graphs off; the direct call stays correct
             self.enabled = False
             self._graphs.clear()
             warnings.warn(f"{self.name}: CUDA graph capture failed, calling directly from now on: "
@@ -462,7 +462,7 @@ class CopyGraph:
                     t.record_stream(current)
             else:
                 results = [t.clone() for t in static_out]
-        except Exception as e:  # the direct call stays correct
+        except Exception as e:  # noqa: BLE001 - any capture failure turns graphs off; the direct call stays correct
             self.enabled = False
             self._entry = None
             self._in_place = {}

@@ -303,7 +303,7 @@ class OnnxRunner(NodeRunner):
         if self.no_graphs_reason is None and self.stream_mode != "torch-stream":
             self.no_graphs_reason = f"ONNX Runtime runs it in {self.stream_mode} mode"
         if self.no_graphs_reason is None:
-            from leapp.runtime.cuda_graphs import CopyGraph  # noqa: PLC0415
+            from leapp.runtime.cuda_graphs import CopyGraph
 
             self.graph = CopyGraph(f"ONNX node {self.path.name}", self._run_bound, self._direct, self.session_stream,
                                    [(s.shape, s.dtype) for s in self.inputs], [(s.shape, s.dtype) for s in self.outputs])

@@ -58,7 +58,7 @@ def make_runner(
     copied in (``artifact_safety.self_contained_onnx``), TorchScript from memory; never from the path again."""
     path, data = (path.path, path.data) if isinstance(path, CheckedFile) else (Path(path), None)
     if backend == "onnx":
-        from leapp.runtime.artifact_safety import check_onnx_external_data, self_contained_onnx  # noqa: PLC0415
+        from leapp.runtime.artifact_safety import check_onnx_external_data, self_contained_onnx
 
         if data is not None and all(isinstance(f, CheckedFile) for f in files):
             model = self_contained_onnx(path, data, {f.path.resolve(): f.data for f in files})
@@ -69,7 +69,7 @@ def make_runner(
                           stream=onnx_stream, model=model)
     if backend == "pt2":
         if has_segments:
-            from leapp.runtime import libraries  # noqa: PLC0415
+            from leapp.runtime import libraries
 
             libraries.require_library("pt2")
         return Pt2Runner(path, inputs, outputs, device, cuda_graphs=cuda_graphs, data=data)

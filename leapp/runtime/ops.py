@@ -51,7 +51,7 @@ def _refuse_meta_with_data(inputs: list[torch.Tensor], bundle: torch.Tensor, sig
     inputs would otherwise "run" here and return uninitialised outputs. All
     arguments on meta (shape propagation) and fake tensors (tracing) pass.
     """
-    from torch._subclasses.fake_tensor import is_fake  # noqa: PLC0415 - only on meta calls
+    from torch._subclasses.fake_tensor import is_fake  # only on meta calls
 
     real = [(f"input {j}", t) for j, t in enumerate(inputs)] + [("the bundle tensor", bundle)]
     on_device = [(what, t.device) for what, t in real if t.device.type != "meta" and not is_fake(t)]
@@ -74,7 +74,7 @@ def _define_from_python() -> None:
     lib = torch.library.Library("leapp", "DEF")  # noqa: TOR901 - owned for the process lifetime
     lib.define(SCHEMA)
     _state["library"] = lib
-    from leapp.runtime import replay  # noqa: PLC0415 - CUDA/CPU kernels through leapp._native
+    from leapp.runtime import replay  # CUDA/CPU kernels through leapp._native
 
     lib.impl("warp_segment", replay.warp_segment_cpu, "CPU")
     lib.impl("warp_segment", replay.warp_segment_cuda, "CUDA")

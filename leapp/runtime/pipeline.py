@@ -225,7 +225,7 @@ def _binaries(backend: str, runner: NodeRunner, has_segments: bool) -> str:
     if not has_segments:
         parts.append("no Warp segments")
     elif backend == "pt2":
-        from leapp.runtime import ops  # noqa: PLC0415
+        from leapp.runtime import ops
 
         parts.append("Warp segments through " + ("the native op library" if ops.native_library_loaded()
                                                  else "Python kernels over leapp._native"))
@@ -236,7 +236,7 @@ def _binaries(backend: str, runner: NodeRunner, has_segments: bool) -> str:
 
 def _log_binary_choice(name: str, node_name: str, entry: dict, artifact: Path, runner: NodeRunner) -> None:
     """DEBUG: the binary each Warp module of a CUDA node will load first on its device (``binary_choice``)."""
-    from leapp.runtime import binary_choice  # noqa: PLC0415 - reads the bundles again: only when DEBUG is on
+    from leapp.runtime import binary_choice  # reads the bundles again: only when DEBUG is on
 
     where = f"pipeline '{name}' node '{node_name}'"
     if torch.device(entry["device"]).type != "cuda":

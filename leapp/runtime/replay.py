@@ -159,7 +159,7 @@ def warp_segment_cuda(inputs: list[torch.Tensor], bundle: torch.Tensor, signatur
                 f"got {str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
             )
         dense.append(t.contiguous())
-    from leapp.runtime.segment_signature import output_shapes  # noqa: PLC0415
+    from leapp.runtime.segment_signature import output_shapes
 
     outputs = [torch.empty(tuple(shape), dtype=dtype, device=device) for shape, dtype in output_shapes(dense, signature)]
     stream = torch.cuda.current_stream(device).cuda_stream

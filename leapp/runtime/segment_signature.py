@@ -20,7 +20,7 @@ OP_NAME = "leapp::warp_segment"
 def _parsed(signature: str) -> dict:
     """The signature after every check of ``leapp.bundle.parse_signature`` (a graph passes the same string on
     every call: cached). A hostile or broken string fails here naming its field, never deeper in a fake kernel."""
-    from leapp.bundle import BundleError, parse_signature  # noqa: PLC0415
+    from leapp.bundle import BundleError, parse_signature
 
     try:
         return parse_signature(signature)

@@ -42,7 +42,7 @@ def leapp_run_path() -> Path | None:
 
 def leapp_run_env() -> dict[str, str]:
     """This process's environment with ``LEAPP_ONNXRUNTIME_LIBRARY`` = the onnxruntime Python imports, unless set."""
-    from leapp.runtime.libraries import onnxruntime_library  # noqa: PLC0415
+    from leapp.runtime.libraries import onnxruntime_library
 
     env = dict(os.environ)
     if not env.get("LEAPP_ONNXRUNTIME_LIBRARY"):

@@ -262,7 +262,7 @@ def assert_equivalent(
     test = hypothesis.settings(_settings(settings, max_examples))(hypothesis.given(example=strategy)(leapp_equivalence))
     try:
         test()
-    except BaseException as error:  # noqa: BLE001 - anything but a mismatch is re-raised unchanged
+    except BaseException as error:  # anything but a mismatch is re-raised unchanged
         mismatch = _first_mismatch(error)
         if mismatch is None:
             raise

@@ -69,7 +69,7 @@ def _value(t: torch.Tensor, index: tuple[int, ...]) -> str:
 def compare_output(name: str, actual: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float,
                    labels: tuple[str, str] = ("export", "eager")) -> OutputDiff:
     """``actual`` (the export's) against ``expected`` (eager); ``labels`` name the two in the detail."""
-    from leapp._export.validate import compare  # noqa: PLC0415 - the exporter's own comparison
+    from leapp._export.validate import compare  # the exporter's own comparison
 
     check = compare(name, actual, expected, rtol, atol)
     diff = OutputDiff(name, check.ok, check.max_abs, check.max_rel, check.note)

@@ -52,7 +52,7 @@ ROUTES: dict[str, Route] = {
 
 
 def _ort_providers() -> list[str]:
-    import onnxruntime as ort  # noqa: PLC0415
+    import onnxruntime as ort
 
     return list(ort.get_available_providers())
 
@@ -67,7 +67,7 @@ def _node_plan(route: Route, node: Mapping, providers: list[str]) -> tuple:
         return ("leapp-run", node["name"])  # another program: never a duplicate of a leapp.load route
     device = node["device"]
     if node["backend"] == "onnx":
-        from leapp.runtime.pipeline import onnx_ep_device  # noqa: PLC0415
+        from leapp.runtime.pipeline import onnx_ep_device
 
         device = onnx_ep_device(device, route.onnx_ep)
         ep = "cuda" if _is_cuda(device) and "CUDAExecutionProvider" in providers else "cpu"
@@ -80,7 +80,7 @@ def _blocker(route: Route, desc: Mapping, cuda: str | None, providers: list[str]
     nodes = desc["nodes"]
     reasons = []
     if route.native:
-        from .cpp_runner import leapp_run_blockers, leapp_run_device  # noqa: PLC0415
+        from .cpp_runner import leapp_run_blockers, leapp_run_device
 
         reasons.extend(leapp_run_blockers(desc))
         if reasons:
@@ -120,7 +120,7 @@ def _blocker(route: Route, desc: Mapping, cuda: str | None, providers: list[str]
 def _onnx_on_cuda(route: Route, node: Mapping, desc: Mapping, providers: list[str]) -> bool:
     """Whether ``route`` runs ONNX ``node`` on ONNX Runtime's CUDA EP."""
     if route.native:
-        from .cpp_runner import leapp_run_device  # noqa: PLC0415
+        from .cpp_runner import leapp_run_device
 
         return leapp_run_device(desc) == "cuda"
     return _node_plan(route, node, providers)[2] == "cuda"
@@ -199,13 +199,13 @@ class OpenRoute:
 
 def open_route(route: Route, folder: Path) -> tuple[OpenRoute | None, str | None]:
     """(the export loaded for ``route``, None), or (None, why it cannot run after all)."""
-    from leapp.runtime.pipeline import load  # noqa: PLC0415
+    from leapp.runtime.pipeline import load
 
     try:
         if route.native:
-            from leapp.pipeline_format import read_pipeline  # noqa: PLC0415
+            from leapp.pipeline_format import read_pipeline
 
-            from .cpp_runner import LeappRunPipeline  # noqa: PLC0415
+            from .cpp_runner import LeappRunPipeline
 
             return OpenRoute(route, LeappRunPipeline(*read_pipeline(folder))), None
         pipeline = load(folder, cuda_graphs=route.cuda_graphs, onnx_ep=route.onnx_ep)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,8 +28,7 @@ def _capture(src, dst):
     folder = tempfile.mkdtemp()
     stem = os.path.join(folder, "g")
     wp.capture_save(capture.graph, stem, inputs={"src": src, "dst": dst})
-    modules = {name: open(os.path.join(stem + "_modules", name), "rb").read()
-               for name in os.listdir(stem + "_modules")}
+    modules = {name: Path(stem + "_modules", name).read_bytes() for name in os.listdir(stem + "_modules")}
     with open(stem + ".wrp", "rb") as f:
         return f.read(), modules
 

@@ -27,7 +27,7 @@ from leapp import annotate
 from leapp.bundle import read_bundle
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-import go2_pipeline as go2  # noqa: E402 - the go2 observation's Warp kernels
+import go2_pipeline as go2  # the go2 observation's Warp kernels
 
 LO, HI = 1, 2048
 REST = [0.1, 0.8, -1.5, 0.2]

@@ -17,7 +17,7 @@ import warp as wp
 import leapp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from replay import make_node as segment_node  # noqa: E402 - the very node benchmarks/replay.py times
+from replay import make_node as segment_node  # the very node benchmarks/replay.py times
 
 NODES = ("seg_pt2", "seg_onnx", "t_pt2", "t_onnx")
 

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import onnx
 import pytest
@@ -117,7 +118,7 @@ def test_pipeline_yaml_describes_the_trace(exported):
 
 
 def _line_of(text: str, occurrence: int) -> int:
-    lines = open(__file__, encoding="utf-8").read().splitlines()
+    lines = Path(__file__).read_text(encoding="utf-8").splitlines()
     hits = [i + 1 for i, line in enumerate(lines) if text in line]
     return hits[occurrence - 1]
 

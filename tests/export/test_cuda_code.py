@@ -7,6 +7,7 @@ import json
 import re
 import struct
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -128,7 +129,7 @@ def test_only_forward_kernels_are_compiled_with_warps_entry_names(compiled):
         full = module.resolve_options(wp.config, block_dim=256)
         with tempfile.TemporaryDirectory() as tmp:
             _warp_private.compile_module_variant(module, full, tmp, 75, True)
-            warp_ptx = open(f"{tmp}/{compiled.name}.sm75.ptx").read()
+            warp_ptx = Path(tmp, f"{compiled.name}.sm75.ptx").read_text()
     warp_entries = dict(re.findall(r"\.entry\s+(\w+)\s*\(([^)]*)\)", warp_ptx))
     assert compiled.entry(k_double).replace("forward", "backward") in warp_entries
     assert all(warp_entries[name] == params for name, params in entries)

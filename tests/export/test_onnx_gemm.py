@@ -137,7 +137,7 @@ def test_exported_mlp_has_matmul_add_and_optimize_false_keeps_the_exporters_gemm
 def test_cuda_sessions_keep_matmul_add_pairs_and_cpu_sessions_fuse_them():
     cuda, cpu = session_options(ort, True, None), session_options(ort, False, None)
     assert cuda.get_session_config_entry(KEY) == CUDA_SESSION_CONFIG[KEY] == "MatMulAddFusion"
-    with pytest.raises(Exception):  # noqa: B017 - ORT raises its own type for a missing key
+    with pytest.raises(Exception):  # ORT raises its own type for a missing key
         cpu.get_session_config_entry(KEY)
 
 

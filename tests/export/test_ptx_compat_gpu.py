@@ -25,7 +25,7 @@ from leapp._export import ptx_compat, ptx_isa
 from leapp.errors import ExportError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import size_pipeline  # noqa: E402
+import size_pipeline
 
 pytestmark = [pytest.mark.cuda, pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")]
 

@@ -21,7 +21,7 @@ from leapp.bundle.format import ptx_isa_of
 from leapp.errors import ExportError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ptx_kernels import k_rotate, k_tile_sum  # noqa: E402
+from ptx_kernels import k_rotate, k_tile_sum
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 

@@ -23,11 +23,11 @@ import pytest
 if os.environ.get("LEAPP_MOCK_CUDA") != "1":
     pytest.skip("runs only under the fake driver (test_runtime_mock_driver.py)", allow_module_level=True)
 
-from cuda_bundles import chained_bundle  # noqa: E402
+from cuda_bundles import chained_bundle
 
-from leapp import _native  # noqa: E402
-from leapp.bundle.testing import example_bundle  # noqa: E402
-from leapp.runtime import release_segments  # noqa: E402
+from leapp import _native
+from leapp.bundle.testing import example_bundle
+from leapp.runtime import release_segments
 
 MOCK = ctypes.CDLL("libcuda.so.1")  # the same library the runtime dlopen'ed
 MOCK.mock_stream_create.restype = ctypes.c_void_p

@@ -30,9 +30,9 @@ from cuda_bundles import (
 if os.environ.get("LEAPP_MOCK_CUDA") != "1":
     pytest.skip("runs only under the fake driver (test_runtime_mock_driver.py)", allow_module_level=True)
 
-from leapp import _native  # noqa: E402
-from leapp.bundle import write_bundle  # noqa: E402
-from leapp.bundle.testing import EXAMPLE_ENTRY, EXAMPLE_PTX, example_bundle, example_manifest_and_blobs  # noqa: E402
+from leapp import _native
+from leapp.bundle import write_bundle
+from leapp.bundle.testing import EXAMPLE_ENTRY, EXAMPLE_PTX, example_bundle, example_manifest_and_blobs
 
 MOCK = ctypes.CDLL("libcuda.so.1")  # the same library the runtime dlopen'ed
 MOCK.mock_current_ctx.restype = ctypes.c_void_p

@@ -20,9 +20,9 @@ from runtime_helpers import signature_of
 if os.environ.get("LEAPP_MOCK_CUDA") != "1":
     pytest.skip("runs only under the fake driver (test_runtime_torch_cpu_replay.py)", allow_module_level=True)
 
-from leapp import _native  # noqa: E402
-from leapp.bundle.testing import example_bundle  # noqa: E402
-from leapp.runtime import ops  # noqa: E402
+from leapp import _native
+from leapp.bundle.testing import example_bundle
+from leapp.runtime import ops
 
 
 @pytest.fixture(scope="module")

@@ -126,7 +126,7 @@ def test_a_code_running_pickle_is_refused_before_torch_unpickles_it(export, tmp_
     from leapp.runtime import ops
 
     ops.ensure_registered()
-    with pytest.raises(Exception):  # noqa: B017, PT011 - what torch makes of the mkdir's None does not matter
+    with pytest.raises(Exception):  # what torch makes of the mkdir's None does not matter
         torch.export.load(str(folder / "policy.pt2"))
     assert marker.is_dir()
 

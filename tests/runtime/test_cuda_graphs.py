@@ -145,7 +145,7 @@ def test_threads_each_on_their_own_stream():
                     stream.synchronize()
                     for g, w in zip(got, want):
                         torch.testing.assert_close(g, w, rtol=0, atol=0)
-        except Exception as e:  # reported below, from the main thread
+        except Exception as e:  # noqa: BLE001 - reported below, from the main thread
             errors.append(e)
 
     threads = [threading.Thread(target=worker, args=xy) for xy in data]

@@ -133,7 +133,7 @@ def test_pipeline_module_re_exports_the_onnx_runner():
     assert pipeline.OnnxRunner is OnnxRunner and pipeline.cuda_ep_options is cuda_ep_options
     assert pipeline._ONNX_TYPES is onnx_runner._ONNX_TYPES
     with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
-        pipeline.no_such_name  # noqa: B018
+        pipeline.no_such_name
 
 
 # --- the runner on the CPU EP: one IO binding, changed tensors rebound, threads take turns -----------------------------
