@@ -43,3 +43,10 @@ def test_the_pattern_sees_what_it_must():
     assert OUTSIDE.search("see DESIGN.md section 2") and OUTSIDE.search("cat /work/briefs/model.md")
     assert OUTSIDE.search("bash ../shared/gpu/x") and OUTSIDE.search("(notes/warp-internals.md section 5)")
     assert not OUTSIDE.search("leapp/runtime/work/x.py") and not OUTSIDE.search("docs/warp-internals.md")
+
+
+def test_every_doc_page_is_reachable_from_the_readme():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    pages = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))
+    missing = [p for p in pages if f"`{p}`" not in readme]
+    assert not missing, f"docs pages the README does not name (add them to its Documentation table): {missing}"
