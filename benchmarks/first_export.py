@@ -15,8 +15,6 @@ and how many binaries NVRTC compiled or the binary cache served.
   warm-revalidate  the same binaries from the cache, the validation cache emptied first: the node is
               validated in a fresh process (what a re-export with new samples or a changed node pays)
   off         LEAPP_NO_CACHE=1: compiled, nothing read or written
-  MODE+prewarm  MODE with LEAPP_EXPORT_PREWARM=1 (the exporter's imports made in a thread during the trace,
-              leapp/_export/prewarm.py), e.g. --modes cold,cold+prewarm,warm,warm+prewarm
 
 On a GPU the node is traced on cuda:0 and ``compile()`` validates (the default); without one it is
 traced on the CPU and compiled with ``validate=False`` (a CPU capture replays on CUDA only), so
@@ -155,8 +153,6 @@ def _bundle_bytes(folder: str) -> list[int]:
 def run_child(mode: str, cache: Path, args) -> dict:
     env = dict(os.environ, LEAPP_CACHE_DIR=str(cache))
     env.pop("LEAPP_NO_CACHE", None)
-    mode, _, extra = mode.partition("+")
-    env["LEAPP_EXPORT_PREWARM"] = "1" if extra == "prewarm" else "0"
     if mode == "off":
         env["LEAPP_NO_CACHE"] = "1"
     if mode == "warm-revalidate":

@@ -108,18 +108,13 @@ class _SessionExporter:
     ``leapp._contract``, not on each other."""
 
     def prepare(self) -> None:
-        """Starts the exporter's validation worker and its imports in the background
-        (``leapp._export.validate_process.prestart``, ``leapp._export.prewarm``), so both overlap with tracing."""
-        from leapp._export import prewarm
+        """Starts the exporter's validation worker in the background
+        (``leapp._export.validate_process.prestart``), so that its start overlaps with tracing."""
         from leapp._export.validate_process import prestart
 
         prestart()
-        prewarm.start()  # opt-in (LEAPP_EXPORT_PREWARM=1)
 
     def __call__(self, record: "SessionRecord", **options: Any) -> "CompileReport":
-        from leapp._export import prewarm
-
-        prewarm.finish()  # the imports a session started in the background: none run concurrently with the export
         from leapp._export.compile import compile_session  # the exporter is heavy and optional
 
         return compile_session(record, **options)
