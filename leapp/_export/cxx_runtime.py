@@ -2,7 +2,7 @@
 
 A GCC whose ``-lstdc++`` finds only ``libstdc++.a`` (the H200 machine's
 ``/opt/gcc`` wrapper) puts a private copy of the C++ runtime into every shared
-library it links. leapp's own libraries crashed that way (docs/building.md,
+library it links. A process that loads two C++ runtimes can crash (docs/building.md,
 "One C++ runtime per process"), and AOTInductor links each package's model
 library with the same compiler (``$CXX``, ``torch._inductor.config.cpp.cxx``).
 
@@ -116,7 +116,8 @@ def _link(compiler: str, folder: Path, name: str, extra: list[str]) -> tuple[Pat
 def probe_compiler(compiler: str) -> CxxRuntimeProbe:
     """Links the probe library with ``compiler``, and again with ``-l:libstdc++.so.6`` when the first carries a runtime.
 
-    Cached per compiler string for the process (about 0.3 s per link).
+    Cached per compiler string for the process: each probe is one or two compiler runs
+    (figures: benchmarks/results/performance-history.md).
     """
     with tempfile.TemporaryDirectory(prefix="leapp-cxx-probe-") as tmp:
         folder = Path(tmp)

@@ -3,17 +3,15 @@
 torch's ONNX exporter writes ``nn.Linear`` on a 2-D input as ``Gemm(x, W, b)``. ONNX
 Runtime's CUDA EP runs a ``Gemm`` with a bias as two cuBLAS GEMMs: one broadcasts the bias
 into the output, the second accumulates ``x @ W`` onto it. ``MatMul`` then ``Add`` is one
-GEMM and one elementwise kernel. Measured on an H200 (ORT 1.30, float32, the robot
-example's 15-64-64-12 MLP, kernel time per run): 25.5 µs as ``Gemm`` and 18.5 µs as
-``MatMul`` + ``Add`` at 4096 rows; 25.9 and 20.5 µs at 256 rows.
+GEMM and one elementwise kernel, less kernel time for the same layer (figures for the robot
+example's MLP: benchmarks/results/performance-history.md).
 
 ORT's ``MatMulAddFusion`` would fuse the pair back into a ``Gemm``, so leapp's CUDA EP
 sessions switch that one optimizer off (``leapp.runtime.onnx_runner.CUDA_SESSION_CONFIG``).
-A CPU EP session, or any other ORT user of the file, fuses it back and runs what the
-exporter wrote before. Both forms add the bias to the float32 product and round once; cuBLAS
+A CPU EP session, or any other ORT user of the file, fuses it back into the ``Gemm`` torch's
+exporter writes. Both forms add the bias to the float32 product and round once; cuBLAS
 may pick another GEMM kernel (another summation order) for the pair, so results can differ
-in the last bits, as between any two GEMM kernels (the robot policy's largest difference
-from torch stayed 1.79e-07 in both forms).
+in the last bits, as between any two GEMM kernels.
 
 Only the linear-layer case is rewritten: a float32 ``Gemm`` with ``alpha = beta = 1``,
 ``transA = 0`` and a constant 1-D bias; with ``transB = 1`` only when ``W`` is a constant

@@ -18,18 +18,19 @@ A fixed-shape node of the plain call (``leapp.load(folder)``) on the CUDA EP rep
 CUDA graph (``cuda_graphs.CopyGraph``): its session runs on a private stream, where the second
 call captures one run on static buffers; later calls copy their inputs in, replay on torch's
 current stream and return clones of the static outputs. ONNX Runtime's per-run host work (its
-executor, one launch or cuBLAS call per kernel: ~100 µs for the example's 5-op MLP on the H200
-host) becomes one graph launch. ``LEAPP_ONNX_GRAPHS=0`` turns it off; ``no_graphs_reason``
-says why a node has none.
+executor, one launch or cuBLAS call per kernel), which for a small MLP is many times its GPU work,
+becomes one graph launch (figures: benchmarks/results/performance-history.md).
+``LEAPP_ONNX_GRAPHS=0`` turns it off; ``no_graphs_reason`` says why a node has none.
 
 What ORT itself synchronises, read in its sources (file and function names), is listed
 in docs/runtime.md, "ONNX nodes on the CUDA EP". If ORT does not report the stream back
 in ``get_provider_options`` (a build whose CUDA EP ignores ``user_compute_stream``), the
-runner keeps the old, safe schedule: wait for torch's stream on the host, run, wait for
-the device (``stream_mode == "host-sync"``, with a warning).
+runner synchronises on the host instead, which is correct whatever stream ORT uses: wait for
+torch's stream on the host, run, wait for the device (``stream_mode == "host-sync"``, with a
+warning).
 
-The CPU EP path (onnxruntime without CUDA, or a CPU node) is unchanged: host tensors in
-and out, ``libleapp_warp_ort.so`` stages segment I/O through pinned memory.
+The CPU EP path (onnxruntime without CUDA, or a CPU node) takes host tensors in and out;
+``libleapp_warp_ort.so`` stages segment I/O through pinned memory.
 """
 
 from __future__ import annotations
@@ -66,8 +67,9 @@ __all__ = [
 CUDA_STREAM_LEGACY = 1  # cudaStreamLegacy: the legacy default stream, named by a non-null handle
 DISABLE_SYNC_RUN_OPTION = "disable_synchronize_execution_providers"  # onnxruntime_run_options_config_keys.h
 # onnxruntime's Python run_with_iobinding reads "gpu_graph_id" with get_run_config_entry, which raises
-# (a C++ exception through pybind11: ~50 µs per call, measured) when the key is unset; "0" is the value
-# ORT uses when it is unset (kCudaGraphAnnotationDefault), so setting it changes nothing else.
+# (a C++ exception through pybind11, paid on every call; figures: benchmarks/results/performance-history.md)
+# when the key is unset; "0" is the value ORT uses when it is unset (kCudaGraphAnnotationDefault), so setting
+# it changes nothing else.
 GRAPH_ID_RUN_OPTION = "gpu_graph_id"
 ONNX_GRAPHS_ENV = "LEAPP_ONNX_GRAPHS"  # "0": plain calls of CUDA EP nodes run ONNX Runtime every time, no graph
 
@@ -101,8 +103,9 @@ def cuda_ep_options(device: torch.device, stream_handle: int | None = None) -> d
     """ONNX Runtime CUDA EP options that compute what eager torch computes on ``device``.
 
     ORT's CUDA EP defaults to ``use_tf32=1``, torch to TF32 off for float32 matmul: an
-    MLP then differs from eager by ~5e-4 instead of ~2e-7 (measured on the H200). The
-    session follows torch's setting when it is made; ``device_id`` puts it on the node's
+    MLP then differs from eager by TF32's rounding, orders of magnitude above float32's
+    (figures: benchmarks/results/performance-history.md). The session follows torch's
+    setting when it is made; ``device_id`` puts it on the node's
     device (without it the EP uses device 0 whatever the node's device).
     ``stream_handle`` (an ``ort_stream_handle``) makes the session run on that stream;
     ``has_user_compute_stream`` is set too, for ORT versions that read the flag.
@@ -211,10 +214,11 @@ class OnnxRunner(NodeRunner):
     """An ONNX Runtime session with leapp's op library; CUDA EP when present and the node ran on CUDA.
 
     ``stream_mode``: ``"torch-stream"`` (CUDA EP on torch's stream, no host wait), ``"host-sync"``
-    (CUDA EP that did not take the stream: waits on the host as before) or ``"cpu-ep"``;
+    (CUDA EP that did not take the stream: waits on the host before and after each run) or ``"cpu-ep"``;
     ``stream_reason`` says why; ``graph`` is the node's ``CopyGraph`` (``no_graphs_reason`` when
     none). One IO binding per runner; each call rebinds only the names whose
-    tensor (pointer, shape, dtype) changed since the last (ORT's Python binding costs ~10 µs a name); a lock makes
+    tensor (pointer, shape, dtype) changed since the last (each name bound costs host time in ORT's Python
+    binding; figures: benchmarks/results/performance-history.md); a lock makes
     calls from several threads take turns (it is held while enqueueing, never across a wait
     for the GPU in ``torch-stream`` mode).
     """

@@ -2,10 +2,11 @@
 
 ``ExportedProgram.module()`` wraps the graph in a module that, on every call,
 flattens the arguments with pytree, checks the input constraints in Python and
-unflattens the outputs: about 30-90 µs per call, far more than replaying a
-Warp segment. A leapp node is a flat function of tensors whose dtypes and
-shapes leapp checks at the node boundary, so :class:`Pt2Program` binds the
-lifted parameters, buffers and constants once and calls the graph's own
+unflattens the outputs: host work that costs far more per call than replaying a
+Warp segment (figures: benchmarks/results/performance-history.md). A leapp node
+is a flat function of tensors whose dtypes and shapes leapp checks at the node
+boundary, so :class:`Pt2Program` binds the lifted parameters, buffers and
+constants once and calls the graph's own
 ``forward`` with them and the user's tensors: the same graph, the same ops,
 only the wrapper is gone. Programs the direct call cannot serve exactly
 (state mutated in place, non-tensor inputs, script objects) use
