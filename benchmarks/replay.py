@@ -131,7 +131,7 @@ def cold_first_call(folder: Path, n: int, device: str, runs: int) -> dict:
     """
     code = (
         "import json, sys, time, torch\n"
-        "from leapp.runtime.pipeline import load_pt2\n"
+        "from leapp.runtime.runners import load_pt2\n"
         "from leapp.runtime.pt2_program import Pt2Program\n"
         "path, n, device = sys.argv[1], int(sys.argv[2]), sys.argv[3]\n"
         "x = torch.randn(n, device=device)\n"
@@ -173,7 +173,7 @@ def methods(folder: Path, n: int, device: str) -> dict:
     """name -> zero-argument callable running one call at size n (every input prepared beforehand)."""
     from leapp import _native
     from leapp.runtime import libraries
-    from leapp.runtime.pipeline import load_pt2
+    from leapp.runtime.runners import load_pt2
     from leapp.runtime.cuda_graphs import CudaGraphCall
     from leapp.runtime.pt2_program import Pt2Program
 
@@ -267,7 +267,7 @@ def check_results(folder: Path, n: int, device: str) -> float:
     """Largest |pt2 - eager| at size n over the PT2 callables (direct, .module(), and replayed from a
     CUDA graph: direct, capture, replay): the benchmark times the right computation."""
     from leapp.runtime.cuda_graphs import CudaGraphCall
-    from leapp.runtime.pipeline import load_pt2
+    from leapp.runtime.runners import load_pt2
     from leapp.runtime.pt2_program import Pt2Program
 
     x = torch.randn(n, device=device)
@@ -354,7 +354,7 @@ def methods_dry(folder: Path, n: int) -> list[str]:
     import onnxruntime as ort
 
     from leapp.runtime import libraries
-    from leapp.runtime.pipeline import load_pt2
+    from leapp.runtime.runners import load_pt2
 
     done = []
     x = torch.randn(n)

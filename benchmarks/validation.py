@@ -72,7 +72,8 @@ def build(device: str, save_path: str):
 
 def in_process(record, folder) -> None:
     from leapp._export.validate import compare
-    from leapp.runtime.pipeline import IOSpec, make_runner
+    from leapp.runtime.io import IOSpec
+    from leapp.runtime.open_artifact import make_runner
 
     for node in record.nodes.values():
         device = str(node.samples[0].inputs[0].device)

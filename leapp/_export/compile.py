@@ -21,10 +21,10 @@ from leapp._export.load_check import check_artifact_loads
 from leapp._export.paths import artifact_path
 from leapp._export.pipeline_yaml import NodeArtifact, describe_pipeline, write_pipeline_yaml
 from leapp._export.report import CompileReport, NodeReport
+from leapp._export.validate_process import VALIDATION_TIMEOUT_S
 from leapp._export.validate import (
     NEEDS_CUDA,
     SKIPPED,
-    VALIDATION_TIMEOUT_S,
     NodeArtifactJob,
     NodeValidation,
     raise_for_failures,
@@ -32,7 +32,7 @@ from leapp._export.validate import (
 )
 from leapp.errors import ExportError, UnsupportedBackend
 
-__all__ = ["SEGMENT_BACKENDS", "BACKENDS", "check_backends", "compile_session"]
+__all__ = ["check_backends", "compile_session"]
 
 log = logging.getLogger(__name__)
 

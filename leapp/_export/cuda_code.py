@@ -41,11 +41,10 @@ from dataclasses import dataclass, field
 
 from leapp import _warp_private as wpp
 from leapp._export import binary_cache, nvrtc_worker, ptx_compat, ptx_isa
-from leapp.runtime.binary_choice import DEFAULT_CUBIN_ARCHS
+from leapp.bundle.format import DEFAULT_CUBIN_ARCHS
 from leapp.errors import ExportError
 
 __all__ = [
-    "DEFAULT_CUBIN_ARCHS",
     "KNOWN_CUBIN_ARCHS",
     "PTX_ARCH",
     "ARCHS_ENV",
@@ -60,7 +59,7 @@ __all__ = [
 ]
 
 PTX_ARCH = 75  # driver-JIT fallback for GPUs newer than every cubin
-# DEFAULT_CUBIN_ARCHS: the cubins of a default export (leapp.runtime.binary_choice, docs/portability.md)
+# DEFAULT_CUBIN_ARCHS: the cubins of a default export (leapp.bundle.format, docs/portability.md)
 # Cubin targets $LEAPP_CUDA_ARCHS may name: the SM versions Warp 1.19's NVRTC compiles for (compile_module
 # also checks the installed NVRTC's own list), e.g. "87,110" for an export that runs on Jetsons only.
 KNOWN_CUBIN_ARCHS = (75, 80, 86, 87, 88, 89, 90, 100, 103, 107, 110, 120, 121)

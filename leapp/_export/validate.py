@@ -35,7 +35,6 @@ __all__ = [
     "NodeValidation",
     "compare",
     "NodeArtifactJob",
-    "VALIDATION_TIMEOUT_S",
     "validate_node",
     "validate_nodes",
     "raise_for_failures",

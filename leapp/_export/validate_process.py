@@ -46,7 +46,7 @@ import torch
 
 import leapp
 from leapp._export.validate_worker import MARK, on_cpu
-from leapp.runtime.pipeline import dtype_name
+from leapp.pipeline_format import dtype_name
 
 __all__ = ["PRESTART_ENV", "VALIDATION_TIMEOUT_S", "WORKER_KEY_IGNORES", "job_entry", "prestart", "run_in_fresh_process",
            "stop_kept_worker", "worker_env"]

@@ -44,7 +44,9 @@ import torch
 
 import leapp
 from leapp.pipeline_format import CheckedFile, read_checked
-from leapp.runtime.pipeline import IOSpec, check_inputs, make_runner, read_description
+from leapp.runtime.io import IOSpec, check_inputs
+from leapp.runtime.open_artifact import make_runner
+from leapp.runtime.pipeline import read_description
 
 __all__ = ["MARK", "STOPPED", "WRONG_LEAPP", "main", "on_cpu"]
 
@@ -170,8 +172,8 @@ def _point_output_at(path: str) -> None:
 def warm_up() -> None:
     """What every job would pay first, paid before the first job arrives (the worker may start while the
     exporting process still traces): torch.export's deserializer (seconds of imports), ONNX Runtime, where
-    there is a CUDA device the CUDA context, and pipeline.yaml's schema validator (about half the validation
-    of a small node; measured in docs/performance.md)."""
+    there is a CUDA device the CUDA context, and pipeline.yaml's schema validator (a large part of the
+    validation of a small node; figures: benchmarks/results/performance-history.md)."""
     import torch._export.serde.serialize  # the first torch.export.load imports it
 
     try:

@@ -50,7 +50,15 @@ __all__ = [
     "align_up",
     "ptx_isa_of",
     "is_ptx_isa",
+    "DEFAULT_CUBIN_ARCHS",
 ]
+
+# The cubins a default export holds (the exporter, leapp._export.cuda_code, compiles them; the runtime's
+# leapp.runtime.binary_choice describes them), chosen by CUDA's binary compatibility (SASS for X.y runs on
+# X.z, z >= y, never across majors), one per family plus Ampere's consumer minor: 75 Turing; 80 A100 (8.0);
+# 86 RTX 30xx, Jetson Orin (8.7), RTX 40xx (8.9: its SASS equals sm_86's for the kernels compared,
+# docs/portability.md); 90 H100/H200; 100 B200/B300 (10.3); 110 Jetson Thor; 120 RTX 50xx, GB10 (12.1).
+DEFAULT_CUBIN_ARCHS: tuple[int, ...] = (75, 80, 86, 90, 100, 110, 120)
 
 
 class BundleError(LeappError, ValueError):

@@ -12,8 +12,9 @@ from .format import *  # noqa: F403 - the constants, limits, PipelineError and s
 from .format import __all__ as _FORMAT_NAMES
 from .metadata import MAX_METADATA_BYTES, MAX_METADATA_DEPTH, metadata_problem
 from .paths import CheckedFile, contained_path, is_regular_file, max_artifact_bytes, read_bounded, read_checked
-from .reader import field_path, parse_description, read_pipeline, short_repr, validate_description
-from .twin import TWIN_DIGEST_KEY, TWIN_FILE, twin_text, write_twin
+from .reader import (TWIN_DIGEST_KEY, TWIN_FILE, field_path, parse_description, read_pipeline, short_repr,
+                     validate_description)
+from .twin import twin_text, write_twin
 from .yaml_text import yaml_text
 
 __all__ = [*_FORMAT_NAMES, "MAX_METADATA_BYTES", "MAX_METADATA_DEPTH", "metadata_problem", "CheckedFile", "contained_path", "is_regular_file", "max_artifact_bytes",

@@ -21,7 +21,7 @@ from .format import PIPELINE_FILE
 from .reader import TWIN_DIGEST_KEY, TWIN_FILE, read_pipeline
 from .yaml_text import yaml_text
 
-__all__ = ["TWIN_FILE", "TWIN_DIGEST_KEY", "twin_text", "write_twin"]
+__all__ = ["twin_text", "write_twin"]
 
 
 def twin_text(description: dict, yaml_sha256: str) -> str:

@@ -22,11 +22,10 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from leapp.bundle.format import MAGIC
+from leapp.bundle.format import DEFAULT_CUBIN_ARCHS, MAGIC
 from leapp.bundle.reader import Bundle
 
 __all__ = [
-    "DEFAULT_CUBIN_ARCHS",
     "NAMED_GPUS",
     "REFERENCE_DRIVER",
     "ROBOT_TARGETS",
@@ -47,12 +46,7 @@ NAMED_GPUS: tuple[tuple[str, tuple[int, int]], ...] = (
     ("Jetson Thor", (11, 0)),
     ("GB10 / DGX Spark", (12, 1)),
 )
-# The cubins a default export holds (leapp._export.cuda_code uses this set), chosen by CUDA's binary
-# compatibility (SASS for X.y runs on X.z, z >= y, never across majors), one per family plus Ampere's
-# consumer minor: 75 Turing; 80 A100 (8.0); 86 RTX 30xx, Jetson Orin (8.7), RTX 40xx (8.9: its SASS equals
-# sm_86's for the kernels compared, docs/portability.md); 90 H100/H200; 100 B200/B300 (10.3); 110 Jetson
-# Thor; 120 RTX 50xx, GB10 (12.1). And the PTX ISA / CUDA version of Warp 1.19's NVRTC, which writes them.
-DEFAULT_CUBIN_ARCHS: tuple[int, ...] = (75, 80, 86, 90, 100, 110, 120)
+# The PTX ISA / CUDA version of Warp 1.19's NVRTC, which writes the cubins of DEFAULT_CUBIN_ARCHS.
 # The PTX's declared ISA (leapp._export.ptx_isa: 8.0, read by every CUDA 12 and 13 driver) and the NVRTC's.
 DEFAULT_EXPORT_PTX_ISA = "8.0"
 DEFAULT_EXPORT_TOOLKIT = "13.4"

@@ -7,9 +7,10 @@ checks every artifact's path (it must stay in the folder) and digest, opens
 each node with its runner (``leapp.runtime.runners``; ONNX nodes
 ``leapp.runtime.onnx_runner``) and wires the nodes by the edges.
 
-NOTE: all values crossing node boundaries are torch tensors. This module
-re-exports the names of ``io``, ``runners`` and ``onnx_runner`` that users
-and tests import from it.
+NOTE: all values crossing node boundaries are torch tensors. The runners,
+their I/O checks and the format's names live in their own modules
+(``io``, ``runners``, ``onnx_runner``, ``open_artifact``,
+``leapp.pipeline_format``) and are imported from there.
 """
 
 from __future__ import annotations
@@ -31,59 +32,15 @@ from leapp.runtime.cuda_graphs import (
     capture_refusal,
     in_place_graphs_limit,
 )
-from leapp.pipeline_format import (
-    PIPELINE_FILE,
-    PIPELINE_FORMAT,
-    PIPELINE_VERSION,
-    PipelineError,
-    dtype_name,
-    read_checked,
-    read_pipeline,
-    sha256_file,
-)
+from leapp.pipeline_format import PIPELINE_FILE, PipelineError, read_checked, read_pipeline
 from leapp.runtime.io import IOSpec, check_inputs
 from leapp.runtime.artifact_safety import UnsafeArtifact
-from leapp.runtime.onnx_runner import (  # noqa: F401 - re-exported (tests import _ONNX_TYPES from here)
-    _ONNX_TYPES,
-    OnnxRunner,
-    _onnx_type,
-    cuda_ep_options,
-    onnx_providers,
-    torch_uses_tf32_matmul,
-)
-from leapp.runtime.open_artifact import ONNX_EPS, make_runner, onnx_ep_device
-from leapp.runtime.runners import (
-    NodeRunner,
-    Pt2Runner,
-    TorchScriptRunner,
-    load_pt2,
-)
+from leapp.runtime.onnx_runner import OnnxRunner
+from leapp.runtime.open_artifact import make_runner, onnx_ep_device
+from leapp.runtime.runners import NodeRunner, Pt2Runner
 
-__all__ = [
-    "PIPELINE_FILE",
-    "PIPELINE_FORMAT",
-    "PIPELINE_GRAPH_ENV",
-    "PIPELINE_VERSION",
-    "IOSpec",
-    "NodeDescription",
-    "NodeRunner",
-    "ONNX_EPS",
-    "OnnxRunner",
-    "Pipeline",
-    "PipelineError",
-    "Pt2Runner",
-    "TorchScriptRunner",
-    "check_inputs",
-    "cuda_ep_options",
-    "dtype_name",
-    "load",
-    "load_pt2",
-    "make_runner",
-    "onnx_ep_device",
-    "onnx_providers",
-    "sha256_file",
-    "torch_uses_tf32_matmul",
-]
+__all__ = ["PIPELINE_GRAPH_ENV", "NodeDescription", "Pipeline", "load", "plain_call_graph", "read_description",
+           "whole_pipeline_graph"]
 
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,8 @@ from pathlib import Path
 import torch
 
 from leapp.pipeline_format import PipelineError
-from leapp.runtime.pipeline import IOSpec, NodeDescription, check_inputs
+from leapp.runtime.io import IOSpec, check_inputs
+from leapp.runtime.pipeline import NodeDescription
 
 __all__ = ["LeappRunPipeline", "leapp_run_path", "leapp_run_blockers", "leapp_run_device", "leapp_run_env",
            "value_file"]

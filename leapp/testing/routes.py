@@ -18,7 +18,7 @@ import torch
 
 from leapp._export.validate import cuda_problem  # the shared test: is there CUDA for leapp here
 
-__all__ = ["ROUTES", "Route", "OpenRoute", "cuda_problem", "plan_routes", "open_route"]
+__all__ = ["ROUTES", "Route", "OpenRoute", "plan_routes", "open_route"]
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def _node_plan(route: Route, node: Mapping, providers: list[str]) -> tuple:
         return ("leapp-run", node["name"])  # another program: never a duplicate of a leapp.load route
     device = node["device"]
     if node["backend"] == "onnx":
-        from leapp.runtime.pipeline import onnx_ep_device
+        from leapp.runtime.open_artifact import onnx_ep_device
 
         device = onnx_ep_device(device, route.onnx_ep)
         ep = "cuda" if _is_cuda(device) and "CUDAExecutionProvider" in providers else "cpu"

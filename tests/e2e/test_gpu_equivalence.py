@@ -26,7 +26,7 @@ import leapp
 from leapp import _native
 from leapp._export.cuda_code import KNOWN_CUBIN_ARCHS
 from leapp.pipeline_format import read_pipeline
-from leapp.runtime.pipeline import load_pt2
+from leapp.runtime.runners import load_pt2
 from leapp.runtime.cuda_graphs import CudaGraphCall
 from leapp.runtime.pt2_program import Pt2Program
 from leapp.testing import assert_equivalent

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import e2e_scenarios as E
 from leapp.bundle import Bundle, read_bundle
-from leapp.runtime.pipeline import load_pt2
+from leapp.runtime.runners import load_pt2
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning", "ignore::UserWarning"),

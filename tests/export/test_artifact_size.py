@@ -17,7 +17,7 @@ import size_pipeline
 import torch
 
 import leapp
-from leapp.runtime.pipeline import load_pt2
+from leapp.runtime.runners import load_pt2
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 

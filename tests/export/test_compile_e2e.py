@@ -142,7 +142,7 @@ _LOAD = textwrap.dedent(
     """
     import sys, torch
     import leapp
-    from leapp.runtime.pipeline import load_pt2
+    from leapp.runtime.runners import load_pt2
     program = load_pt2(sys.argv[1] + "/pre.pt2")
     print(sum(n.target is torch.ops.leapp.warp_segment.default for n in program.graph.nodes))
     """

@@ -17,7 +17,8 @@ from leapp._export.onnx_export import DOMAIN, OP_TYPE, export_onnx
 from leapp._export.validate import validate_node
 from leapp.bundle import read_bundle
 from leapp.runtime import libraries
-from leapp.runtime.pipeline import IOSpec, OnnxRunner
+from leapp.runtime.io import IOSpec
+from leapp.runtime.onnx_runner import OnnxRunner
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 

@@ -431,7 +431,7 @@ def test_schema_is_a_valid_draft_2020_12_document_shipped_as_json():
 
 def test_schema_dtypes_are_torch_dtypes_and_cover_bundle_and_onnx_dtypes():
     from leapp.bundle.format import DTYPES as BUNDLE_DTYPES
-    from leapp.runtime.pipeline import _ONNX_TYPES
+    from leapp.runtime.onnx_runner import _ONNX_TYPES
 
     names = pf.schema()["$defs"]["dtype"]["enum"]
     for name in names:

@@ -65,7 +65,7 @@ _LOAD_IN_FRESH_PROCESS = textwrap.dedent(
     """
     import sys, torch
     import leapp
-    from leapp.runtime.pipeline import load_pt2
+    from leapp.runtime.runners import load_pt2
     program = load_pt2(sys.argv[1])
     ops = [n for n in program.graph.nodes if n.op == "call_function" and n.target is torch.ops.leapp.warp_segment.default]
     bundle = dict(program.named_buffers())["warp_segment_0_bundle"]

@@ -30,7 +30,8 @@ from leapp._export.compile import compile_session
 from leapp._export.validate import validate_node
 from leapp._export.validate_worker import on_cpu
 from leapp.errors import ValidationError
-from leapp.runtime.pipeline import IOSpec, make_runner
+from leapp.runtime.io import IOSpec
+from leapp.runtime.open_artifact import make_runner
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 

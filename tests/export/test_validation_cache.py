@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import compile_records as cr
-from leapp._export import validate, validation_cache
+from leapp._export import validate, validate_process, validation_cache
 from leapp._export.compile import compile_session
 from leapp._export.validate import NodeArtifactJob, validate_nodes
 from leapp.errors import ValidationError
@@ -40,7 +40,7 @@ def fresh_runs(monkeypatch):
     runs = []
     real = validate.run_in_fresh_process
 
-    def counting(jobs, folder, timeout=validate.VALIDATION_TIMEOUT_S):
+    def counting(jobs, folder, timeout=validate_process.VALIDATION_TIMEOUT_S):
         runs.extend(job.record.name for job in jobs)
         return real(jobs, folder, timeout)
 

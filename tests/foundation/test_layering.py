@@ -6,8 +6,10 @@ inspect and the C++ side's schema use them without either); the recorder and
 the exporter meet only in leapp._contract; Warp's private API is reached only
 through leapp._warp_private. Inside one package folder no two modules import
 each other, directly or around a circle (imports only a type checker runs, under
-``if TYPE_CHECKING:``, do not count). The checkers themselves are tested on
-made-up sources.
+``if TYPE_CHECKING:``, do not count). A module's ``__all__`` names only what
+the module itself defines: no module re-exports another's names (package
+``__init__`` files gather their package's). The checkers themselves are tested
+on made-up sources.
 """
 
 from __future__ import annotations
@@ -172,3 +174,32 @@ def test_the_circle_checker_finds_circles_and_skips_type_only_imports():
     source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import B\ndef f():\n    from .c import C\n"
     assert runtime_imports(source, "leapp.x.a", False) >= {"leapp.x.c"}
     assert "leapp.x.b" not in runtime_imports(source, "leapp.x.a", False)
+
+
+def reexported(source: str) -> list[str]:
+    """Names a module's ``__all__`` lists but the module does not define at its top level (imports do not count)."""
+    tree = ast.parse(source)
+    defined, listed = set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        defined.add(name.id)
+                        if name.id == "__all__" and isinstance(node.value, (ast.List, ast.Tuple)):
+                            listed = [e.value for e in node.value.elts if isinstance(e, ast.Constant)]
+    return [name for name in listed if name not in defined]
+
+
+def test_no_module_re_exports_another_modules_names():
+    found = {module_name(path): names for path in sorted(PACKAGE.rglob("*.py")) if path.name != "__init__.py"
+             if (names := reexported(path.read_text(encoding="utf-8")))}
+    assert not found, f"import these from where they are defined, and drop them from __all__: {found}"
+
+
+def test_the_re_export_checker_tells_definitions_from_imports():
+    source = "from x import A\nB = 1\ndef c(): pass\nclass D: pass\n__all__ = ['A', 'B', 'c', 'D']\n"
+    assert reexported(source) == ["A"]

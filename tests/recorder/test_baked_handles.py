@@ -209,7 +209,8 @@ def test_fresh_process_validation_catches_a_baked_mesh_id(tmp_path, monkeypatch)
     import leapp._recorder.capture as capture
     from leapp._export.compile import compile_session
     from leapp.errors import ValidationError
-    from leapp.runtime.pipeline import IOSpec, make_runner
+    from leapp.runtime.io import IOSpec
+    from leapp.runtime.open_artifact import make_runner
 
     monkeypatch.setattr(capture, "check_launch_handles", lambda *args, **kwargs: None)
     device = "cuda:0"

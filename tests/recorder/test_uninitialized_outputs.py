@@ -20,7 +20,7 @@ import leapp
 from leapp import annotate
 from leapp._contract.records import warp_segment_call
 from leapp.bundle import read_bundle
-from leapp.runtime.pipeline import load_pt2
+from leapp.runtime.runners import load_pt2
 
 wp.init()
 N = 4

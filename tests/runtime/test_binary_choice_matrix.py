@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from runtime_helpers import mock_driver_env
 
 from leapp import _native
-from leapp._export.cuda_code import DEFAULT_CUBIN_ARCHS
+from leapp.bundle.format import DEFAULT_CUBIN_ARCHS
 
 HERE = Path(__file__).resolve().parent
 GPUS = {"Jetson Orin": (8, 7), "Jetson Thor": (11, 0), "GB10": (12, 1), "B300": (10, 3), "H200": (9, 0),

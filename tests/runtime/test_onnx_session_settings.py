@@ -29,7 +29,7 @@ from leapp.runtime.onnx_runner import (
     stream_accepted,
     torch_uses_tf32_matmul,
 )
-from leapp.runtime.pipeline import IOSpec
+from leapp.runtime.io import IOSpec
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -125,15 +125,6 @@ def test_run_options_name_the_default_graph_id(host_sync):
     options = onnx_runner._run_options(ort, host_sync=host_sync)
     assert GRAPH_ID_RUN_OPTION == "gpu_graph_id"
     assert options.get_run_config_entry(GRAPH_ID_RUN_OPTION) == "0"
-
-
-def test_pipeline_module_re_exports_the_onnx_runner():
-    from leapp.runtime import pipeline
-
-    assert pipeline.OnnxRunner is OnnxRunner and pipeline.cuda_ep_options is cuda_ep_options
-    assert pipeline._ONNX_TYPES is onnx_runner._ONNX_TYPES
-    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
-        pipeline.no_such_name
 
 
 # --- the runner on the CPU EP: one IO binding, changed tensors rebound, threads take turns -----------------------------

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 import leapp
 from leapp import annotate
-from leapp.runtime.pipeline import PipelineError, load_pt2
+from leapp.pipeline_format import PipelineError
+from leapp.runtime.runners import load_pt2
 from leapp.runtime.pt2_program import Pt2Program
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")

@@ -28,7 +28,7 @@ from leapp.testing import (
     replay_counterexample,
 )
 from leapp.testing.cpp_runner import leapp_run_path
-from leapp.testing.routes import cuda_problem
+from leapp._export.validate import cuda_problem
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 
