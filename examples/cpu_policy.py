@@ -21,6 +21,7 @@ import torch
 
 import leapp
 from leapp import annotate
+from quiet_output import quiet_output
 
 NUM_JOINTS = 12
 JOINTS = [f"{leg}_{part}" for leg in ("FL", "FR", "RL", "RR") for part in ("hip", "thigh", "calf")]
@@ -79,7 +80,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", type=int, default=1, help="robots per step (one robot on the robot)")
     parser.add_argument("--out", default="exports", help="export folder")
+    parser.add_argument("--verbose", action="store_true", help="also torch's exporter notes")
     args = parser.parse_args(argv)
+    quiet_output(args.verbose)
 
     with leapp.trace("go2_cpu", save_path=args.out) as session, torch.no_grad():
         for seed in range(4):  # pass 1: discovery, pass 2: capture, then validation samples

@@ -14,6 +14,8 @@ import warp as wp
 
 import leapp
 from leapp import annotate
+from leapp.errors import ValidationError
+from quiet_output import quiet_output
 
 
 @wp.kernel
@@ -45,7 +47,9 @@ def gait(mask: torch.Tensor):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="exports")
+    parser.add_argument("--verbose", action="store_true", help="also Warp's banner and torch's exporter notes")
     args = parser.parse_args(argv)
+    quiet_output(args.verbose)
     wp.init()
     gpu = torch.cuda.is_available() and wp.is_cuda_available()
     device = "cuda:0" if gpu else "cpu"
@@ -53,7 +57,14 @@ def main(argv=None) -> int:
     with leapp.trace("quadruped_contacts", save_path=args.out) as session:
         for forces in samples:
             gait(contacts(forces)["mask"])
-    print(session.compile(validate=gpu))
+    try:
+        print(session.compile(validate=True))
+    except ValidationError as e:
+        # Without a GPU, contacts' Warp segment cannot be replayed ("needs-cuda"); gait, plain torch, was
+        # validated on the CPU. Anything else is a real failure.
+        if any(r.status != "needs-cuda" for r in e.results):
+            raise
+        print(e.report)
     if gpu:
         pipeline = leapp.load(f"{args.out}/quadruped_contacts")
         forces = samples[0]
@@ -63,7 +74,7 @@ def main(argv=None) -> int:
         err = (got - eager).abs().max().item()
         print(f"max |exported - eager|: {err:.3e}")
         return 0 if err <= 1e-5 else 1
-    print("No CUDA device: exported without validation.")
+    print("No CUDA device: 'gait' was validated on the CPU; 'contacts' replays a Warp segment on CUDA only.")
     return 0
 
 

@@ -23,6 +23,7 @@ import warp as wp
 import leapp
 from leapp import annotate
 from leapp.errors import ValidationError
+from quiet_output import quiet_output
 
 NUM_JOINTS = 12
 JOINTS = [f"{leg}_{part}" for leg in ("FL", "FR", "RL", "RR") for part in ("hip", "thigh", "calf")]
@@ -147,9 +148,10 @@ def main(argv=None) -> int:
                         help="export once for any number of robots in [MIN, MAX] (also traced at MIN and MAX)")
     parser.add_argument("--check-batches", default=None, metavar="N,N,...",
                         help="with --dynamic-batch: numbers of robots the loaded export is compared with eager at")
+    parser.add_argument("--verbose", action="store_true", help="also Warp's banner and torch's exporter notes")
     args = parser.parse_args(argv)
     dynamic = tuple(int(v) for v in args.dynamic_batch.split(",")) if args.dynamic_batch else None
-
+    quiet_output(args.verbose)
     wp.init()
     gpu = torch.cuda.is_available() and wp.is_cuda_available()
     device = "cuda:0" if gpu else "cpu"
@@ -174,6 +176,9 @@ def main(argv=None) -> int:
         print(f"No CUDA device: validated {done} on the CPU; {need} replay Warp segments on CUDA only "
               "and were not validated.")
         print(f"Exported to {args.out}/go2. Run this script on a machine with an NVIDIA GPU to replay and compare.")
+        if args.check_batches:
+            print(f"--check-batches {args.check_batches}: not compared (the comparison replays the export, which "
+                  "needs the GPU).")
         return 0
     print(report)
 

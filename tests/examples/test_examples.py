@@ -107,8 +107,9 @@ def test_cpu_policy_validates_every_node_without_a_gpu(tmp_path):
 def test_decorator_only_exports_on_cpu(tmp_path):
     proc = run_example("decorator_only.py", "--out", str(tmp_path))
     out = proc.stdout
-    assert report_statuses(out, ["contacts", "gait"]) == dict.fromkeys(["contacts", "gait"], "skipped")
-    assert "No CUDA device: exported without validation." in out
+    # gait is plain torch: validated on the CPU, as go2's policy is
+    assert report_statuses(out, ["contacts", "gait"]) == {"contacts": "needs-cuda", "gait": "passed"}
+    assert "No CUDA device: 'gait' was validated on the CPU; 'contacts' replays a Warp segment on CUDA only." in out
     check_cpu_export(tmp_path / "quadruped_contacts", ["contacts.pt2", "gait.onnx"])
 
 
@@ -162,3 +163,24 @@ def test_decorator_only_on_gpu(tmp_path):
     nodes = ["contacts", "gait"]
     assert report_statuses(proc.stdout, nodes) == dict.fromkeys(nodes, "passed"), proc.stdout
     assert max_error(proc.stdout, "max |exported - eager|") <= 1e-5, proc.stdout
+
+
+NOISE = ("Warp 1.19", "initialized:", "torchvision is not installed", "FutureWarning", "Skipping constant folding")
+
+
+@cpu_only
+@pytest.mark.parametrize("script", ["decorator_only.py", "cpu_policy.py"])
+def test_examples_print_only_what_they_report(script, tmp_path):
+    """Warp's banner, torch's ONNX exporter notes and torch's own FutureWarning stay out of an example's output
+    (examples/quiet_output.py); --verbose lets them through."""
+    proc = run_example(script, "--out", str(tmp_path / "quiet"))
+    noise = [line for line in (proc.stdout + proc.stderr).splitlines() if any(n in line for n in NOISE)]
+    assert not noise, noise
+    verbose = run_example(script, "--out", str(tmp_path / "verbose"), "--verbose")
+    assert any(n in verbose.stdout + verbose.stderr for n in NOISE), verbose.stdout + verbose.stderr
+
+
+@cpu_only
+def test_go2_check_batches_without_a_gpu_says_it_did_not_compare(tmp_path):
+    proc = run_example("go2_pipeline.py", "--out", str(tmp_path), "--check-batches", "3,5")
+    assert "--check-batches 3,5: not compared (the comparison replays the export, which needs the GPU)." in proc.stdout
