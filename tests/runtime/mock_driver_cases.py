@@ -586,7 +586,7 @@ def test_graphs_off_by_environment(tmp_path):
     proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "graph launches 0" in proc.stdout
-# --- caller captures: scratch of its own per capture (ext/core/src/replay.cpp, "Captures") -----------------------
+# --- caller captures: scratch of its own per capture (ext/core/src/segment_cache.cpp, "Captures") -----------------------
 
 MOCK.mock_user_object_stats.argtypes = [ctypes.POINTER(ctypes.c_longlong)]
 

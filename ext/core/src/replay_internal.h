@@ -57,6 +57,9 @@ const DeviceAttrs& device_attrs(const CudaDriver& d, int ordinal);
 /// The retained primary context of device `ordinal` (retained once, never released).
 CUcontext primary_context(const CudaDriver& d, int ordinal);
 
+/// The device of the current context (its ordinal).
+int current_device(const CudaDriver& d);
+
 /// "13.0" for 13000.
 std::string cuda_version_text(int version);
 
