@@ -91,23 +91,27 @@ def per_step(command, library: Path, steps: tuple[int, int], repeats: int = 1) -
     return (least[1] - least[0]) / (b - a)
 
 
-def leapp_run_command(export: Path, inputs: Path, out: Path):
+def leapp_run_command(export: Path, inputs: Path, out: Path, node: str | None = None):
+    """``leapp-run`` running n steps of the pipeline, or of ``node`` alone (``--node``: ``run_node``)."""
     leapp_run = Path(sys.executable).with_name("leapp-run")
     if not leapp_run.is_file():
         raise Unavailable("leapp-run was not built (docs/deploy.md)")
-    return lambda n: [str(leapp_run), str(export), "--in", str(inputs), "--out", str(out), "--time", str(n)]
+    alone = ["--node", node] if node else []
+    return lambda n: [str(leapp_run), str(export), "--in", str(inputs), "--out", str(out), "--time", str(n), *alone]
 
 
-def ort_alone_command(program: Path, pipeline):
-    models = [str(node.artifact) for node in pipeline.nodes.values() if node.backend == "onnx"]
+def ort_alone_command(program: Path, pipeline, node: str | None = None):
+    models = [str(n.artifact) for name, n in pipeline.nodes.items() if n.backend == "onnx" and node in (None, name)]
     return lambda n: [str(program), str(n), *models]
 
 
-def write_inputs(pipeline, folder: Path) -> Path:
+def write_inputs(pipeline, folder: Path, node: str | None = None) -> Path:
+    """Random inputs of the pipeline, or of ``node`` alone, as leapp-run reads them."""
     folder.mkdir(exist_ok=True)
     rng = np.random.default_rng(0)
-    for name, spec in pipeline.inputs.items():
-        rng.standard_normal(spec.shape).astype(str(spec.dtype).removeprefix("torch.")).tofile(folder / f"{name}.bin")
+    specs = pipeline.inputs.values() if node is None else pipeline.nodes[node].inputs
+    for spec in specs:
+        rng.standard_normal(spec.shape).astype(str(spec.dtype).removeprefix("torch.")).tofile(folder / f"{spec.name}.bin")
     return folder
 
 

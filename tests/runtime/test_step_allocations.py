@@ -33,13 +33,16 @@ def export(tmp_path_factory) -> Path:
     return out / "go2_cpu"
 
 
-def test_leapp_adds_no_host_allocation_to_a_step(export, tmp_path):
+@pytest.mark.parametrize("node", [None, "policy"], ids=["run", "run_node"])
+def test_leapp_adds_no_host_allocation_to_a_step(export, tmp_path, node):
+    """The whole step (Pipeline::run), and one node alone (run_node: leapp-run --node) against that node's
+    model alone in ONNX Runtime."""
     pipeline = leapp.load(export)
     try:
         library = step_allocations.counter(tmp_path)
-        leapp_run = step_allocations.leapp_run_command(export, step_allocations.write_inputs(pipeline, tmp_path / "in"),
-                                                       tmp_path / "out")
-        floor_run = step_allocations.ort_alone_command(step_allocations.ort_alone(tmp_path), pipeline)
+        inputs = step_allocations.write_inputs(pipeline, tmp_path / "in", node)
+        leapp_run = step_allocations.leapp_run_command(export, inputs, tmp_path / "out", node)
+        floor_run = step_allocations.ort_alone_command(step_allocations.ort_alone(tmp_path), pipeline, node)
     except step_allocations.Unavailable as e:
         pytest.skip(str(e))
     # ONNX Runtime now and then makes a few hundred allocations more in a process (measured: 0.7 to 1.4 per

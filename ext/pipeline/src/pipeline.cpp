@@ -200,6 +200,7 @@ struct Node {
   // and where the caller's goes; `direct_out[i]` is the pipeline output written straight into the caller's
   // buffer (-1: the pipeline's). Filled in place each run, so a step allocates nothing here.
   std::vector<void*> call_in, call_out;
+  std::vector<void*> alone_in, alone_out;  // run_node's: the caller's buffers, in place (sized at open)
   std::vector<int> direct_out;
   // What the IoBinding holds (ONNX nodes): rebound only when a buffer or the batch changes, since binding
   // makes new OrtValues (heap allocations) and a control loop passes the same buffers every step.
@@ -729,18 +730,22 @@ void Pipeline::run_node(const std::string& name, const std::map<std::string, con
     throw PipelineError("Pipeline '" + p.description.name + "': no node " + repr_str(name) + " (nodes: " +
                         repr_names(names) + ")");
   }
-  const std::string where = "Pipeline '" + p.description.name + "' node '" + name + "'";
+  auto where = [&] { return "Pipeline '" + p.description.name + "' node '" + name + "'"; };  // for errors only
   if (it->info.execution == kUnopened)
-    throw PipelineError(where + " was not opened: the pipeline was opened for node '" + p.options.only_node +
+    throw PipelineError(where() + " was not opened: the pipeline was opened for node '" + p.options.only_node +
                         "' alone (PipelineOptions::only_node)");
-  check_names(it->info.inputs, keys(inputs), where, "inputs");
-  check_names(it->info.outputs, keys(outputs), where, "outputs");
+  if (!same_names(it->info.inputs, inputs)) check_names(it->info.inputs, keys(inputs), where(), "inputs");
+  if (!same_names(it->info.outputs, outputs)) check_names(it->info.outputs, keys(outputs), where(), "outputs");
   p.make_current();
   p.seconds.clear();
-  std::vector<void*> in, out;
-  for (const TensorInfo& t : it->info.inputs) in.push_back(const_cast<void*>(inputs.at(t.name)));
-  for (const TensorInfo& t : it->info.outputs) out.push_back(outputs.at(t.name));
-  p.run_one(*it, in, out);
+  Node& node = *it;  // its own vectors, filled in place: a loop of run_node allocates nothing here either
+  node.alone_in.resize(node.info.inputs.size());
+  node.alone_out.resize(node.info.outputs.size());
+  for (size_t i = 0; i < node.info.inputs.size(); ++i)
+    node.alone_in[i] = const_cast<void*>(inputs.find(node.info.inputs[i].name)->second);
+  for (size_t i = 0; i < node.info.outputs.size(); ++i)
+    node.alone_out[i] = outputs.find(node.info.outputs[i].name)->second;
+  p.run_one(node, node.alone_in, node.alone_out);
 }
 
 std::shared_ptr<void> Pipeline::allocate(size_t bytes) {
