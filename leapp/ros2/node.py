@@ -35,7 +35,7 @@ def control_rate(pipeline) -> float | None:
         ValueError: two values disagree, or one is not a positive number.
     """
     found = {}
-    for name, spec in [*pipeline.inputs.items(), *pipeline.output_specs.items()]:
+    for name, spec in [*pipeline.inputs.items(), *pipeline.outputs.items()]:
         rate = (spec.metadata or {}).get("control_rate_hz")
         if rate is not None:
             if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
@@ -66,7 +66,7 @@ class PolicyNode(Node):
                  rate_hz: float | None = None, qos_depth: int = 1, context: Any = None):
         self.pipeline = pipeline
         self.inputs: dict[str, Codec] = {n: codec_for(n, spec) for n, spec in pipeline.inputs.items()}
-        self.outputs: dict[str, Codec] = {n: codec_for(n, pipeline.output_specs[n]) for n in pipeline.outputs}
+        self.outputs: dict[str, Codec] = {n: codec_for(n, spec) for n, spec in pipeline.outputs.items()}
         for name in [*self.inputs, *self.outputs]:
             try:
                 validate_topic_name(name)

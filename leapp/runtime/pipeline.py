@@ -83,16 +83,17 @@ class _Plan:
 class Pipeline:
     """A loaded export: ``pipeline(**inputs)`` returns a dict of the final outputs (torch tensors).
 
-    ``inputs[name]`` and ``output_specs[name]`` are IOSpecs: dtype, shape and the user's ``metadata``.
+    ``inputs[name]`` and ``outputs[name]`` are IOSpecs: dtype, shape and the user's ``metadata``;
+    ``output_sources[name]`` is the (node, output) each pipeline output comes from.
     """
 
     name: str
     path: Path
     nodes: dict[str, PipelineNode]
     inputs: dict[str, IOSpec]
-    outputs: dict[str, tuple[str, str]]  # key -> (node, output)
+    outputs: dict[str, IOSpec]
+    output_sources: dict[str, tuple[str, str]]  # key -> (node, output)
     description: dict
-    output_specs: dict[str, IOSpec] = field(default_factory=dict)
     # cuda_graphs=True: the whole call as one CUDA graph (see whole_pipeline_graph), else None and why not
     graph: CudaGraphCall | None = None
     graph_reason: str = "not requested (leapp.load(..., cuda_graphs=True))"
@@ -146,7 +147,7 @@ class Pipeline:
             slot.update({(node.name, spec.name): i for spec, i in zip(node.outputs, out_slots)})
             steps.append((node, arg_slots, out_slots))
         self._plan = _Plan(list(self.inputs.values()), f"Pipeline '{self.name}'", tuple(steps),
-                           (None,) * (len(slot) - len(self.inputs)), tuple(slot[src] for src in self.outputs.values()))
+                           (None,) * (len(slot) - len(self.inputs)), tuple(slot[src] for src in self.output_sources.values()))
         return self._plan
 
     def run_node(self, name: str, **inputs: Any) -> dict[str, torch.Tensor]:
@@ -270,9 +271,9 @@ def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = N
                      artifact.name, entry["device"], _binaries(entry["backend"], runner, bool(segments)))
         if segments and log.isEnabledFor(logging.DEBUG):
             _log_binary_choice(name, node_name, entry, artifact, runner)
-    pipeline_inputs, outputs = _wire(name, nodes, desc)
-    output_specs = {e["name"]: IOSpec.from_yaml(e, f"pipeline '{name}' outputs") for e in desc["outputs"]}
-    pipeline = Pipeline(name, folder, nodes, pipeline_inputs, outputs, desc, output_specs)
+    pipeline_inputs, sources = _wire(name, nodes, desc)
+    outputs = {e["name"]: IOSpec.from_yaml(e, f"pipeline '{name}' outputs") for e in desc["outputs"]}
+    pipeline = Pipeline(name, folder, nodes, pipeline_inputs, outputs, sources, desc)
     if cuda_graphs:
         pipeline.graph, pipeline.graph_reason = whole_pipeline_graph(pipeline, graph_stream)
         pipeline.copy_graph_reason = "cuda_graphs=True (the whole-pipeline graph replaces it)"
@@ -322,7 +323,7 @@ def plain_call_graph(pipeline: Pipeline) -> tuple[CopyGraph | None, str]:
     device = _one_cuda_device(pipeline.description["nodes"])
     if device is None:
         return None, "the nodes are not all on one CUDA device that torch sees"
-    outputs = [pipeline.output_specs[name] for name in pipeline.outputs]
+    outputs = list(pipeline.outputs.values())
     if any(spec.batch is not None for spec in (*pipeline.inputs.values(), *outputs)):
         return None, "a dynamic batch (the graph's buffers have one shape)"
     onnx = []

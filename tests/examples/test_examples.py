@@ -89,7 +89,7 @@ def test_go2_pipeline_exports_on_cpu(tmp_path):
     check_cpu_export(tmp_path / "go2", ["obs.pt2", "policy.onnx", "action.onnx"])
     pipeline = leapp.load(tmp_path / "go2")
     assert pipeline.inputs["quat"].metadata["kind"] == "base_quat"
-    assert pipeline.output_specs["action"].metadata["control_rate_hz"] == 50
+    assert pipeline.outputs["action"].metadata["control_rate_hz"] == 50
     graphed = leapp.load(tmp_path / "go2", cuda_graphs=True)
     assert graphed.graph is None and "not all on one CUDA device" in graphed.graph_reason
 
@@ -100,7 +100,7 @@ def test_cpu_policy_validates_every_node_without_a_gpu(tmp_path):
     assert report_statuses(proc.stdout, ["obs", "policy", "action"]) == {"obs": "passed", "policy": "passed",
                                                                           "action": "passed"}
     assert "max |exported - eager| over 3 robot(s)" in proc.stdout
-    assert leapp.load(tmp_path / "go2_cpu").output_specs["action"].metadata["joints"][0] == "FL_hip"
+    assert leapp.load(tmp_path / "go2_cpu").outputs["action"].metadata["joints"][0] == "FL_hip"
 
 
 @cpu_only

@@ -64,7 +64,7 @@ def test_metadata_is_written_to_pipeline_yaml_and_its_json_twin(export):
 def test_leapp_load_exposes_the_metadata(export):
     pipeline = leapp.load(export)
     assert pipeline.inputs["quat"].metadata == QUAT and pipeline.inputs["joints"].metadata == JOINTS
-    assert pipeline.output_specs["action"].metadata == ACTION and pipeline.output_specs["action"].shape == (4, 2)
+    assert pipeline.outputs["action"].metadata == ACTION and pipeline.outputs["action"].shape == (4, 2)
     assert pipeline.nodes["obs"].inputs[0].metadata == QUAT and pipeline.nodes["obs"].outputs[0].metadata == {}
     out = pipeline(quat=torch.randn(4, 4), joints=torch.randn(4, 2))
     assert set(out) == {"action"}
@@ -79,7 +79,7 @@ def test_exports_without_metadata_still_load(export, tmp_path):
     (folder / "pipeline.yaml").write_text(yaml.safe_dump(desc, sort_keys=False))
     (folder / "pipeline.json").unlink()  # such an export had no twin either
     pipeline = leapp.load(folder)
-    assert pipeline.inputs["quat"].metadata == {} and pipeline.output_specs["action"].metadata == {}
+    assert pipeline.inputs["quat"].metadata == {} and pipeline.outputs["action"].metadata == {}
 
 
 @pytest.mark.parametrize(("metadata", "problem"), [

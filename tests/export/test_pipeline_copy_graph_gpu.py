@@ -67,7 +67,7 @@ def check(got: dict, x: torch.Tensor, what: str = "") -> None:
 
 def outputs_by_role(pipeline, out: dict) -> dict[str, torch.Tensor]:
     """The pipeline's outputs keyed '<node>_<output>' (the export names them by its own rules)."""
-    return {f"{node}_{output}": out[key] for key, (node, output) in pipeline.outputs.items()}
+    return {f"{node}_{output}": out[key] for key, (node, output) in pipeline.output_sources.items()}
 
 
 def check_threads(pipeline, calls, threads: int = 3) -> None:

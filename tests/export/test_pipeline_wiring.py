@@ -45,7 +45,7 @@ def diamond(tmp_path_factory):
 
 def test_diamond_equals_eager_on_fresh_inputs(diamond):
     assert list(diamond.nodes) == ["split", "scale", "join"]
-    assert sorted(node for node, _ in diamond.outputs.values()) == ["join", "scale"], diamond.outputs
+    assert sorted(node for node, _ in diamond.output_sources.values()) == ["join", "scale"], diamond.output_sources
     for seed in (5, 6):  # twice: the plan made by the first call serves the second
         g = torch.Generator().manual_seed(seed)
         a, b = torch.randn(3, 4, generator=g), torch.randn(3, 4, generator=g)
@@ -53,7 +53,7 @@ def test_diamond_equals_eager_on_fresh_inputs(diamond):
         total, diff = a + b, a - b
         expected = {"join": diff * a + 2.0 * total - b, "scale": diff.abs()}
         assert list(out) == list(diamond.outputs)
-        for key, (node, output) in diamond.outputs.items():
+        for key, (node, output) in diamond.output_sources.items():
             torch.testing.assert_close(out[key], expected[node])
             alone = diamond.run_node(node, **_node_inputs(diamond, node, a, b))[output]
             torch.testing.assert_close(out[key], alone)

@@ -154,9 +154,9 @@ def test_settings_that_cannot_work_are_refused_by_name(export, ros):
     with pytest.raises(ValueError, match=r"trigger 'action' is not an input of pipeline 'go2_cpu' \(inputs: "
                                          r"\['quat', 'joints'\]\)"):
         PolicyNode(pipeline, trigger="action", context=context)
-    pipeline.output_specs = {name: dataclasses.replace(spec, metadata={k: v for k, v in spec.metadata.items()
+    pipeline.outputs = {name: dataclasses.replace(spec, metadata={k: v for k, v in spec.metadata.items()
                                                                         if k != "control_rate_hz"})
-                             for name, spec in pipeline.output_specs.items()}
+                             for name, spec in pipeline.outputs.items()}
     with pytest.raises(ValueError, match=r"no trigger input and no rate: step on an input's messages"):
         PolicyNode(pipeline, context=context)
 
