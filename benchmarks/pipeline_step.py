@@ -9,13 +9,13 @@ host clock, each call synchronised before the next: what a control loop sees):
   leapp.load         leapp.load(export)(quat=..., joints=...): PT2 through torch, ONNX nodes on ORT's
                      CUDA EP when onnxruntime-gpu is installed (else the CPU EP; the row says which);
                      the whole call replayed as one CUDA graph with its outputs cloned (the pipeline's
-                     CopyGraph) when every node can be captured; the same input tensors every step, so
+                     PlainCallGraphs) when every node can be captured; the same input tensors every step, so
                      the graph reads them in place
   leapp.load-copies  the same with LEAPP_IN_PLACE_GRAPHS=0: the inputs copied into the graph's own
                      buffers every step (what calls with new input addresses every step pay)
   leapp.load-node-graphs
                      the same with LEAPP_PIPELINE_GRAPH=0: node by node, each ONNX node replayed from
-                     a CUDA graph of its own (its CopyGraph)
+                     a CUDA graph of its own (its PlainCallGraphs)
   leapp.load-no-node-graphs
                      with LEAPP_PIPELINE_GRAPH=0 and LEAPP_ONNX_GRAPHS=0: ORT runs each ONNX node
                      kernel by kernel
@@ -117,7 +117,7 @@ def routes(module, robot, folder: Path, envs: int, device: str, nodes: bool = Fa
     }
     facts = {"nodes": ep, "max_abs_error": {},
              "whole_graph": "on" if graphed.graph is not None else f"off: {graphed.graph_reason}",
-             "plain_graph": "on" if pipeline.copy_graph is not None else f"off: {pipeline.copy_graph_reason}"}
+             "plain_graph": "on" if pipeline.plain_graphs is not None else f"off: {pipeline.plain_graphs_reason}"}
     with torch.no_grad():
         for name in ("leapp.load", "leapp.load-copies", "leapp.load-node-graphs", "leapp.load-no-node-graphs",
                      "leapp.load-graphs"):

@@ -32,7 +32,7 @@ Calls made while the current stream is itself being captured, and calls with
 inputs off CUDA, run directly. A call that cannot be captured turns graphs
 off for this callable, with a warning naming it and the reason.
 
-``CopyGraph`` is the other contract, the plain call's (no opt-in): any input
+``PlainCallGraphs`` is the other contract, the plain call's (no opt-in): any input
 tensors work and every call returns fresh outputs (the graph's outputs cloned).
 Input addresses that repeat get a graph that reads them in place; other inputs
 are copied into static buffers of a graph of its own. What it saves is the
@@ -55,7 +55,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-__all__ = ["IN_PLACE_GRAPHS_ENV", "CopyGraph", "CudaGraphCall", "StreamOrder", "capture_blockers", "capture_refusal",
+__all__ = ["IN_PLACE_GRAPHS_ENV", "PlainCallGraphs", "CudaGraphCall", "StreamOrder", "capture_blockers", "capture_refusal",
            "drop_all_graphs"]
 
 log = logging.getLogger(__name__)
@@ -276,7 +276,7 @@ class StreamOrder:
         self._last_stream, self._last_raw = current, raw
 
 
-IN_PLACE_GRAPHS_ENV = "LEAPP_IN_PLACE_GRAPHS"  # how many in-place graphs a CopyGraph keeps (default 2; 0: none)
+IN_PLACE_GRAPHS_ENV = "LEAPP_IN_PLACE_GRAPHS"  # how many in-place graphs a PlainCallGraphs keeps (default 2; 0: none)
 _IDLE_CALLS = 256  # an in-place graph unused for this many calls may make room for new input addresses
 
 
@@ -288,7 +288,7 @@ def in_place_graphs_limit() -> int:
     return int(value)
 
 
-class CopyGraph:
+class PlainCallGraphs:
     """One node run captured as CUDA graphs, replayed with the plain call's contract: any input tensors,
     fresh outputs.
 

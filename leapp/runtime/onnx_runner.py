@@ -15,7 +15,7 @@ A CUDA node on the CUDA EP runs **on torch's stream, without waiting on the host
   one recorded on the session stream after the run is waited on by the current stream.
 
 A fixed-shape node of the plain call (``leapp.load(folder)``) on the CUDA EP replays from a
-CUDA graph (``cuda_graphs.CopyGraph``): its session runs on a private stream, where the second
+CUDA graph (``cuda_graphs.PlainCallGraphs``): its session runs on a private stream, where the second
 call captures one run on static buffers; later calls copy their inputs in, replay on torch's
 current stream and return clones of the static outputs. ONNX Runtime's per-run host work (its
 executor, one launch or cuBLAS call per kernel), which for a small MLP is many times its GPU work,
@@ -215,7 +215,7 @@ class OnnxRunner(NodeRunner):
 
     ``stream_mode``: ``"torch-stream"`` (CUDA EP on torch's stream, no host wait), ``"host-sync"``
     (CUDA EP that did not take the stream: waits on the host before and after each run) or ``"cpu-ep"``;
-    ``stream_reason`` says why; ``graph`` is the node's ``CopyGraph`` (``no_graphs_reason`` when
+    ``stream_reason`` says why; ``graph`` is the node's ``PlainCallGraphs`` (``no_graphs_reason`` when
     none). One IO binding per runner; each call rebinds only the names whose
     tensor (pointer, shape, dtype) changed since the last (each name bound costs host time in ORT's Python
     binding; figures: benchmarks/results/performance-history.md); a lock makes
@@ -249,7 +249,7 @@ class OnnxRunner(NodeRunner):
                       and torch.cuda.is_available())
         # the device ORT runs on (cuda_ep_options: device_id = index or 0), also for a node recorded on "cuda"
         self.cuda_device = torch.device("cuda", self.device.index or 0) if self.device.type == "cuda" else None
-        self.graph = None  # the node's CopyGraph when its plain calls replay from one
+        self.graph = None  # the node's PlainCallGraphs when its plain calls replay from one
         self.no_graphs_reason = self._graphs_refused(wants_cuda, stream)
         if wants_cuda:
             if self.cuda_device.index >= torch.cuda.device_count():
@@ -307,16 +307,16 @@ class OnnxRunner(NodeRunner):
         if self.no_graphs_reason is None and self.stream_mode != "torch-stream":
             self.no_graphs_reason = f"ONNX Runtime runs it in {self.stream_mode} mode"
         if self.no_graphs_reason is None:
-            from leapp.runtime.cuda_graphs import CopyGraph
+            from leapp.runtime.cuda_graphs import PlainCallGraphs
 
-            self.graph = CopyGraph(f"ONNX node {self.path.name}", self._run_bound, self._direct, self.session_stream,
+            self.graph = PlainCallGraphs(f"ONNX node {self.path.name}", self._run_bound, self._direct, self.session_stream,
                                    [(s.shape, s.dtype) for s in self.inputs], [(s.shape, s.dtype) for s in self.outputs])
             self._lock = self.graph.order.lock
         self.order = None  # the StreamOrder its calls follow (join_order); a node graph follows its own
 
     def join_order(self, order) -> None:
         """Orders this node's calls with the graphs that bake in its session's buffers (the pipeline's
-        ``CopyGraph`` or whole-pipeline ``CudaGraphCall``): one ``StreamOrder``, whose lock is then this
+        ``PlainCallGraphs`` or whole-pipeline ``CudaGraphCall``): one ``StreamOrder``, whose lock is then this
         runner's. Before the first call."""
         self.order = order
         self._lock = order.lock

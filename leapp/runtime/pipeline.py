@@ -26,7 +26,7 @@ import torch
 
 from leapp.errors import LeappError, RuntimeLibraryNotFound
 from leapp.runtime.cuda_graphs import (
-    CopyGraph,
+    PlainCallGraphs,
     CudaGraphCall,
     StreamOrder,
     capture_refusal,
@@ -98,8 +98,8 @@ class Pipeline:
     graph: CudaGraphCall | None = None
     graph_reason: str = "not requested (leapp.load(..., cuda_graphs=True))"
     # a plain call (no cuda_graphs): the whole call replayed with its inputs copied in (see plain_call_graph)
-    copy_graph: CopyGraph | None = None
-    copy_graph_reason: str = "not made"
+    plain_graphs: PlainCallGraphs | None = None
+    plain_graphs_reason: str = "not made"
     _plan: _Plan | None = field(default=None, init=False, repr=False, compare=False)
 
     def run(self, **inputs: Any) -> dict[str, torch.Tensor]:
@@ -108,17 +108,17 @@ class Pipeline:
         values = check_inputs(plan.input_specs, inputs, plan.where)
         if self.graph is not None:
             outs = self.graph(*values)
-        elif self.copy_graph is not None:
-            with self.copy_graph.order.lock:
-                outs = self._guarded(self.copy_graph, values)
+        elif self.plain_graphs is not None:
+            with self.plain_graphs.order.lock:
+                outs = self._guarded(self.plain_graphs, values)
         else:
             outs = self._run_all(values, direct=False)
         return dict(zip(self.outputs, outs))
 
-    def _guarded(self, copy_graph: CopyGraph, values: list[torch.Tensor]) -> list[torch.Tensor]:
+    def _guarded(self, plain_graphs: PlainCallGraphs, values: list[torch.Tensor]) -> list[torch.Tensor]:
         """The copy graph's call; an error of its replay or copies names the pipeline (node errors name their node)."""
         try:
-            return copy_graph(values)
+            return plain_graphs(values)
         except LeappError:
             raise
         except Exception as e:
@@ -276,13 +276,13 @@ def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = N
     pipeline = Pipeline(name, folder, nodes, pipeline_inputs, outputs, sources, desc)
     if cuda_graphs:
         pipeline.graph, pipeline.graph_reason = whole_pipeline_graph(pipeline, graph_stream)
-        pipeline.copy_graph_reason = "cuda_graphs=True (the whole-pipeline graph replaces it)"
+        pipeline.plain_graphs_reason = "cuda_graphs=True (the whole-pipeline graph replaces it)"
         log.info("pipeline '%s': whole-pipeline CUDA graph %s", name,
                  "on" if pipeline.graph is not None else f"off: {pipeline.graph_reason}")
     else:
-        pipeline.copy_graph, pipeline.copy_graph_reason = plain_call_graph(pipeline)
+        pipeline.plain_graphs, pipeline.plain_graphs_reason = plain_call_graph(pipeline)
         log.info("pipeline '%s': plain calls %s", name, "replay one CUDA graph (inputs copied in, outputs cloned)"
-                 if pipeline.copy_graph is not None else f"run node by node: {pipeline.copy_graph_reason}")
+                 if pipeline.plain_graphs is not None else f"run node by node: {pipeline.plain_graphs_reason}")
     return pipeline
 
 
@@ -303,8 +303,8 @@ def _graph_stream(entries: Sequence[dict]) -> torch.cuda.Stream | None:
     return None if device is None else torch.cuda.Stream(device)
 
 
-def plain_call_graph(pipeline: Pipeline) -> tuple[CopyGraph | None, str]:
-    """A plain call of ``pipeline`` as one ``CopyGraph``, or (None, why not).
+def plain_call_graph(pipeline: Pipeline) -> tuple[PlainCallGraphs | None, str]:
+    """A plain call of ``pipeline`` as one ``PlainCallGraphs``, or (None, why not).
 
     The plain call's contract stays (any input tensors, fresh outputs): one graph launch replays every
     node, reading input tensors whose addresses repeat in place and copying other inputs into the
@@ -351,7 +351,7 @@ def plain_call_graph(pipeline: Pipeline) -> tuple[CopyGraph | None, str]:
                                     f"pipeline.yaml says {spec.describe()} on {device}")
         return values
 
-    graph = CopyGraph(f"pipeline '{pipeline.name}'", run, lambda values: pipeline._run_all(values, direct=False),
+    graph = PlainCallGraphs(f"pipeline '{pipeline.name}'", run, lambda values: pipeline._run_all(values, direct=False),
                       torch.cuda.Stream(device), [(s.shape, s.dtype) for s in pipeline.inputs.values()],
                       [(s.shape, s.dtype) for s in outputs], order, checked_inputs=True,  # Pipeline.run checks them
                       bound_outputs=False)

@@ -8,7 +8,7 @@ is written, the call must return while the GPU still sleeps, and the result (rea
 ``torch.cuda.synchronize()``) must be computed from the value written after the sleep, so the run
 was ordered after it. The same holds when the call is made on another stream than the session's
 (the event hand-off), both ways round, and from two threads at once, with the node replayed from its
-own CUDA graph (the default: ``CopyGraph``) and without it (``LEAPP_ONNX_GRAPHS=0``). The graph's
+own CUDA graph (the default: ``PlainCallGraphs``) and without it (``LEAPP_ONNX_GRAPHS=0``). The graph's
 contract is the plain call's: any input tensors, fresh outputs, 0 device allocations per call, correct
 inside an outer capture and after ``release_segments``.
 

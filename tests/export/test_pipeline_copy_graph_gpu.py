@@ -1,4 +1,4 @@
-"""GPU: a plain ``leapp.load`` call of a two-node pipeline replayed as one CUDA graph (the pipeline's CopyGraph).
+"""GPU: a plain ``leapp.load`` call of a two-node pipeline replayed as one CUDA graph (the pipeline's PlainCallGraphs).
 
 The pipeline: ``obs`` (PT2, two example Warp segments between torch ops) feeds ``act`` (ONNX on ONNX
 Runtime's CUDA EP, one segment). A plain call copies its inputs into the graph's buffers, replays
@@ -43,7 +43,7 @@ def two_nodes(tmp_path_factory):
         if not libraries.library_path(backend).is_file():
             pytest.skip(f"the {backend} op library is not built")
     pytest.importorskip("onnxscript", reason="onnxscript is not installed (torch.onnx.export(dynamo=True) needs it)")
-    folder = tmp_path_factory.mktemp("copy_graph")
+    folder = tmp_path_factory.mktemp("plain_graphs")
     obs = cr.segment_node("obs", "pt2", n=N, segments=2, device="cuda", samples=2)
     act = cr.segment_node("act", "onnx", n=N, segments=1, device="cuda", samples=2)
     report = compile_session(cr.session(folder, obs, act, edges=[("obs", "out", "act", "x")]),
@@ -105,22 +105,22 @@ def loaded(two_nodes, x: torch.Tensor):
     """A fresh load whose plain-call graph is captured: call 1 runs node by node, call 2 captures a graph reading
     ``x`` in place, call 3 replays it."""
     pipeline = leapp.load(two_nodes)
-    assert pipeline.copy_graph is not None, pipeline.copy_graph_reason
+    assert pipeline.plain_graphs is not None, pipeline.plain_graphs_reason
     for _ in range(3):
         pipeline(x=x)
-    assert pipeline.copy_graph.captures == 1 and list(pipeline.copy_graph._in_place) == [(x.data_ptr(),)]
+    assert pipeline.plain_graphs.captures == 1 and list(pipeline.plain_graphs._in_place) == [(x.data_ptr(),)]
     return pipeline
 
 
 def static_outputs(graph) -> set[int]:
-    """The addresses of every static output of a CopyGraph's graphs (copy graph and in-place graphs)."""
+    """The addresses of every static output of a PlainCallGraphs's graphs (copy graph and in-place graphs)."""
     tensors = [*(graph._entry[3] if graph._entry else []), *(t for g in graph._in_place.values() for t in g[2])]
     return {t.data_ptr() for t in tensors}
 
 
 def test_plain_calls_replay_one_graph_with_fresh_outputs(two_nodes):
     pipeline = loaded(two_nodes, torch.randn(N, device="cuda"))
-    graph = pipeline.copy_graph
+    graph = pipeline.plain_graphs
     gen = torch.Generator(device="cuda").manual_seed(3)
     kept = []
     for i in range(6):
@@ -141,7 +141,7 @@ def test_a_repeated_input_tensor_is_read_in_place_with_its_new_values(two_nodes)
     the values written before it, outputs stay fresh, and nothing is allocated on the device per call."""
     x = torch.randn(N, device="cuda")
     pipeline = loaded(two_nodes, x)
-    graph = pipeline.copy_graph
+    graph = pipeline.plain_graphs
     gen = torch.Generator(device="cuda").manual_seed(4)
     kept = []
     for i in range(6):
@@ -163,7 +163,7 @@ def test_in_place_graphs_are_bounded_and_other_buffers_take_the_copy_graph(two_n
     graph's own, and calls alternating between all three stay right."""
     monkeypatch.setenv(IN_PLACE_GRAPHS_ENV, "2")
     pipeline = leapp.load(two_nodes)
-    graph = pipeline.copy_graph
+    graph = pipeline.plain_graphs
     buffers = [torch.randn(N, device="cuda") for _ in range(3)]
     for x in buffers:
         for _ in range(3):
@@ -190,13 +190,13 @@ def test_no_in_place_graphs_when_turned_off(two_nodes, monkeypatch):
         out = pipeline(x=x)
     torch.cuda.synchronize()
     check(outputs_by_role(pipeline, out), x)
-    assert pipeline.copy_graph._in_place == {} and pipeline.copy_graph._entry is not None
+    assert pipeline.plain_graphs._in_place == {} and pipeline.plain_graphs._entry is not None
 
 
 def test_off_by_environment_runs_node_by_node(two_nodes, monkeypatch):
     monkeypatch.setenv(PIPELINE_GRAPH_ENV, "0")
     pipeline = leapp.load(two_nodes)
-    assert pipeline.copy_graph is None and pipeline.copy_graph_reason == f"{PIPELINE_GRAPH_ENV}=0"
+    assert pipeline.plain_graphs is None and pipeline.plain_graphs_reason == f"{PIPELINE_GRAPH_ENV}=0"
     assert pipeline.nodes["act"].runner.graph is not None  # the ONNX node keeps its own graph
     x = torch.randn(N, device="cuda")
     for _ in range(3):
@@ -231,7 +231,7 @@ def test_threads_mix_pipeline_calls_and_the_onnx_nodes_own_calls(two_nodes):
         return out
 
     check_threads(pipeline, calls)
-    assert pipeline.copy_graph.captures == 2  # x's in-place graph (loaded), the copy graph for the threads' tensors
+    assert pipeline.plain_graphs.captures == 2  # x's in-place graph (loaded), the copy graph for the threads' tensors
 
 
 def test_a_call_inside_an_outer_capture_runs_node_by_node(two_nodes):
@@ -243,21 +243,21 @@ def test_a_call_inside_an_outer_capture_runs_node_by_node(two_nodes):
     out = pipeline(x=x)
     torch.cuda.synchronize()
     check(outputs_by_role(pipeline, out), x, "after the outer capture")
-    assert pipeline.copy_graph.captures == 2  # x's address is new: the copy graph (loaded's first call warmed it up)
+    assert pipeline.plain_graphs.captures == 2  # x's address is new: the copy graph (loaded's first call warmed it up)
 
 
 def test_release_segments_drops_the_graph_and_it_is_captured_again(two_nodes):
     pipeline = loaded(two_nodes, torch.randn(N, device="cuda"))
     torch.cuda.synchronize()
     assert release_segments() >= 1
-    assert pipeline.copy_graph._entry is None and pipeline.copy_graph._in_place == {}
+    assert pipeline.plain_graphs._entry is None and pipeline.plain_graphs._in_place == {}
     kept = []  # new addresses every call
     for i in range(3):  # node by node, capture, replay: each prepares what release freed and stays right
         kept.append(torch.randn(N, device="cuda") * (i + 1))
         out = pipeline(x=kept[-1])
         torch.cuda.synchronize()
         check(outputs_by_role(pipeline, out), kept[-1], f"call {i} after release")
-    assert pipeline.copy_graph.captures == 2
+    assert pipeline.plain_graphs.captures == 2
 
 
 def test_whole_pipeline_graph_serves_threads_and_run_node_on_their_own_streams(two_nodes):

@@ -1,6 +1,6 @@
 """Which plain ``leapp.load`` calls replay as one CUDA graph (``plain_call_graph``), checked without a GPU.
 
-Every refusal names its reason in ``pipeline.copy_graph_reason``; the GPU behaviour is in
+Every refusal names its reason in ``pipeline.plain_graphs_reason``; the GPU behaviour is in
 test_pipeline_copy_graph_gpu.py.
 """
 
@@ -35,13 +35,13 @@ def two_nodes(tmp_path_factory):
 
 def test_nodes_off_cuda_have_no_plain_call_graph(two_nodes):
     pipeline = leapp.load(two_nodes)
-    assert pipeline.copy_graph is None
-    assert pipeline.copy_graph_reason == "the nodes are not all on one CUDA device that torch sees"
+    assert pipeline.plain_graphs is None
+    assert pipeline.plain_graphs_reason == "the nodes are not all on one CUDA device that torch sees"
 
 
 def test_the_environment_turns_it_off_first(two_nodes, monkeypatch):
     monkeypatch.setenv(PIPELINE_GRAPH_ENV, "0")
-    assert leapp.load(two_nodes).copy_graph_reason == f"{PIPELINE_GRAPH_ENV}=0"
+    assert leapp.load(two_nodes).plain_graphs_reason == f"{PIPELINE_GRAPH_ENV}=0"
 
 
 def test_a_bad_in_place_graph_limit_is_refused_at_load(two_nodes, monkeypatch):
@@ -52,7 +52,7 @@ def test_a_bad_in_place_graph_limit_is_refused_at_load(two_nodes, monkeypatch):
 
 def test_cuda_graphs_true_leaves_it_to_the_whole_pipeline_graph(two_nodes):
     pipeline = leapp.load(two_nodes, cuda_graphs=True)
-    assert pipeline.copy_graph is None and pipeline.copy_graph_reason.startswith("cuda_graphs=True")
+    assert pipeline.plain_graphs is None and pipeline.plain_graphs_reason.startswith("cuda_graphs=True")
 
 
 def test_reasons_on_one_cuda_device(two_nodes, monkeypatch):
@@ -60,9 +60,9 @@ def test_reasons_on_one_cuda_device(two_nodes, monkeypatch):
     graph (here: ONNX Runtime's CPU EP) refuses, naming the node and its own reason; a dynamic batch refuses."""
     monkeypatch.setattr(pipeline_module, "_one_cuda_device", lambda entries: torch.device("cuda", 0))
     pipeline = leapp.load(two_nodes)
-    assert pipeline.copy_graph is None
+    assert pipeline.plain_graphs is None
     act = pipeline.nodes["act"].runner
-    assert pipeline.copy_graph_reason == f"node 'act': no node graph ({act.no_graphs_reason})"
+    assert pipeline.plain_graphs_reason == f"node 'act': no node graph ({act.no_graphs_reason})"
     alone = dataclasses.replace(pipeline, nodes={"obs": pipeline.nodes["obs"]})
     assert plain_call_graph(alone)[1].startswith("one node")
     (name, spec), = pipeline.inputs.items()

@@ -1,4 +1,4 @@
-"""Which graph a CopyGraph call takes, on any machine: captures and replays are replaced by recording fakes, so the
+"""Which graph a PlainCallGraphs call takes, on any machine: captures and replays are replaced by recording fakes, so the
 choice between running directly, an in-place graph (input addresses that repeat) and the copy graph is checked
 without a GPU. tests/export/test_pipeline_copy_graph_gpu.py runs the real graphs."""
 
@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from leapp.runtime import cuda_graphs
-from leapp.runtime.cuda_graphs import IN_PLACE_GRAPHS_ENV, CopyGraph, in_place_graphs_limit
+from leapp.runtime.cuda_graphs import IN_PLACE_GRAPHS_ENV, PlainCallGraphs, in_place_graphs_limit
 
 DEVICE = torch.device("cuda", 0)
 
 
 class FakeInput:
-    """What CopyGraph reads of an input: its address, layout and device."""
+    """What PlainCallGraphs reads of an input: its address, layout and device."""
 
     def __init__(self, ptr: int, contiguous: bool = True):
         self.ptr, self.contiguous = ptr, contiguous
@@ -33,12 +33,12 @@ class FakeInput:
 
 
 class Recorder:
-    """A CopyGraph whose captures, replays and copies append to ``log``: ("direct",), ("capture", key),
+    """A PlainCallGraphs whose captures, replays and copies append to ``log``: ("direct",), ("capture", key),
     ("in-place", key), ("copies", input addresses)."""
 
     def __init__(self, max_in_place: int = 2):
         self.log: list[tuple] = []
-        self.graph = CopyGraph("node", run=None, direct=lambda inputs: self._log("direct"),
+        self.graph = PlainCallGraphs("node", run=None, direct=lambda inputs: self._log("direct"),
                                stream=SimpleNamespace(device=DEVICE), inputs=[((4,), torch.float32)],
                                outputs=[((4,), torch.float32)], order=SimpleNamespace(follow=lambda device: None),
                                checked_inputs=True, max_in_place=max_in_place)

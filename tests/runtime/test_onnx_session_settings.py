@@ -155,7 +155,7 @@ def runner_on_cpu(tmp_path):
 
 
 def test_which_nodes_replay_from_a_graph_of_their_own(monkeypatch):
-    """A plain call's node graph (CopyGraph) needs the CUDA EP, a stream of its own and fixed shapes."""
+    """A plain call's node graph (PlainCallGraphs) needs the CUDA EP, a stream of its own and fixed shapes."""
     runner = OnnxRunner.__new__(OnnxRunner)  # the rule alone: no session
     runner.inputs, runner.outputs = [IOSpec("a", torch.float32, (N,))], [IOSpec("s", torch.float32, (N,))]
     monkeypatch.delenv(onnx_runner.ONNX_GRAPHS_ENV, raising=False)

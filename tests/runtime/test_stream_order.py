@@ -1,4 +1,4 @@
-"""StreamOrder and CopyGraph's input check, on any machine: torch's stream and event calls are replaced by
+"""StreamOrder and PlainCallGraphs's input check, on any machine: torch's stream and event calls are replaced by
 recording fakes, so the decisions (when an event is recorded and waited for, which inputs fit the graph's
 buffers) are checked without a GPU. tests/export/test_pipeline_copy_graph_gpu.py checks them on one."""
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from leapp.runtime import cuda_graphs
-from leapp.runtime.cuda_graphs import CopyGraph, StreamOrder
+from leapp.runtime.cuda_graphs import PlainCallGraphs, StreamOrder
 
 DEVICE = torch.device("cuda", 0)
 
@@ -65,7 +65,7 @@ def fake_tensor(shape, dtype=torch.float32, cuda=True, index=0):
 
 @pytest.mark.parametrize("checked", [False, True])
 def test_copy_graph_inputs_fit_by_shape_dtype_and_device(checked):
-    graph = CopyGraph("node", run=None, direct=None, stream=SimpleNamespace(device=DEVICE),
+    graph = PlainCallGraphs("node", run=None, direct=None, stream=SimpleNamespace(device=DEVICE),
                       inputs=[((4,), torch.float32)], outputs=[((4,), torch.float32)], checked_inputs=checked)
     assert graph._fits([fake_tensor((4,))])
     assert not graph._fits([fake_tensor((4,), cuda=False)])  # a CPU input runs directly
