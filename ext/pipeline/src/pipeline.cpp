@@ -675,6 +675,13 @@ std::string Pipeline::Impl::graph_off_reason() const {
   if (!driver().has_graphs() || !driver().cuGraphGetNodes)
     return "this CUDA driver lacks the graph API (cuStreamBeginCapture, cuGraphLaunch, cuGraphGetNodes)";
   for (const Node& node : nodes)
+    if (!node.aoti.plugin)
+      for (const TensorInfo& t : node.info.inputs)
+        if (t.batch_max != 0)  // as leapp.load's plain-call graphs (leapp/runtime/pipeline.py, plain_call_graph)
+          return "node '" + node.info.name + "': an ONNX node with a dynamic batch (ONNX Runtime's arena hands out "
+                 "its intermediate buffers by size: after a run at another batch, a graph captured at this one "
+                 "could point at memory the arena gave to something else)";
+  for (const Node& node : nodes)
     if (node.aoti.plugin && !node.aoti.plugin->begin_graph_pool)
       return "node '" + node.info.name + "' runs an AOTInductor package, and the AOTInductor plugin was built "
              "without torch's CUDA allocator pools (a torch without CUDA, or CUDA's headers missing at build "
