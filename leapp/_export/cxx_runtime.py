@@ -1,8 +1,8 @@
 """leapp/_export/cxx_runtime.py: does a C++ compiler give shared libraries the process's C++ runtime?
 
-A GCC whose ``-lstdc++`` finds only ``libstdc++.a`` (the H200 machine's
-``/opt/gcc`` wrapper) puts a private copy of the C++ runtime into every shared
-library it links. A process that loads two C++ runtimes can crash (docs/building.md,
+A GCC whose ``-lstdc++`` finds only ``libstdc++.a`` (a toolchain wrapper that
+ships the static library alone) puts a private copy of the C++ runtime into every
+shared library it links. A process that loads two C++ runtimes can crash (docs/building.md,
 "One C++ runtime per process"), and AOTInductor links each package's model
 library with the same compiler (``$CXX``, ``torch._inductor.config.cpp.cxx``).
 

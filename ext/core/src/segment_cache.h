@@ -60,7 +60,7 @@ struct StreamScratch {
   StreamKey key{nullptr, 0, 0};
   RoleMemory memory;
   bool released = false;  // guarded by `enqueue`: the memory is freed or being freed, look up again
-  // Graph replay, guarded by `enqueue` (see the top of the file).
+  // Graph replay, guarded by `enqueue` (segment_graph.cpp).
   CUstream build_stream = nullptr;   // private stream graphs are captured on; made on first use
   std::vector<SegmentGraph> graphs;  // least recently used first
   uint32_t miss_streak = 0;

@@ -5,12 +5,6 @@
 
 namespace leapp::pipeline_detail {
 
-namespace {
-// CUstreamCaptureMode: only this thread's calls that capture forbids (a cudaMalloc, a synchronisation) break
-// the capture, so other threads of the process keep working while a step is captured.
-constexpr int kCaptureThreadLocal = 1;
-}  // namespace
-
 StepGraphs::~StepGraphs() {
   for (Graph& g : graphs_) drop(g);
 }
@@ -55,7 +49,9 @@ bool StepGraphs::begin_capture(CUstream stream) {
       return false;
     }
   }
-  const CUresult r = driver().cuStreamBeginCapture(stream, kCaptureThreadLocal);
+  // thread-local: only this thread's calls that capture forbids (a cudaMalloc, a synchronisation) break the
+  // capture, so other threads of the process keep working while a step is captured
+  const CUresult r = driver().cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
   if (r != CUDA_SUCCESS) {
     give_back();
     turn_off("cannot capture the pipeline's stream (" + cu_error_text(r) + ")");
@@ -65,9 +61,12 @@ bool StepGraphs::begin_capture(CUstream stream) {
 }
 
 void StepGraphs::give_back() noexcept {
-  if (!resources_ || !held_) return;
-  resources_->end(held_);
-  resources_->release(held_);
+  if (resources_ && held_) resources_->end(held_);
+  release_held();
+}
+
+void StepGraphs::release_held() noexcept {
+  if (resources_ && held_) resources_->release(held_);
   held_ = nullptr;
 }
 
@@ -84,29 +83,24 @@ bool StepGraphs::end_capture(CUstream stream) {
   CUgraph graph = nullptr;
   CUresult r = d.cuStreamEndCapture(stream, &graph);
   if (resources_ && held_) resources_->end(held_);
-  const size_t hosts = r == CUDA_SUCCESS ? host_callbacks(graph) : 0;
+  // Nothing of the captured work ran: when the graph is refused, the caller runs the step directly.
+  std::string refused;
+  size_t hosts = 0;
   CUgraphExec exec = nullptr;
-  if (r == CUDA_SUCCESS && hosts == 0) r = d.cuGraphInstantiateWithFlags(&exec, graph, 0);
+  if (r != CUDA_SUCCESS)  // a node made a call capture forbids (a host synchronisation, a CPU EP node)
+    refused = "capturing the step failed (" + cu_error_text(r) + "): a node makes a call CUDA cannot capture (a "
+              "host synchronisation or copy, for example a node with ONNX Runtime CPU EP kernels)";
+  else if (!count_host_callbacks(graph, hosts))
+    refused = "the captured step's nodes could not be listed (cuGraphGetNodes)";
+  else if (hosts > 0)  // a host function replays every launch, on whatever its captured pointers hold by then
+    refused = "capturing the step recorded " + std::to_string(hosts) + " host callback(s), which a graph would "
+              "run again at every launch (ONNX Runtime frees pinned staging buffers from such callbacks)";
+  else if ((r = d.cuGraphInstantiateWithFlags(&exec, graph, 0)) != CUDA_SUCCESS)
+    refused = "instantiating the step's graph failed (" + cu_error_text(r) + ")";
   if (graph) d.cuGraphDestroy(graph);
-  if (hosts > 0) {
-    // ONNX Runtime frees pinned staging buffers from a host callback when a run copied through them: a graph
-    // would replay the copy from, and the release of, buffers long given back. Refused, so that nothing is
-    // freed twice or read after it was freed.
-    if (resources_ && held_) resources_->release(held_);
-    held_ = nullptr;
-    turn_off("capturing the step recorded " + std::to_string(hosts) + " host callback(s) (ONNX Runtime stages "
-             "some kernels' arguments through pinned host memory and frees it from a host callback), which a "
-             "graph would replay with buffers already freed; steps run node by node");
-    return false;
-  }
-  if (r != CUDA_SUCCESS) {
-    // a node made a call capture forbids (ONNX Runtime synchronising, a node on its CPU EP): nothing of the
-    // captured work ran, so the caller runs the step directly
-    if (resources_ && held_) resources_->release(held_);
-    held_ = nullptr;
-    turn_off("capturing the step failed (" + cu_error_text(r) + "): a node makes a call CUDA cannot capture "
-             "(a host synchronisation or copy, for example a node with ONNX Runtime CPU EP kernels); steps run "
-             "node by node");
+  if (!refused.empty()) {
+    release_held();
+    turn_off(refused + "; steps run node by node");
     return false;
   }
   if (graphs_.size() >= kMaxGraphs) {
@@ -124,19 +118,19 @@ bool StepGraphs::end_capture(CUstream stream) {
   return true;
 }
 
-size_t StepGraphs::host_callbacks(CUgraph graph) {
+bool StepGraphs::count_host_callbacks(CUgraph graph, size_t& hosts) {
   const CudaDriver& d = driver();
   size_t count = 0;
-  LEAPP_CHECK_CU(d.cuGraphGetNodes(graph, nullptr, &count));
+  if (d.cuGraphGetNodes(graph, nullptr, &count) != CUDA_SUCCESS) return false;
   std::vector<CUgraphNode> nodes(count);  // a capture: allocation is fine here
-  LEAPP_CHECK_CU(d.cuGraphGetNodes(graph, nodes.data(), &count));
-  size_t hosts = 0;
+  if (d.cuGraphGetNodes(graph, nodes.data(), &count) != CUDA_SUCCESS) return false;
+  hosts = 0;
   for (size_t i = 0; i < count; ++i) {
     int type = -1;
-    LEAPP_CHECK_CU(d.cuGraphNodeGetType(nodes[i], &type));
+    if (d.cuGraphNodeGetType(nodes[i], &type) != CUDA_SUCCESS) return false;
     hosts += type == CU_GRAPH_NODE_TYPE_HOST;
   }
-  return hosts;
+  return true;
 }
 
 void StepGraphs::clear(CUstream stream) {

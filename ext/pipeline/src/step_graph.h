@@ -86,10 +86,12 @@ class StepGraphs {
   bool launch_known(CUstream stream);
   void drop(Graph& g) noexcept;
   bool begin_capture(CUstream stream);
-  void give_back() noexcept;  // ends and releases held_ (a capture that did not happen)
+  void give_back() noexcept;     // ends and releases held_ (a capture that did not happen)
+  void release_held() noexcept;  // releases held_ (its capture ended, its graph was refused)
   void abandon_capture(CUstream stream, const std::string& why);
   bool end_capture(CUstream stream);
-  static size_t host_callbacks(CUgraph graph);  // host-function nodes of a captured step (refused)
+  /// Host-function nodes of a captured step (a graph with any is refused); false when the driver cannot list them.
+  static bool count_host_callbacks(CUgraph graph, size_t& hosts);
 
   std::string reason_ = "not opened on device buffers";
   std::vector<const void*> key_, last_;
