@@ -1,4 +1,4 @@
-"""Host allocations per step of leapp-run on an export, next to ONNX Runtime alone on the same models (issue 34).
+"""Host and device allocations per step of leapp-run on an export, next to ONNX Runtime alone (issue 34).
 
 A tiny malloc/calloc/realloc counter (C, compiled here with the system's cc) is preloaded into
 leapp-run, which opens the export and runs the step ``--time A`` and then ``--time B`` more times in
@@ -8,7 +8,14 @@ each IoBinding bound once, no leapp) is the floor ONNX Runtime's ``Run`` sets: w
 difference. Default export: examples/cpu_policy.py's (three ONNX nodes on the CPU EP), made here.
 tests/runtime/test_step_allocations.py asserts that leapp adds none.
 
-    python3 benchmarks/step_allocations.py [--export DIR] [--steps 100,1100]
+On a CUDA export (``--device cuda``) the device allocations are counted too: a CUPTI callback library,
+loaded by the driver itself (``CUDA_INJECTION64_PATH``), counts every driver call that allocates or frees
+memory (cuMemAlloc*, cuMemCreate, cuMemHostAlloc, cuMemPoolCreate, ... and their frees), whoever makes it:
+leapp, ONNX Runtime's CUDA EP, torch's allocator in an AOTInductor package. leapp-run runs the step as one
+CUDA graph and node by node (``--no-graph``); tests/e2e/test_cpp_runner_gpu.py asserts that neither
+allocates device memory after warm-up and that the graphed step makes no host allocation either.
+
+    python3 benchmarks/step_allocations.py [--export DIR] [--steps 100,1100] [--device cuda]
 """
 
 from __future__ import annotations
@@ -39,6 +46,62 @@ __attribute__((destructor)) static void report(void) { fprintf(stderr, "LEAPP_AL
 """
 
 
+# The CUPTI ABI this counter uses (cupti_callbacks.h, stable since CUDA 4): declared here so that it compiles
+# without CUPTI's headers; libcupti is opened at run time from $LEAPP_CUPTI_LIBRARY.
+DEVICE_COUNTER = r"""
+#include <dlfcn.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+typedef struct {
+  int callbackSite;  /* CUPTI_API_ENTER = 0 */
+  const char* functionName;
+  const void* functionParams;
+  void* functionReturnValue;
+  const char* symbolName;
+  void* context;
+  uint32_t contextUid;
+  uint64_t* correlationData;
+  uint32_t correlationId;
+} CallbackData;
+typedef void (*Callback)(void*, int, uint32_t, const void*);
+static atomic_long allocations, frees;
+static const char* const ALLOCATE[] = {"cuMemAlloc", "cuMemHostAlloc", "cuMemCreate", "cuMemPoolCreate",
+  "cuArrayCreate", "cuArray3DCreate", "cuMipmappedArrayCreate", "cuMemHostRegister", 0};
+static const char* const FREE[] = {"cuMemFree", "cuMemRelease", "cuMemPoolDestroy", "cuArrayDestroy",
+  "cuMipmappedArrayDestroy", "cuMemHostUnregister", 0};
+static int starts(const char* name, const char* const* prefixes) {
+  for (; *prefixes; ++prefixes) if (strncmp(name, *prefixes, strlen(*prefixes)) == 0) return 1;
+  return 0;
+}
+static void on_call(void* user, int domain, uint32_t id, const void* data) {
+  const CallbackData* d = (const CallbackData*)data;
+  if (d->callbackSite != 0 || !d->functionName) return;
+  if (starts(d->functionName, ALLOCATE)) atomic_fetch_add(&allocations, 1);
+  else if (starts(d->functionName, FREE)) atomic_fetch_add(&frees, 1);
+}
+static int ready;
+int InitializeInjection(void) {  /* called by the driver in cuInit when CUDA_INJECTION64_PATH names us */
+  const char* path = getenv("LEAPP_CUPTI_LIBRARY");
+  void* cupti = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : 0;
+  int (*subscribe)(void**, Callback, void*) = cupti ? dlsym(cupti, "cuptiSubscribe") : 0;
+  int (*enable)(uint32_t, void*, int) = cupti ? dlsym(cupti, "cuptiEnableDomain") : 0;
+  void* subscriber = 0;
+  if (!subscribe || !enable || subscribe(&subscriber, on_call, 0) != 0 || enable(1, subscriber, 1) != 0) {
+    fprintf(stderr, "LEAPP_DEVICE_COUNTER failed: %s\n", cupti ? "CUPTI refused the subscription" : dlerror());
+    return 0;
+  }
+  ready = 1;
+  return 1;
+}
+__attribute__((destructor)) static void report(void) {
+  if (ready) fprintf(stderr, "LEAPP_DEVICE_ALLOCATIONS %ld %ld\n", (long)allocations, (long)frees);
+}
+"""
+
+
 class Unavailable(RuntimeError):
     """A tool this measurement needs is missing (its message says which)."""
 
@@ -51,6 +114,33 @@ def counter(folder: Path) -> Path:
     (folder / "count.c").write_text(COUNTER)
     subprocess.run([cc, "-O2", "-shared", "-fPIC", str(folder / "count.c"), "-o", str(folder / "count.so")], check=True)
     return folder / "count.so"
+
+
+def cupti_library() -> Path:
+    """libcupti: the CUDA toolkit's, or the one torch's CUDA wheels install (nvidia/*/lib)."""
+    import glob
+
+    roots = [*(p for p in sys.path if p), "/usr/local/cuda"]
+    patterns = ("nvidia/cuda_cupti/lib/libcupti.so*", "nvidia/cu*/lib/libcupti.so*", "lib64/libcupti.so*",
+                "extras/CUPTI/lib64/libcupti.so*")
+    for root in roots:
+        for pattern in patterns:
+            found = sorted(glob.glob(f"{root}/{pattern}"))
+            if found:
+                return Path(found[0])
+    raise Unavailable("needs libcupti (the CUDA toolkit's, or torch's nvidia-cuda-cupti wheel) for the device "
+                      "allocation counter")
+
+
+def device_counter(folder: Path) -> Path:
+    """The device allocation counter (a CUDA injection library), compiled into ``folder``."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise Unavailable("needs a C compiler (cc) for the device allocation counter")
+    (folder / "device_count.c").write_text(DEVICE_COUNTER)
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", str(folder / "device_count.c"), "-o",
+                    str(folder / "device_count.so"), "-ldl"], check=True)
+    return folder / "device_count.so"
 
 
 def ort_alone(folder: Path) -> Path:
@@ -73,12 +163,23 @@ def ort_alone(folder: Path) -> Path:
     return folder / "ort_alone"
 
 
-def _count(command: list[str], library: Path) -> int:
-    r = subprocess.run(command, env={"LD_PRELOAD": str(library), "PATH": "/usr/bin:/bin"}, capture_output=True,
-                       text=True)
+def _counts(command: list[str], library: Path, device: Path | None) -> tuple[int, int, int]:
+    """(host allocations, device allocations, device frees) of one process; the device ones 0 without
+    ``device``."""
+    env = {"LD_PRELOAD": str(library), "PATH": "/usr/bin:/bin"}
+    if device is not None:  # leapp-run on CUDA: the onnxruntime with the CUDA EP, the injection library
+        from leapp.testing.cpp_runner import leapp_run_env
+
+        env = {**leapp_run_env(), **env, "CUDA_INJECTION64_PATH": str(device),
+               "LEAPP_CUPTI_LIBRARY": str(cupti_library())}
+    r = subprocess.run(command, env=env, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"{command[0]} failed: {r.stderr[-2000:]}")
-    return int(next(line.split()[1] for line in r.stderr.splitlines() if line.startswith("LEAPP_ALLOCATIONS")))
+    lines = {line.split()[0]: line.split()[1:] for line in r.stderr.splitlines() if line.startswith("LEAPP_")}
+    if device is not None and "LEAPP_DEVICE_ALLOCATIONS" not in lines:
+        raise Unavailable(f"the device allocation counter reported nothing: {lines.get('LEAPP_DEVICE_COUNTER')}")
+    allocations, frees = lines.get("LEAPP_DEVICE_ALLOCATIONS", ["0", "0"])
+    return int(lines["LEAPP_ALLOCATIONS"][0]), int(allocations), int(frees)
 
 
 def per_step(command, library: Path, steps: tuple[int, int], repeats: int = 1) -> float:
@@ -86,18 +187,27 @@ def per_step(command, library: Path, steps: tuple[int, int], repeats: int = 1) -
 
     ONNX Runtime now and then makes a few hundred allocations more in a process (not tied to a step count):
     with ``repeats`` > 1 each count is the least of that many processes, which drops such bursts."""
+    return per_step_counts(command, library, steps, repeats)[0]
+
+
+def per_step_counts(command, library: Path, steps: tuple[int, int], repeats: int = 1,
+                    device: Path | None = None) -> tuple[float, float, float]:
+    """(host allocations, device allocations, device frees) of one step, as ``per_step``; the device counts
+    with ``device`` (the injection library of ``device_counter``)."""
     a, b = steps
-    least = [min(_count(command(n), library) for _ in range(repeats)) for n in (a, b)]
-    return (least[1] - least[0]) / (b - a)
+    least = [[min(c) for c in zip(*(_counts(command(n), library, device) for _ in range(repeats)))] for n in (a, b)]
+    return tuple((y - x) / (b - a) for x, y in zip(least[0], least[1]))
 
 
-def leapp_run_command(export: Path, inputs: Path, out: Path, node: str | None = None):
-    """``leapp-run`` running n steps of the pipeline, or of ``node`` alone (``--node``: ``run_node``)."""
+def leapp_run_command(export: Path, inputs: Path, out: Path, node: str | None = None, *flags: str):
+    """``leapp-run`` running n steps of the pipeline, or of ``node`` alone (``--node``: ``run_node``), with
+    ``flags`` (``--device cuda``, ``--no-graph``)."""
     leapp_run = Path(sys.executable).with_name("leapp-run")
     if not leapp_run.is_file():
         raise Unavailable("leapp-run was not built (docs/deploy.md)")
     alone = ["--node", node] if node else []
-    return lambda n: [str(leapp_run), str(export), "--in", str(inputs), "--out", str(out), "--time", str(n), *alone]
+    return lambda n: [str(leapp_run), str(export), "--in", str(inputs), "--out", str(out), "--time", str(n), *alone,
+                      *flags]
 
 
 def ort_alone_command(program: Path, pipeline, node: str | None = None):
@@ -115,13 +225,38 @@ def write_inputs(pipeline, folder: Path, node: str | None = None) -> Path:
     return folder
 
 
+def cuda_table(export: Path, steps: tuple[int, int]) -> str:
+    """The markdown table of host and device allocations per step of leapp-run --device cuda on ``export``,
+    graphed and node by node."""
+    import leapp
+
+    rows = ["| leapp-run --device cuda | host allocations | device allocations | device frees |", "|---|---|---|---|"]
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        inputs = write_inputs(leapp.load(export), tmp / "in")
+        library, device = counter(tmp), device_counter(tmp)
+        for label, flags in (("one CUDA graph", ()), ("node by node (--no-graph)", ("--no-graph",))):
+            command = leapp_run_command(export, inputs, tmp / "out", None, "--device", "cuda", *flags)
+            host, allocations, frees = per_step_counts(command, library, steps, repeats=2, device=device)
+            rows.append(f"| {label} | {host:.3f} | {allocations:.3f} | {frees:.3f} |")
+    return "\n".join(rows)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--export", help="an export folder (default: examples/cpu_policy.py's, made here)")
     parser.add_argument("--steps", default="100,1100", help="A,B: the two step counts compared")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                        help="cuda: leapp-run --device cuda on --export (a CUDA export), host and device counts")
     args = parser.parse_args(argv)
     steps = tuple(int(v) for v in args.steps.split(","))
     import leapp
+
+    if args.device == "cuda":
+        if not args.export:
+            parser.error("--device cuda needs --export (a CUDA export, e.g. examples/go2_pipeline.py's)")
+        print(cuda_table(Path(args.export), steps))
+        return 0
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

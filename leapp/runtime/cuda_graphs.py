@@ -116,6 +116,25 @@ _capturing = torch._C._cuda_isCurrentStreamCapturing
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (lambda i: torch.cuda.current_stream(i).cuda_stream)
 
 
+def instantiate_replayable(graph: torch.cuda.CUDAGraph) -> None:
+    """Instantiates a graph captured with ``keep_graph=True`` once it is known to hold no host-function node.
+
+    A host function in a graph runs again at every replay on whatever its captured pointers hold by then:
+    ONNX Runtime's CUDA EP frees pinned staging buffers from one (cudaLaunchHostFunc), and its replay aborts
+    the process from a driver thread (cudaFreeHost in a callback, error 800). The C++ step graph refuses
+    the same graphs (ext/pipeline/src/step_graph.cpp). Raises RuntimeError naming the count: the caller's
+    capture-failure path then calls directly."""
+    from leapp import _native
+
+    hosts = _native.graph_host_nodes(graph.raw_cuda_graph())
+    if hosts is None:
+        raise RuntimeError("the CUDA driver could not list the captured graph's nodes (cuGraphGetNodes)")
+    if hosts:
+        raise RuntimeError(f"the capture recorded {hosts} host function(s) (ONNX Runtime's CUDA EP frees pinned "
+                           "staging buffers from one), which every replay would run again")
+    graph.instantiate()
+
+
 def _replay_of(graph: torch.cuda.CUDAGraph) -> Callable[[torch.cuda.CUDAGraph], None]:
     """The C++ replay of torch's graph class where there is one (skipping the Python wrapper's
     memory-pool liveness check: this module holds the graph and its pool), else ``type(graph).replay``."""
@@ -240,11 +259,12 @@ class CudaGraphCall:
         with torch.cuda.stream(capture):  # warm-up on the capture stream (its scratch), as torch.cuda.graph asks
             self.fn(*inputs)
         current.wait_stream(capture)
-        graph = torch.cuda.CUDAGraph()
+        graph = torch.cuda.CUDAGraph(keep_graph=True)
         # thread_local: only this thread's unsafe calls would break the capture, not other threads'
         # work (the warm-up above made every one-time allocation of the op already)
         with torch.cuda.graph(graph, stream=capture, capture_error_mode="thread_local"):
             outputs = list(self.fn(*inputs))
+        instantiate_replayable(graph)
         self.captures += 1
         return graph, outputs
 
@@ -444,7 +464,7 @@ class PlainCallGraphs:
             try:
                 with torch.cuda.stream(stream):
                     warm = self.run(static_in, static_out)  # this call's results, and the runtime's one-time work
-                    graph = torch.cuda.CUDAGraph()
+                    graph = torch.cuda.CUDAGraph(keep_graph=True)
                     # thread_local: other threads' CUDA work neither breaks this capture nor is broken by it;
                     # nothing executes while capturing, so there is no host wait here (torch.cuda.graph's
                     # synchronize is for freeing memory before a capture, which this one does not allocate)
@@ -453,6 +473,7 @@ class PlainCallGraphs:
                         made = self.run(static_in, static_out)
                     finally:
                         graph.capture_end()
+                    instantiate_replayable(graph)
             finally:
                 current.wait_stream(stream)  # the static buffers were made on the current stream
             if static_out is None:  # the captured run's own outputs; this call's are the warm-up's

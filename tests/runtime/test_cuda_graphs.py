@@ -224,3 +224,41 @@ def test_graphs_of_programs_that_synchronise_are_refused():
     assert capture_refusal(syncs) == f"not capturable: {', '.join(blockers[:3])}"
     plain = torch.export.export(Plain(), (x,)).graph
     assert capture_blockers(plain) == [] and capture_refusal(plain) is None
+
+
+def _host_function_fn():
+    """(fn, ran): ``fn(x)`` enqueues a host function (cuLaunchHostFunc, as ONNX Runtime's CUDA EP does to free
+    pinned buffers) on the current stream and returns [x + 1]; ``ran`` counts the host function's runs."""
+    import ctypes
+
+    libcuda = ctypes.CDLL("libcuda.so.1")
+    ran = []
+    callback = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda _: ran.append(1))
+    libcuda.cuLaunchHostFunc.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+
+    def fn(x):
+        stream = torch.cuda.current_stream(x.device).cuda_stream
+        assert libcuda.cuLaunchHostFunc(stream, ctypes.cast(callback, ctypes.c_void_p), None) == 0
+        return [x + 1]
+
+    fn.callback = callback  # kept alive with fn
+    return fn, ran
+
+
+@cuda
+def test_a_capture_that_records_a_host_function_is_never_replayed():
+    """A host function in a graph runs again at every replay on what its pointers hold by then (ONNX Runtime's
+    pinned-buffer release aborted a process that way): the graph is refused, the calls stay direct."""
+    device = _device()
+    fn, ran = _host_function_fn()
+    graphed = CudaGraphCall(fn, "node 'host'")
+    x = torch.arange(4.0, device=device)
+    with pytest.warns(RuntimeWarning, match=r"node 'host': CUDA graph capture failed, calling directly from now on: "
+                                            r"RuntimeError: the capture recorded 1 host function\(s\)"):
+        for _ in range(3):
+            assert torch.equal(graphed(x)[0], x + 1)
+    for _ in range(3):
+        assert torch.equal(graphed(x)[0], x + 1)
+    torch.cuda.synchronize()
+    assert graphed.captures == 0
+    assert len(ran) == 6 + 1  # every call once, and the warm-up before the refused capture; no replay

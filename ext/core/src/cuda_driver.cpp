@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <stdexcept>
+#include <vector>
 
 namespace leapp {
 namespace {
@@ -102,6 +103,8 @@ Loaded load() {
   if (!(resolve(gpa, "cuGraphGetNodes", 10000, d.cuGraphGetNodes, optional_error) &&
         resolve(gpa, "cuGraphNodeGetType", 10000, d.cuGraphNodeGetType, optional_error)))
     d.cuGraphGetNodes = nullptr;  // both or none
+  if (!resolve(gpa, "cuGraphChildGraphNodeGetGraph", 10000, d.cuGraphChildGraphNodeGetGraph, optional_error))
+    d.cuGraphChildGraphNodeGetGraph = nullptr;
   bool capture_scratch =
       resolve(gpa, "cuStreamGetCaptureInfo", 11030, d.cuStreamGetCaptureInfo, optional_error) &&
       resolve(gpa, "cuUserObjectCreate", 11030, d.cuUserObjectCreate, optional_error) &&
@@ -136,6 +139,28 @@ const CudaDriver& driver() {
   const Loaded& L = loaded();
   if (!L.error.empty()) throw DriverUnavailable(L.error);
   return L.table;
+}
+
+bool count_graph_host_nodes(CUgraph graph, size_t& hosts) {
+  const CudaDriver& d = driver();
+  if (!d.cuGraphGetNodes) return false;
+  size_t count = 0;
+  if (d.cuGraphGetNodes(graph, nullptr, &count) != CUDA_SUCCESS) return false;
+  std::vector<CUgraphNode> nodes(count);  // after a capture, never in a step
+  if (count > 0 && d.cuGraphGetNodes(graph, nodes.data(), &count) != CUDA_SUCCESS) return false;
+  for (size_t i = 0; i < count; ++i) {
+    int type = -1;
+    if (d.cuGraphNodeGetType(nodes[i], &type) != CUDA_SUCCESS) return false;
+    if (type == CU_GRAPH_NODE_TYPE_HOST) {
+      ++hosts;
+    } else if (type == CU_GRAPH_NODE_TYPE_GRAPH) {  // a child graph (a replay launched into an outer capture)
+      CUgraph child = nullptr;
+      if (!d.cuGraphChildGraphNodeGetGraph || d.cuGraphChildGraphNodeGetGraph(nodes[i], &child) != CUDA_SUCCESS ||
+          !count_graph_host_nodes(child, hosts))
+        return false;
+    }
+  }
+  return true;
 }
 
 std::string cu_error_text(CUresult code) {

@@ -90,7 +90,7 @@ bool StepGraphs::end_capture(CUstream stream) {
   if (r != CUDA_SUCCESS)  // a node made a call capture forbids (a host synchronisation, a CPU EP node)
     refused = "capturing the step failed (" + cu_error_text(r) + "): a node makes a call CUDA cannot capture (a "
               "host synchronisation or copy, for example a node with ONNX Runtime CPU EP kernels)";
-  else if (!count_host_callbacks(graph, hosts))
+  else if (!count_graph_host_nodes(graph, hosts))
     refused = "the captured step's nodes could not be listed (cuGraphGetNodes)";
   else if (hosts > 0)  // a host function replays every launch, on whatever its captured pointers hold by then
     refused = "capturing the step recorded " + std::to_string(hosts) + " host callback(s), which a graph would "
@@ -115,21 +115,6 @@ bool StepGraphs::end_capture(CUstream stream) {
   ++captures_;
   LEAPP_CHECK_CU(d.cuGraphLaunch(exec, stream));  // the captured work did not run: this is the step
   ++replays_;
-  return true;
-}
-
-bool StepGraphs::count_host_callbacks(CUgraph graph, size_t& hosts) {
-  const CudaDriver& d = driver();
-  size_t count = 0;
-  if (d.cuGraphGetNodes(graph, nullptr, &count) != CUDA_SUCCESS) return false;
-  std::vector<CUgraphNode> nodes(count);  // a capture: allocation is fine here
-  if (d.cuGraphGetNodes(graph, nodes.data(), &count) != CUDA_SUCCESS) return false;
-  hosts = 0;
-  for (size_t i = 0; i < count; ++i) {
-    int type = -1;
-    if (d.cuGraphNodeGetType(nodes[i], &type) != CUDA_SUCCESS) return false;
-    hosts += type == CU_GRAPH_NODE_TYPE_HOST;
-  }
   return true;
 }
 

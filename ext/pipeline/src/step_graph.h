@@ -90,8 +90,6 @@ class StepGraphs {
   void release_held() noexcept;  // releases held_ (its capture ended, its graph was refused)
   void abandon_capture(CUstream stream, const std::string& why);
   bool end_capture(CUstream stream);
-  /// Host-function nodes of a captured step (a graph with any is refused); false when the driver cannot list them.
-  static bool count_host_callbacks(CUgraph graph, size_t& hosts);
 
   std::string reason_ = "not opened on device buffers";
   std::vector<const void*> key_, last_;

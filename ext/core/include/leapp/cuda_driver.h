@@ -57,6 +57,7 @@ constexpr CUresult CUDA_ERROR_NOT_READY = 600;
 constexpr CUresult CUDA_ERROR_NO_BINARY_FOR_GPU = 209;
 constexpr CUresult CUDA_ERROR_UNSUPPORTED_PTX_VERSION = 222;
 constexpr int CU_GRAPH_NODE_TYPE_HOST = 3;
+constexpr int CU_GRAPH_NODE_TYPE_GRAPH = 4;
 constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
 constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
 constexpr int CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97;
@@ -134,6 +135,7 @@ struct CudaDriver {
   // What a captured graph holds (a whole pipeline step refuses host-function nodes). Optional.
   CUresult (*cuGraphGetNodes)(CUgraph, CUgraphNode*, size_t*) = nullptr;
   CUresult (*cuGraphNodeGetType)(CUgraphNode, int*) = nullptr;
+  CUresult (*cuGraphChildGraphNodeGetGraph)(CUgraphNode, CUgraph*) = nullptr;
 
   // Scratch of its own for each capture of a caller's stream (torch.cuda.graph), kept alive by
   // the captured graph. Optional (CUDA 11.3): without them a captured call uses its stream's scratch.
@@ -152,6 +154,12 @@ struct CudaDriver {
            cuGraphLaunch && cuGraphDestroy && cuGraphExecDestroy;
   }
 };
+
+/// The host-function nodes of a captured graph, its child graphs' included, in `hosts`. A host function
+/// runs again at every launch on whatever its captured pointers hold by then (ONNX Runtime's CUDA EP
+/// frees pinned staging buffers from one), so a graph meant for replay must have none. False when the
+/// driver cannot list the nodes (cuGraphGetNodes missing or failing).
+bool count_graph_host_nodes(CUgraph graph, size_t& hosts);
 
 /// Thrown when libcuda cannot be loaded or initialised; what() says why.
 class DriverUnavailable : public std::runtime_error {
