@@ -143,6 +143,17 @@ def device_counter(folder: Path) -> Path:
     return folder / "device_count.so"
 
 
+def graph_alone(folder: Path) -> Path:
+    """benchmarks/native/graph_launch_alone.c compiled into ``folder``: the driver's own host allocations per
+    graph launch and synchronisation, the floor of a graphed step."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise Unavailable("needs a C compiler (cc) for the graph launch floor")
+    subprocess.run([cc, "-O2", str(ROOT / "benchmarks" / "native" / "graph_launch_alone.c"), "-o",
+                    str(folder / "graph_launch_alone"), "-ldl"], check=True)
+    return folder / "graph_launch_alone"
+
+
 def ort_alone(folder: Path) -> Path:
     """benchmarks/native/ort_alone.cpp, compiled into ``folder`` against ONNX Runtime's headers (third_party/,
     scripts/fetch-ort-headers.sh) and the onnxruntime wheel's library."""
@@ -239,6 +250,11 @@ def cuda_table(export: Path, steps: tuple[int, int]) -> str:
             command = leapp_run_command(export, inputs, tmp / "out", None, "--device", "cuda", *flags)
             host, allocations, frees = per_step_counts(command, library, steps, repeats=2, device=device)
             rows.append(f"| {label} | {host:.3f} | {allocations:.3f} | {frees:.3f} |")
+        floor = graph_alone(tmp)
+        host, allocations, frees = per_step_counts(lambda n: [str(floor), str(n)], library, steps, repeats=2,
+                                                   device=device)
+        rows.append(f"| (floor: a one-node graph launched and synchronised, no leapp) | {host:.3f} | {allocations:.3f} "
+                    f"| {frees:.3f} |")
     return "\n".join(rows)
 
 

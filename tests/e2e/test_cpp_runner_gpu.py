@@ -266,13 +266,15 @@ def test_a_step_allocates_no_device_memory_and_the_graphed_one_no_host_memory(go
     """After warm-up, leapp-run's CUDA step (PT2 obs through AOTInductor, ONNX nodes on the CUDA EP) makes no
     driver allocation or free, whoever would make it (a CUPTI callback counts every cuMemAlloc*, cuMemCreate,
     cuMemHostAlloc, ... of the process: leapp's, ONNX Runtime's, torch's), graphed or node by node; the graphed
-    step makes no host allocation either (node by node, ONNX Runtime's Run allocates on the host)."""
+    step makes no host allocation beyond the driver's own for a graph launch (measured: 2 per launch and
+    synchronisation, with a bare one-node graph as the floor; node by node, ONNX Runtime's Run allocates)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import step_allocations
 
     try:
         library, device = step_allocations.counter(tmp_path), step_allocations.device_counter(tmp_path)
         step_allocations.cupti_library()
+        floor_program = step_allocations.graph_alone(tmp_path)
     except step_allocations.Unavailable as e:
         pytest.skip(str(e))
     _inputs(tmp_path / "in", 500)
@@ -281,9 +283,13 @@ def test_a_step_allocates_no_device_memory_and_the_graphed_one_no_host_memory(go
         command = step_allocations.leapp_run_command(go2_export, tmp_path / "in", tmp_path / "out", None, "--device",
                                                      "cuda", *flags)
         counts[label] = step_allocations.per_step_counts(command, library, (50, 550), repeats=2, device=device)
+    counts["floor"] = step_allocations.per_step_counts(lambda n: [str(floor_program), str(n)], library, (50, 550),
+                                                       repeats=2, device=device)
     print("per step (host allocations, device allocations, device frees):", counts)
     whole = step_allocations._counts(step_allocations.leapp_run_command(
         go2_export, tmp_path / "in", tmp_path / "out", None, "--device", "cuda")(5), library, device)
     assert whole[1] > 0, f"the counter saw no device allocation at all in a whole run: {whole}"  # it can see them
-    assert counts["graph"][0] < 0.5 and counts["graph"][1:] == (0.0, 0.0), counts  # one per step would be 1
+    assert counts["floor"][0] > 0 or counts["graph"][0] < 0.5, counts  # the driver's own, if any, are seen
+    # one allocation per step by leapp would show as a difference of at least 1
+    assert abs(counts["graph"][0] - counts["floor"][0]) < 0.5 and counts["graph"][1:] == (0.0, 0.0), counts
     assert counts["node by node"][1:] == (0.0, 0.0), counts
