@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import torch
 
 import leapp
 from leapp import annotate
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # quiet_output.py, also when loaded by path
 from quiet_output import quiet_output
 
 NUM_JOINTS = 12

@@ -58,6 +58,7 @@ __all__ = [
     "nvrtc_refusal",
     "nvrtc_job",
     "native_include_dir",
+    "cpu_codegen",
     "mathdx_enabled",
     "needs_deterministic",
     "uses_tiles",
@@ -533,6 +534,20 @@ def nvrtc_job(module, options: dict, arch: int, use_ptx: bool, kernels: frozense
         },
         "use_ptx": use_ptx,
     }
+
+
+def cpu_codegen(module, options: dict, kernels: frozenset[str]) -> tuple[str, dict[str, list[str]]]:
+    """Warp's generated C++ for the CPU of a module variant's kernels ``kernels`` (mangled names; hash the
+    variant first, ``options["block_dim"]`` names it), as ``Module._run_codegen(options, True)`` generates it
+    for the whole module, and per kernel the field names of its ``wp_args_<mangled>`` struct in order (the
+    kernel's argument labels: the CPU entry takes its arguments as that struct)."""
+    ctx = _context()
+    with ctx._codegen_lock:
+        hasher = _KernelSubset(module.hashers[options["block_dim"]], kernels)
+        builder = ctx.ModuleBuilder(module, options, hasher=hasher, target="cpu")
+        source = builder.codegen("cpu")
+    fields = {k.get_mangled_name(kernel_hash=h): [a.label for a in k.adj.args] for h, k in hasher.unique_kernels.items()}
+    return source, fields
 
 
 def native_include_dir() -> str:

@@ -120,16 +120,23 @@ def _find_node(folder: Path, desc: dict, node: str) -> tuple[int, dict]:
 
 
 def unrunnable_segments(desc: dict, entry: dict) -> str | None:
-    """Why a package of node ``entry`` could never run its Warp segments, or None: exported segments replay on
-    CUDA devices only, so a node recorded on the CPU compiles into a CPU package that leapp's op refuses to run
-    (the C++ pipeline refuses it at open)."""
+    """Why a package of node ``entry`` could never run its Warp segments, or None: a node recorded on the CPU
+    compiles into a CPU package, which runs its segments only from their CPU code (docs/export-cpu.md); a
+    segment without CPU code for this machine replays on CUDA devices only (the C++ pipeline refuses such a
+    package at open)."""
+    from leapp.bundle.format import cpu_code_runs_here
+
     segments = entry.get("segments") or []
     device = str(entry.get("device", ""))
     if not segments or device.startswith("cuda"):
         return None
+    without = [s.get("id", "?") for s in segments if not cpu_code_runs_here(str(s.get("producer", {}).get("cpu_code", "none")))]
+    if not without:
+        return None
     return (f"pipeline '{desc['name']}' node '{entry['name']}' has {len(segments)} Warp segment(s) recorded on "
-            f"{device}, and exported Warp segments replay on CUDA devices only: its AOTInductor package for {device} "
-            "cannot run them. Record the node on a CUDA device and run `leapp aoti` on that export")
+            f"{device}, and {without} hold no CPU code for this machine, so they replay on CUDA devices only: its "
+            f"AOTInductor package for {device} cannot run them. Export the node with CPU code (docs/export-cpu.md), "
+            "or record it on a CUDA device and run `leapp aoti` on that export")
 
 
 def package(export_dir: str | Path, node: str, out: str | Path | None = None, *,

@@ -69,6 +69,28 @@ void bind_replay(nb::module_& m) {
       "Runs the segment on C-contiguous host arrays (staged through pinned memory) and waits; "
       "`outputs` are written in place. device -1: env LEAPP_CUDA_DEVICE, else 0.");
 
+  m.def(
+      "run_segment_cpu",
+      [](const PyBundle& b, const std::vector<uint64_t>& input_ptrs, const std::vector<uint64_t>& output_ptrs,
+         const std::vector<uint64_t>& input_nbytes, const std::vector<uint64_t>& output_nbytes) {
+        if (input_nbytes.size() != input_ptrs.size() || output_nbytes.size() != output_ptrs.size())
+          throw std::invalid_argument("run_segment_cpu(): one size per pointer");
+        std::vector<HostSpan> in, out;
+        for (size_t j = 0; j < input_ptrs.size(); ++j)
+          in.push_back({reinterpret_cast<void*>(uintptr_t(input_ptrs[j])), input_nbytes[j]});
+        for (size_t j = 0; j < output_ptrs.size(); ++j)
+          out.push_back({reinterpret_cast<void*>(uintptr_t(output_ptrs[j])), output_nbytes[j]});
+        nb::gil_scoped_release release;
+        run_segment_cpu(*b.bundle, in, out);
+      },
+      nb::arg("bundle"), nb::arg("input_ptrs"), nb::arg("output_ptrs"), nb::arg("input_nbytes"),
+      nb::arg("output_nbytes"),
+      "Runs the segment's CPU code on host memory (addresses and sizes in signature order) on this thread; "
+      "RuntimeError (cpu_code_refusal) when the bundle has none for this machine.");
+  m.def(
+      "cpu_code_refusal", [](const PyBundle& b) { return cpu_code_refusal(*b.bundle); }, nb::arg("bundle"),
+      "Why the bundle's segment cannot run on this machine's CPU (\"\" when it can).");
+
   m.def("allocation_count", &allocation_count,
         "Device/pinned allocations the runtime made so far; constant once every (segment, device, stream) is warm.");
   m.def("free_count", &free_count, "Device/pinned frees the runtime made so far (release_segments, thread exits).");

@@ -227,16 +227,26 @@ std::shared_ptr<const leapp::Bundle> bundle_of(const at::Tensor& bundle, const l
   return r.bundle;
 }
 
-std::vector<at::Tensor> warp_segment_cuda_impl(const std::vector<at::Tensor>& inputs, const at::Tensor& bundle,
-                                               c10::string_view signature) {
+/// The op on CUDA tensors (run_segment on the current stream), or with `cpu_code` on CPU tensors (the bundle's
+/// CPU code, run_segment_cpu on this thread): the same checks, the same outputs.
+std::vector<at::Tensor> warp_segment_impl(const std::vector<at::Tensor>& inputs, const at::Tensor& bundle,
+                                          c10::string_view signature, bool cpu_code) {
   std::shared_ptr<const leapp::Signature> sig = signature_of(signature);
   // TORCH_CHECK* evaluate their message only on failure: where() costs nothing on the hot path.
   auto where = [&] { return "leapp::warp_segment '" + sig->segment + "'"; };
   c10::Device device = inputs.empty() ? bundle.device() : inputs[0].device();
-  TORCH_CHECK_VALUE(device.is_cuda() || (kCpuAsCuda && device.is_cpu()), where(), ": expects CUDA inputs, got ", device);
-  leapp::CUstream stream = current_stream(device);
+  if (cpu_code) {
+    TORCH_CHECK_VALUE(device.is_cpu(), where(), ": expects CPU inputs, got ", device);
+  } else {
+    TORCH_CHECK_VALUE(device.is_cuda() || (kCpuAsCuda && device.is_cpu()), where(), ": expects CUDA inputs, got ",
+                      device);
+  }
+  leapp::CUstream stream = cpu_code ? nullptr : current_stream(device);
   std::shared_ptr<const leapp::Bundle> b = bundle_of(bundle, *sig, stream);
   const leapp::Manifest& m = b->manifest();
+  if (cpu_code && !leapp::cpu_code_for_this_machine(*b)) {
+    TORCH_CHECK(false, leapp::cpu_code_refusal(*b), "; the inputs are on the CPU: move them to a CUDA device");
+  }
 
   TORCH_CHECK_VALUE(inputs.size() == m.inputs.size(), where(), ": expected ", m.inputs.size(), " inputs, got ",
                     inputs.size());
@@ -288,7 +298,16 @@ std::vector<at::Tensor> warp_segment_cuda_impl(const std::vector<at::Tensor>& in
     out.push_back({leapp::CUdeviceptr(reinterpret_cast<uintptr_t>(outputs.back().data_ptr())), bytes_at(spec)});
   }
   try {
-    leapp::run_segment(*b, in, out, stream, device.is_cuda() ? device.index() : 0);
+    if (cpu_code) {
+      thread_local std::vector<leapp::HostSpan> host_in, host_out;
+      host_in.clear();
+      host_out.clear();
+      for (const auto& span : in) host_in.push_back({reinterpret_cast<void*>(uintptr_t(span.ptr)), span.bytes});
+      for (const auto& span : out) host_out.push_back({reinterpret_cast<void*>(uintptr_t(span.ptr)), span.bytes});
+      leapp::run_segment_cpu(*b, host_in, host_out);
+    } else {
+      leapp::run_segment(*b, in, out, stream, device.is_cuda() ? device.index() : 0);
+    }
   } catch (const std::invalid_argument& e) {
     TORCH_CHECK_VALUE(false, e.what());
   } catch (const std::exception& e) {
@@ -297,10 +316,10 @@ std::vector<at::Tensor> warp_segment_cuda_impl(const std::vector<at::Tensor>& in
   return outputs;
 }
 
-std::vector<at::Tensor> warp_segment_cuda(const std::vector<at::Tensor>& inputs, const at::Tensor& bundle,
-                                          c10::string_view signature) {
+std::vector<at::Tensor> warp_segment_checked(const std::vector<at::Tensor>& inputs, const at::Tensor& bundle,
+                                             c10::string_view signature, bool cpu_code) {
   try {
-    return warp_segment_cuda_impl(inputs, bundle, signature);
+    return warp_segment_impl(inputs, bundle, signature, cpu_code);
   } catch (const c10::Error&) {
     throw;
   } catch (const std::invalid_argument& e) {  // bundle/signature parsing
@@ -310,18 +329,14 @@ std::vector<at::Tensor> warp_segment_cuda(const std::vector<at::Tensor>& inputs,
   }
 }
 
-[[maybe_unused]] std::vector<at::Tensor> warp_segment_cpu(const std::vector<at::Tensor>& inputs, const at::Tensor& bundle,
-                                         c10::string_view signature) {
-  (void)inputs;
-  (void)bundle;
-  std::string segment;
-  try {
-    segment = signature_of(signature)->segment;
-  } catch (const std::exception&) {
-  }
-  TORCH_CHECK(false, "leapp::warp_segment '", segment,
-              "': exported Warp segments replay on CUDA devices only; "
-              "the inputs are on the CPU. Move the inputs to a CUDA device.");
+std::vector<at::Tensor> warp_segment_cuda(const std::vector<at::Tensor>& inputs, const at::Tensor& bundle,
+                                          c10::string_view signature) {
+  return warp_segment_checked(inputs, bundle, signature, false);
+}
+
+[[maybe_unused]] std::vector<at::Tensor> warp_segment_cpu(const std::vector<at::Tensor>& inputs,
+                                                          const at::Tensor& bundle, c10::string_view signature) {
+  return warp_segment_checked(inputs, bundle, signature, true);
 }
 
 /// leapp::release_segments for this library's own copy of the runtime (leapp.runtime.release_segments).
@@ -346,9 +361,10 @@ TORCH_LIBRARY_IMPL(leapp, CPU, m) { m.impl("warp_segment", &warp_segment_cuda); 
 TORCH_LIBRARY_IMPL(leapp, CPU, m) { m.impl("warp_segment", &warp_segment_cpu); }
 #endif
 
-/// Whether this library's CPU kernel replays segments (only the tests' build, on a fake driver): leapp's C++
-/// pipeline asks before it opens a CPU AOTInductor package whose node has Warp segments, so that a package
-/// that could never run them is refused with leapp's reason at open, not deep inside torch at the first run.
+/// Whether this library's CPU kernel replays segments on a fake driver (only the tests' build): leapp's C++
+/// pipeline asks before it opens a CPU AOTInductor package whose node has Warp segments. Without it, the CPU
+/// kernel runs a segment's CPU code, so the pipeline asks whether every segment of the node has CPU code for
+/// this machine instead (leapp::cpu_code_for_this_machine).
 extern "C" __attribute__((visibility("default"))) int leapp_warp_torch_replays_on_cpu() {
 #ifdef LEAPP_TORCH_TEST_CPU_AS_CUDA
   return 1;

@@ -121,7 +121,9 @@ def compile_session(
     log.info("session '%s': artifacts and pipeline.yaml written in %.2f s", record.name, time.perf_counter() - start)
     report = CompileReport(record.name, folder)
     if validate:
-        jobs = [NodeArtifactJob(art.record, art.backend, art.path) for art in artifacts]
+        jobs = [NodeArtifactJob(art.record, art.backend, art.path,
+                                {seg.id: seg.manifest.get("producer", {}).get("cpu_code", "") for seg in art.segments})
+                for art in artifacts]
         checked = time.perf_counter()
         results = validate_nodes(jobs, rtol, atol, folder=folder, timeout=validation_timeout)
         log.info("session '%s': validation of %d node(s) in %.2f s: %s", record.name, len(jobs),

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from leapp import _warp_private as wpp
-from leapp._export import cuda_code
+from leapp._export import cpu_code, cuda_code
 from leapp._export.warp_abi import WarpABI, abi_for_version
 from leapp._apic.wrp import (
     RELOC_DATA_PTR,
@@ -139,6 +139,7 @@ def make_builder(wrp: WrpFile, *, segment_id: str, source: str, kernels: Sequenc
     builder = _Builder(wrp, segment_id, source, kernels, constants or {}, scratch or {}, cuda_block_dim, archs)
     builder.add_signature(inputs, outputs)
     builder.add_ops()
+    builder.add_cpu_code()
     return builder
 
 
@@ -198,6 +199,9 @@ class _Builder:
     compiled: list[cuda_code.CompiledModule] = field(default_factory=list)
     # per launch op (by identity of its dict): what the dynamic-batch rules need (size, grid kind, kernel, site)
     launch_facts: dict[int, dict] = field(default_factory=dict)
+    live_kernels: dict[int, object] = field(default_factory=dict)  # manifest kernel index -> live wp.Kernel
+    cpu_code: list[dict] = field(default_factory=list)  # the manifest's "cpu_code" entries
+    cpu_code_note: str = ""  # producer.cpu_code: the machines, or why there is none ("" when not wanted)
     # (id(module), CUDA block_dim) -> the kernels the segment launches from that variant: what its binaries hold
     launched: dict[tuple[int, int], list] = field(default_factory=dict)
 
@@ -468,7 +472,24 @@ class _Builder:
             self.kernels.append({"module": m, "entry": entry, "key": kernel.key, "block_dim": block_dim,
                                  "smem_bytes": compiled.entry_smem(kernel)})
             self.kernel_index[(m, entry)] = k
+            self.live_kernels[k] = kernel
         return k
+
+    def add_cpu_code(self) -> None:
+        """Native CPU code of the launched kernels when wanted ($LEAPP_CPU_CODE; docs/export-cpu.md): one
+        ``cpu_code`` entry per machine and each kernel's ``cpu_entry``; else ``cpu_code_note`` says why not."""
+        if not cpu_code.cpu_code_wanted(self.wrp.device):
+            return
+        launched = [(self.kernels[k]["entry"], kernel) for k, kernel in self.live_kernels.items()]
+        codes, why = cpu_code.build_cpu_code(launched, self.where)
+        if not codes:
+            self.cpu_code_note = f"none: {why}"
+            return
+        for code in codes:
+            self.cpu_code.append({"machine": code.machine, "blob": self.add_blob(code.image)})
+        for k, kernel in enumerate(self.kernels):
+            kernel["cpu_entry"] = codes[0].entries[kernel["entry"]]
+        self.cpu_code_note = ", ".join(code.machine for code in codes)
 
     def pack_params(self, op: WrpLaunch, kernel, what: str) -> tuple[dict, list[dict]]:
         """kernelParams bytes: launch bounds, then each argument blob at its alignment; relocations to buffers."""
@@ -521,6 +542,9 @@ class _Builder:
                 producer["ptx_toolkit"] = self.compiled[0].ptx_toolkit  # an older NVRTC wrote the PTX
             if self.compiled[0].ptx_isa_check:
                 producer["ptx_isa_check"] = self.compiled[0].ptx_isa_check
+        if self.cpu_code_note:
+            producer["cpu_code"] = self.cpu_code_note
+        extra = {"cpu_code": self.cpu_code} if self.cpu_code else {}
         return {
             "format": "leapp.warp.bundle",
             "segment": self.segment_id,
@@ -531,4 +555,5 @@ class _Builder:
             "buffers": self.buffers,
             "ops": self.prelude + self.ops,
             "signature": self.signature,
+            **extra,
         }

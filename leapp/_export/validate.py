@@ -28,6 +28,7 @@ from leapp._export import validation_cache
 from leapp._export.validate_process import VALIDATION_TIMEOUT_S, run_in_fresh_process
 from leapp._export.validate_process import job_entry
 from leapp._contract.records import NodeRecord
+from leapp.bundle.format import cpu_code_runs_here
 from leapp.errors import VALIDATION_FAILED, LeappError, ValidationError
 
 __all__ = [
@@ -112,28 +113,38 @@ def compare(name: str, actual: torch.Tensor, expected: torch.Tensor, rtol: float
     return check
 
 
-def validation_blocker(record: NodeRecord, backend: str) -> str | None:
-    """Why the node cannot be validated here, or None."""
-    blocked = _blocker(record, backend)
+def validation_blocker(record: NodeRecord, backend: str, cpu_code: dict[str, str] | None = None) -> str | None:
+    """Why the node cannot be validated here, or None (``cpu_code``: as ``NodeArtifactJob.cpu_code``)."""
+    blocked = _blocker(record, backend, cpu_code or {})
     return blocked[1] if blocked else None
 
 
-def _blocker(record: NodeRecord, backend: str) -> tuple[str, str] | None:
+def _blocker(record: NodeRecord, backend: str, cpu_code: dict[str, str]) -> tuple[str, str] | None:
     """(status, reason) when the node cannot be validated here: NEEDS_CUDA when only a CUDA replay is
-    missing (what a GPU machine would validate), ERROR otherwise."""
+    missing (what a GPU machine would validate), ERROR otherwise. Segments captured on the CPU run from
+    their CPU code (docs/export-cpu.md) when every one has code for this machine."""
     if not record.samples:
         return ERROR, "no recorded samples to compare with (the node ran only in discovery/capture passes)"
     if not record.segments:
         return None
-    cpu_segments = [f"{s.id} ({s.source})" for s in record.segments if not str(s.device).startswith("cuda")]
+    cpu_segments = [s for s in record.segments if not str(s.device).startswith("cuda")]
     if cpu_segments:
-        return NEEDS_CUDA, (
-            f"Warp segment(s) {cpu_segments} were captured on the CPU; leapp's runtime replays segments "
-            "on CUDA devices only, so the export cannot run against these samples"
-        )
+        missing = [f"{s.id} ({s.source}): {cpu_code.get(s.id) or 'none'}" for s in cpu_segments
+                   if not cpu_code_runs_here(cpu_code.get(s.id, "none"))]
+        if missing:
+            return NEEDS_CUDA, (
+                f"Warp segment(s) captured on the CPU hold no CPU code for this machine ({'; '.join(missing)}), "
+                "so they replay on CUDA devices only and the export cannot run against these samples here "
+                "(docs/export-cpu.md)"
+            )
+        return _library_blocker(backend)
     problem = cuda_problem()
     if problem:
         return NEEDS_CUDA, f"cannot replay Warp segment(s) {[s.id for s in record.segments]}: {problem}"
+    return _library_blocker(backend)
+
+
+def _library_blocker(backend: str) -> tuple[str, str] | None:
     from leapp.runtime import libraries
 
     try:
@@ -162,11 +173,13 @@ def cuda_problem() -> str | None:
 
 @dataclass
 class NodeArtifactJob:
-    """One node to validate: its record (samples, specs), backend and artifact file."""
+    """One node to validate: its record (samples, specs), backend and artifact file, and the notes of its
+    segments' CPU code (segment id -> the bundle's ``producer.cpu_code``: its machines, or why there is none)."""
 
     record: NodeRecord
     backend: str
     artifact: Path
+    cpu_code: dict[str, str] = field(default_factory=dict)
 
 
 def validate_node(record: NodeRecord, backend: str, artifact: Path, rtol: float, atol: float,
@@ -193,7 +206,7 @@ def validate_nodes(jobs: list[NodeArtifactJob], rtol: float, atol: float, *, fol
                for j in jobs]
     runnable = []
     for job, result in zip(jobs, results):
-        blocker = _blocker(job.record, job.backend)
+        blocker = _blocker(job.record, job.backend, job.cpu_code)
         if blocker:
             result.status, result.reason = blocker
         else:

@@ -68,12 +68,17 @@ def describe_bundle(bundle: Bundle, size: int | None = None) -> list[str]:
         if stored != decoded:
             lines.append(f"        binaries: {format_bytes(stored)} stored, {format_bytes(decoded)} decoded "
                          f"({stored / decoded:.0%})")
+    codes = bundle.manifest.get("cpu_code", [])
+    if codes:
+        lines.append("  CPU code: " + ", ".join(f"{c['machine']} shared object ({format_bytes(len(bundle.blobs[c['blob']]))}"
+                                                f", blob {c['blob']})" for c in codes))
     lines.append(f"  kernels: {len(bundle.kernels)}")
     for k, kernel in enumerate(bundle.kernels):
         key = f" ({kernel['key']})" if kernel.get("key") else ""
+        cpu = f", CPU entry {kernel['cpu_entry']}" if "cpu_entry" in kernel else ""
         lines.append(
             f"    [{k}] {kernel['entry']}{key}: module {kernel['module']}, block_dim {kernel['block_dim']}, "
-            f"smem {kernel['smem_bytes']} B"
+            f"smem {kernel['smem_bytes']} B{cpu}"
         )
     roles = Counter(b["role"] for b in bundle.buffers)
     total = sum(b["bytes"] for b in bundle.buffers)

@@ -8,6 +8,7 @@ warp is installed.
 
 from __future__ import annotations
 
+import platform
 import re
 import struct
 
@@ -51,6 +52,10 @@ __all__ = [
     "ptx_isa_of",
     "is_ptx_isa",
     "DEFAULT_CUBIN_ARCHS",
+    "CPU_MACHINES",
+    "elf_problem",
+    "this_machine",
+    "cpu_code_runs_here",
 ]
 
 # The cubins a default export holds (the exporter, leapp._export.cuda_code, compiles them; the runtime's
@@ -112,6 +117,8 @@ ROLES = ("input", "output", "scratch", "constant")
 INIT_KINDS = ("none", "zero", "blob", "input")
 OP_KINDS = ("launch", "memset", "copy")
 BINARY_KINDS = ("ptx", "cubin")
+# CPU code (section "CPU code"): cpu_code[c].machine -> the ELF e_machine its shared object must declare
+CPU_MACHINES = {"x86_64": 62, "aarch64": 183}
 
 # torch dtype name -> bytes per element (Warp's uint16/32/64 travel as the signed type of that width)
 DTYPE_ITEMSIZE = {
@@ -166,3 +173,30 @@ def ptx_isa_of(ptx: bytes) -> str:
         return ""
     isa = match.group(2).decode("ascii")
     return isa if is_ptx_isa(isa) else ""
+
+
+def elf_problem(head: bytes, machine: str) -> str:
+    """Why the first 64 bytes of a CPU code blob are not the header of a 64-bit little-endian ELF shared object
+    for ``machine`` ("" when they are); both readers apply the same checks."""
+    if len(head) < 64 or head[:4] != b"\x7fELF":
+        return "not an ELF file (no \\x7fELF magic in a 64-byte header)"
+    if head[4] != 2 or head[5] != 1:
+        return f"not a 64-bit little-endian ELF file (class {head[4]}, data {head[5]})"
+    e_type, e_machine = struct.unpack_from("<HH", head, 16)
+    if e_type != 3:
+        return f"not an ELF shared object (e_type {e_type}, expected 3, ET_DYN)"
+    if e_machine != CPU_MACHINES[machine]:
+        return f"ELF e_machine {e_machine} is not {machine}'s ({CPU_MACHINES[machine]})"
+    return ""
+
+
+def this_machine() -> str:
+    """The CPU code machine name of this machine ("x86_64", "aarch64"; another name when leapp has none for it)."""
+    machine = platform.machine().lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+
+
+def cpu_code_runs_here(note: str) -> bool:
+    """Whether a segment's ``producer.cpu_code`` note (its machines, "x86_64, aarch64", or "none: why") names
+    this machine. A note is a claim: the runtime checks the bundle itself before it runs anything."""
+    return not note.startswith("none") and this_machine() in [m.strip() for m in note.split(",")]

@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 from leapp.bundle import lz4_block
 from leapp.bundle.format import (
     BINARY_KINDS,
+    CPU_MACHINES,
     ENCODING_MIN_READER,
     ENCODINGS,
     DTYPE_ITEMSIZE,
@@ -26,6 +27,7 @@ from leapp.bundle.format import (
     MAX_INT,
     MAX_OWNED_BYTES,
     OP_KINDS,
+    elf_problem,
     ROLES,
     is_ptx_isa,
     ptx_isa_of,
@@ -189,6 +191,7 @@ class _ManifestCheck:
             self.check_module(module, f"modules[{i}]")
         for k, kernel in enumerate(self.kernels):
             self.check_kernel(kernel, f"kernels[{k}]")
+        self.check_cpu_code(m)
         for i, buffer in enumerate(self.buffers):
             self.check_buffer(buffer, i)
         self.check_owned_bytes()
@@ -282,6 +285,41 @@ class _ManifestCheck:
             self.string(kernel["key"], f"{path}.key")
         self.field(kernel, "block_dim", path, "int", lo=1, hi=MAX_BLOCK_THREADS)
         self.field(kernel, "smem_bytes", path, "int", hi=U32_MAX)
+
+    def check_cpu_code(self, m: dict) -> None:
+        """Section "CPU code": the optional ``cpu_code`` (one ELF shared object per machine) and the
+        ``cpu_entry`` of every kernel, present exactly when ``cpu_code`` is."""
+        entries = [kernel.get("cpu_entry") for kernel in self.kernels]
+        if "cpu_code" not in m:
+            for k, entry in enumerate(entries):
+                if entry is not None:
+                    self.fail(f"kernels[{k}].cpu_entry is given, but the manifest has no cpu_code")
+            return
+        codes = self.field(m, "cpu_code", "manifest", "arr")
+        if not codes:
+            self.fail("cpu_code is empty: leave it out when there is no CPU code")
+        seen: dict[str, int] = {}
+        for c, code in enumerate(codes):
+            path = f"cpu_code[{c}]"
+            code = self.obj(code, path)
+            machine = self.field(code, "machine", path, "str")
+            if machine not in CPU_MACHINES:
+                self.fail(f"{path}.machine must be one of {', '.join(CPU_MACHINES)}, got {_describe(machine)}")
+            if machine in seen:
+                self.fail(f"{path} is a second CPU code for {machine} (first: cpu_code[{seen[machine]}])")
+            seen[machine] = c
+            for key in ("encoding", "decoded_bytes"):
+                if key in code:
+                    self.fail(f"{path}.{key}: CPU code is stored raw (it is mapped as it is)")
+            blob = self.blob(self.get(code, "blob", path), f"{path}.blob")
+            if self.blobs is not None:
+                problem = elf_problem(bytes(self.blobs[blob][:64]), machine)
+                if problem:
+                    self.fail(f"{path}.blob {blob}: {problem}")
+        for k, entry in enumerate(entries):
+            if entry is None:
+                self.fail(f"kernels[{k}].cpu_entry is missing: with cpu_code every kernel names its CPU entry")
+            self.string(entry, f"kernels[{k}].cpu_entry", nonempty=True)
 
     def check_buffer(self, buffer: Any, i: int) -> None:
         path = f"buffers[{i}]"

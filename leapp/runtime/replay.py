@@ -132,15 +132,13 @@ def _shape_matches(shape, spec: dict, dynamic: bool) -> bool:
     return list(shape) == want
 
 
-def warp_segment_cuda(inputs: list[torch.Tensor], bundle: torch.Tensor, signature: str) -> list[torch.Tensor]:
-    """Replays the segment on the current CUDA stream of the inputs' device; returns new output tensors."""
-    from leapp import _native
-
+def _prepared(inputs: list[torch.Tensor], bundle: torch.Tensor, signature: str, device_type: str):
+    """(parsed bundle, dense inputs, new outputs, device) of a call, after the checks both kernels make."""
     sig = _signature(signature)
     where = _where(sig)
     device = inputs[0].device if inputs else bundle.device
-    if device.type != "cuda":
-        raise ValueError(f"{where}: expects CUDA inputs, got {device}")
+    if device.type != device_type:
+        raise ValueError(f"{where}: expects {'CUDA' if device_type == 'cuda' else 'CPU'} inputs, got {device}")
     parsed = load_bundle(bundle, signature)
     specs = parsed.inputs
     if len(inputs) != len(specs):
@@ -151,7 +149,7 @@ def warp_segment_cuda(inputs: list[torch.Tensor], bundle: torch.Tensor, signatur
         if t.device != device:
             raise ValueError(
                 f"{where}: input {j} '{spec['name']}' is on {t.device}, input 0 on {device} "
-                "(all inputs must be on one CUDA device)"
+                "(all inputs must be on one device)"
             )
         if t.dtype != want_dtype or not _shape_matches(t.shape, sig["inputs"][j], "batch" in sig):
             raise ValueError(
@@ -162,6 +160,14 @@ def warp_segment_cuda(inputs: list[torch.Tensor], bundle: torch.Tensor, signatur
     from leapp.runtime.segment_signature import output_shapes
 
     outputs = [torch.empty(tuple(shape), dtype=dtype, device=device) for shape, dtype in output_shapes(dense, signature)]
+    return parsed, dense, outputs, device
+
+
+def warp_segment_cuda(inputs: list[torch.Tensor], bundle: torch.Tensor, signature: str) -> list[torch.Tensor]:
+    """Replays the segment on the current CUDA stream of the inputs' device; returns new output tensors."""
+    from leapp import _native
+
+    parsed, dense, outputs, device = _prepared(inputs, bundle, signature, "cuda")
     stream = torch.cuda.current_stream(device).cuda_stream
     _native.run_segment(
         parsed,
@@ -176,12 +182,20 @@ def warp_segment_cuda(inputs: list[torch.Tensor], bundle: torch.Tensor, signatur
 
 
 def warp_segment_cpu(inputs: list[torch.Tensor], bundle: torch.Tensor, signature: str) -> list[torch.Tensor]:
-    """CPU inputs: a clear error, because exported Warp segments replay only on CUDA devices."""
-    try:
-        where = _where(_signature(signature))
-    except ValueError:
-        where = "leapp::warp_segment"
-    raise RuntimeError(
-        f"{where}: exported Warp segments replay on CUDA devices only; the inputs are on the CPU. "
-        "Move the inputs to a CUDA device."
+    """Runs the segment's CPU code (docs/export-cpu.md) on CPU tensors; a clear error when the export holds
+    none for this machine."""
+    from leapp import _native
+
+    parsed = load_bundle(bundle, signature)
+    refusal = _native.cpu_code_refusal(parsed)
+    if refusal:
+        raise RuntimeError(f"{refusal}; the inputs are on the CPU: move them to a CUDA device")
+    parsed, dense, outputs, _ = _prepared(inputs, bundle, signature, "cpu")
+    _native.run_segment_cpu(
+        parsed,
+        [t.data_ptr() for t in dense],
+        [t.data_ptr() for t in outputs],
+        [t.numel() * t.element_size() for t in dense],
+        [t.numel() * t.element_size() for t in outputs],
     )
+    return outputs

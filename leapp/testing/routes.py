@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from leapp.bundle.format import cpu_code_runs_here
+
 from leapp._export.validate import cuda_problem  # the shared test: is there CUDA for leapp here
 
 __all__ = ["ROUTES", "Route", "OpenRoute", "plan_routes", "open_route"]
@@ -89,13 +91,19 @@ def _blocker(route: Route, desc: Mapping, cuda: str | None, providers: list[str]
         return "the export has no ONNX node"
     if route.cuda_graphs and not any(n["backend"] == "pt2" and _is_cuda(n["device"]) for n in nodes):
         return "no PT2 node was exported on CUDA, so cuda_graphs=True changes nothing"
-    cpu_segments = [f"{s['id']} ({s['source']})" for n in nodes for s in n["segments"] if not _is_cuda(s["device"])]
+    def cpu_code(segment: Mapping) -> bool:
+        return cpu_code_runs_here(str(segment.get("producer", {}).get("cpu_code", "none")))
+
+    cpu_segments = [f"{s['id']} ({s['source']})" for n in nodes for s in n["segments"]
+                    if not _is_cuda(s["device"]) and not cpu_code(s)]
     if cpu_segments:
-        reasons.append(f"Warp segment(s) {cpu_segments} were captured on the CPU; leapp's runtime replays segments "
-                       "on CUDA devices only (trace on a GPU to test them)")
+        reasons.append(f"Warp segment(s) {cpu_segments} were captured on the CPU and hold no CPU code for this "
+                       "machine, so they replay on CUDA devices only (docs/export-cpu.md)")
     if cuda:
         needs = []
-        segments = [s["id"] for n in nodes for s in n["segments"]]
+        # a segment needs CUDA where its node runs on CUDA, or where it has no CPU code for this machine
+        segments = [s["id"] for n in nodes for s in n["segments"] if _node_on_cuda(route, n, desc, providers)
+                    or not cpu_code(s)]
         if segments:
             needs.append(f"Warp segment(s) {segments}")
         needs.extend(f"node '{n['name']}' ({n['backend']}, exported on {n['device']})" for n in nodes
@@ -115,6 +123,17 @@ def _blocker(route: Route, desc: Mapping, cuda: str | None, providers: list[str]
         reasons.append("leapp-run runs ONNX nodes on ONNX Runtime's CUDA EP with device buffers, and this "
                        f"onnxruntime has no CUDAExecutionProvider (available: {providers}; install onnxruntime-gpu)")
     return "; ".join(reasons) or None
+
+
+def _node_on_cuda(route: Route, node: Mapping, desc: Mapping, providers: list[str]) -> bool:
+    """Whether ``route`` runs ``node`` on a CUDA device."""
+    if node["backend"] == "onnx":
+        return _onnx_on_cuda(route, node, desc, providers)
+    if route.native:
+        from .cpp_runner import leapp_run_device
+
+        return leapp_run_device(desc) == "cuda"
+    return _is_cuda(node["device"])
 
 
 def _onnx_on_cuda(route: Route, node: Mapping, desc: Mapping, providers: list[str]) -> bool:

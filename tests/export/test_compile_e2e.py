@@ -175,13 +175,24 @@ def test_loading_an_export_never_imports_warp(exported):
     assert out.stdout.strip().endswith("False"), out.stdout
 
 
-def test_validation_fails_by_name_for_cpu_captured_segments(tmp_path):
+def test_cpu_captured_segments_validate_and_load_on_the_cpu(tmp_path):
+    """Segments captured on the CPU carry CPU code (docs/export-cpu.md): every node validates here, the PT2 one
+    through the torch op and the ONNX one through ONNX Runtime's CPU EP, and the loaded pipeline equals eager."""
+    session = _trace(tmp_path, "checked")
+    report = session.compile(validate=True)
+    assert [n.status for n in report] == ["passed"] * 3, str(report)
+    x = torch.randn(N)
+    torch.testing.assert_close(leapp.load(str(tmp_path / "checked"))(x=x)["action"], eager(x), rtol=1e-5, atol=1e-5)
+
+
+def test_validation_fails_by_name_for_cpu_captured_segments_without_cpu_code(tmp_path, monkeypatch):
+    monkeypatch.setenv("LEAPP_CPU_CODE", "0")
     session = _trace(tmp_path, "checked")
     with pytest.raises(ValidationError) as info:
         session.compile(validate=True)
     text = str(info.value)
     assert text.startswith("Model validation failed for 2 node(s): ['pre', 'act']"), text
-    assert "pre/warp_segment_0" in text and "act/warp_segment_0" in text and "captured on the CPU" in text
+    assert "pre/warp_segment_0" in text and "act/warp_segment_0" in text and "captured on the CPU hold no CPU code" in text
     assert info.value.report["policy"].status == "passed"  # the pure-torch node validates on the CPU
 
 

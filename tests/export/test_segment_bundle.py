@@ -17,6 +17,7 @@ from leapp._export.segment_bundle import build_bundle_from_wrp, build_segment_bu
 from leapp.bundle.manifest import grid_for  # noqa: E402
 from leapp._contract.records import KernelRef, SegmentIO, SegmentRecord, TensorSpec  # noqa: E402
 from leapp.bundle import read_bundle  # noqa: E402
+from leapp.bundle.format import this_machine  # noqa: E402
 from leapp.errors import ExportError  # noqa: E402
 
 ARCHS = (90,)  # cubins per test: one (test_cuda_code checks the full default set)
@@ -104,7 +105,25 @@ class Capture:
                                      inputs=[self.io(n) if isinstance(n, str) else n for n in inputs],
                                      outputs=[self.io(n) if isinstance(n, str) else n for n in outputs],
                                      constants=constants, scratch=scratch, archs=ARCHS, **kw)
+        self.data = data
         return read_bundle(data)
+
+    def replay_on_cpu(self, inputs, outputs) -> list[np.ndarray]:
+        """The last bundle's CPU code run on copies of the named input arrays; new arrays shaped like the named
+        outputs (docs/export-cpu.md)."""
+        from leapp import _native
+
+        ins = [np.ascontiguousarray(self.named[n].numpy()) for n in inputs]
+        outs = [np.zeros_like(self.named[n].numpy()) for n in outputs]
+        _native.run_segment_cpu(_native.Bundle(self.data), [a.ctypes.data for a in ins], [a.ctypes.data for a in outs],
+                                [a.nbytes for a in ins], [a.nbytes for a in outs])
+        return outs
+
+
+def eager_outputs(run, *arrays) -> list[np.ndarray]:
+    """What Warp itself computes: ``run()`` executed now (a CPU capture records without running)."""
+    run()
+    return [a.numpy().copy() for a in arrays]
 
 
 def array(values, dtype=float):
@@ -149,7 +168,7 @@ def test_full_segment_bundle(tmp_path):
     assert (b.segment, b.source) == (SEG, "pipe.py:7")
     assert m["producer"] == {"leapp": m["producer"]["leapp"], "warp": wp.__version__, "param_abi": "warp-1.19",
                              "cuda_toolkit": m["producer"]["cuda_toolkit"], "ptx_isa": m["producer"]["ptx_isa"],
-                             "ptx_isa_check": m["producer"]["ptx_isa_check"]}
+                             "ptx_isa_check": m["producer"]["ptx_isa_check"], "cpu_code": this_machine()}
     assert m["producer"]["cuda_toolkit"] == "13.4" and m["producer"]["ptx_isa"] == "8.0"
 
     # buffers: inputs, then outputs (zero-initialised when their content before the segment was all zero)
@@ -184,6 +203,12 @@ def test_full_segment_bundle(tmp_path):
     assert copy == {"op": "copy", "dst": 3, "dst_offset": 0, "src": 2, "src_offset": 0, "bytes": n * 12}
     assert zero == {"op": "memset", "buffer": 4, "offset": 0, "bytes": 16, "value": 0}
     assert fill == {"op": "memset", "buffer": 4, "offset": 0, "bytes": 16, "value": 255}
+
+    # CPU code: the same ops on the CPU (a struct argument holding an array, a view at an offset, copy, fills)
+    assert kernel["cpu_entry"].startswith("k_gravity_") and kernel["cpu_entry"].endswith("_cpu_forward")
+    got = cap.replay_on_cpu(["quat", "bias"], ["grav", "grav_copy", "counts"])
+    for g, want in zip(got, eager_outputs(run, grav, grav_copy, counts)):
+        np.testing.assert_array_equal(g, want)
 
 
 def test_in_place_output_is_initialised_from_its_input(tmp_path):
@@ -222,6 +247,8 @@ def test_constants_scratch_and_constant_outputs(tmp_path):
     assert {r["param"]: r["buffer"] for r in l1["relocs"]} == {1: 4, 3: 3}
     assert {r["param"]: r["buffer"] for r in l2["relocs"]} == {1: 3, 3: 1}
     assert l1["kernel"] == l2["kernel"] == 0 and len(b.kernels) == 1 and len(b.modules) == 1
+    (got,) = cap.replay_on_cpu(["x"], ["acc"])  # constants and scratch on the CPU
+    np.testing.assert_array_equal(got, eager_outputs(run, acc)[0])
 
 
 def test_2d_and_lean_launches(tmp_path):
@@ -243,6 +270,9 @@ def test_2d_and_lean_launches(tmp_path):
     assert lean["grid"] == list(grid_for(1000, 128, grid_stride=False)) == [8, 1, 1]
     assert param(b, folded, 0) == bounds1d(250, coord_mult=4)
     assert {k["key"]: k["block_dim"] for k in b.kernels} == {"k_grid2d": 128, "k_lean": 128}
+    got = cap.replay_on_cpu(["a", "xi"], ["out", "yi"])  # 2-D bounds and a folded launch on the CPU
+    for g, want in zip(got, eager_outputs(run, out, yi)):
+        np.testing.assert_array_equal(g, want)
 
 
 def test_cuda_grid_follows_warp():

@@ -99,9 +99,12 @@ def test_leapp_aoti_warns_that_a_cpu_package_cannot_run_warp_segments(package):
     """Issue 34: `leapp aoti` compiled a CPU package for a node whose Warp segments can only run on CUDA, without
     a word. It still compiles (the tests' fake driver runs such packages), and says why it cannot run them."""
     warnings = [line for line in AOTI_ERR if line.startswith("leapp aoti: warning:")]
+    ids = [f"obs/warp_segment_{i}" for i in range(SEGMENTS)]
     assert warnings == [f"leapp aoti: warning: pipeline 'demo' node 'obs' has {SEGMENTS} Warp segment(s) recorded on cpu, "
-                        "and exported Warp segments replay on CUDA devices only: its AOTInductor package for cpu "
-                        "cannot run them. Record the node on a CUDA device and run `leapp aoti` on that export"], AOTI_ERR
+                        f"and {ids} hold no CPU code for this machine, so they replay on CUDA devices only: its "
+                        "AOTInductor package for cpu cannot run them. Export the node with CPU code "
+                        "(docs/export-cpu.md), or record it on a CUDA device and run `leapp aoti` on that export"], \
+        AOTI_ERR
 
 
 @pytest.fixture(scope="module")

@@ -530,8 +530,9 @@ def test_onnx_warp_segments_without_a_cuda_device_are_refused_at_open(tmp_path, 
     r = subprocess.run([str(LEAPP_RUN), str(folder), "--describe"], env=mock_driver_env(mock_driver_dir, MOCK_DEVICES="0"),
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and r.stderr.strip() == (
-        "leapp-run: pipeline 'demo' node 'act': its 1 Warp segment(s) replay on a CUDA device (on ONNX Runtime's CPU "
-        "EP through pinned host memory), and this machine has none: the CUDA driver reports no device"), r.stderr
+        "leapp-run: pipeline 'demo' node 'act': 1 of its 1 Warp segment(s) hold no CPU code for this machine and "
+        "replay on a CUDA device (on ONNX Runtime's CPU EP through pinned host memory), and this machine has none: "
+        "the CUDA driver reports no device"), r.stderr
     r = subprocess.run([str(LEAPP_RUN), str(folder), "--describe"], env=mock_driver_env(mock_driver_dir),
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "node act onnx ort-cpu" in r.stdout, r.stderr

@@ -225,9 +225,11 @@ def test_a_cpu_package_with_warp_segments_is_refused_at_open_with_leapps_reason(
 
     env = {k: v for k, v in os.environ.items() if k != "LEAPP_WARP_PT2_CUSTOM_OP_LIBRARY"}
     text = _refusal(env, folder)
-    assert text == (f"pipeline 'demo' node 'obs': its {SEGMENTS} Warp segment(s) replay on CUDA devices only, and its "
-                    "AOTInductor package (obs.aoti.pt2) runs on the CPU: record the node on a CUDA device, make its "
-                    "package there (`leapp aoti`) and open the pipeline with device buffers (leapp-run --device cuda)")
+    assert text == (f"pipeline 'demo' node 'obs': {SEGMENTS} of its {SEGMENTS} Warp segment(s) hold no CPU code for "
+                    "this machine and replay on CUDA devices only, and its AOTInductor package (obs.aoti.pt2) runs on "
+                    "the CPU: export the node with CPU code (trace it on the CPU, or LEAPP_CPU_CODE=1; "
+                    "docs/export-cpu.md), or make its package on a CUDA device (`leapp aoti`) and open the pipeline "
+                    "with device buffers (leapp-run --device cuda)")
 
 
 def test_changed_package_is_refused(folder, fake_cuda):

@@ -43,7 +43,8 @@ def test_native_library_registers_the_op():
 @needs_library
 def test_cpu_inputs_are_refused_by_the_native_kernel():
     ops.ensure_registered()
-    with pytest.raises(RuntimeError, match=r"'example/warp_segment_0': exported Warp segments replay on CUDA devices"):
+    with pytest.raises(RuntimeError, match=r"'example/warp_segment_0' holds no CPU code for this machine \(\w+\): it was exported for CUDA "
+                                             r"devices only .*; the inputs are on the CPU: move them to a CUDA device"):
         torch.ops.leapp.warp_segment([torch.ones(4)], bundle_tensor(), SIG)
 
 
@@ -55,7 +56,8 @@ def test_fake_kernel_gives_output_shapes():
 
 
 def test_python_cpu_kernel_error():
-    with pytest.raises(RuntimeError, match=r"'example/warp_segment_0': exported Warp segments replay on CUDA devices"):
+    with pytest.raises(RuntimeError, match=r"'example/warp_segment_0' holds no CPU code for this machine \(\w+\): it was exported for CUDA "
+                                             r"devices only .*; the inputs are on the CPU: move them to a CUDA device"):
         replay.warp_segment_cpu([torch.ones(4)], bundle_tensor(), SIG)
 
 
@@ -102,7 +104,7 @@ def test_python_defined_op_when_library_missing(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert SCHEMA in proc.stdout
-    assert "ERR leapp::warp_segment 'example/warp_segment_0': exported Warp segments replay on CUDA devices only" in proc.stdout
+    assert "ERR leapp segment 'example/warp_segment_0' holds no CPU code for this machine" in proc.stdout
 
 
 def test_fake_kernel_refuses_a_meta_bundle_with_real_inputs():

@@ -119,6 +119,12 @@ void check_host(const Bundle& bundle, const char* side, const std::vector<Tensor
 
 }  // namespace
 
+int64_t detail::checked_host_batch(const Bundle& bundle, const std::vector<HostSpan>& inputs,
+                                   const std::vector<HostSpan>& outputs) {
+  return checked_call_batch(bundle, inputs, outputs, [&](const char* side, const auto& specs, const auto& spans,
+                                                          int64_t batch) { check_host(bundle, side, specs, spans, batch); });
+}
+
 std::string detail::release_staging(const CudaDriver& d, std::string_view digest) {
   using Key = std::pair<std::string, int>;
   std::vector<std::pair<Key, std::unique_ptr<StagingSet>>> sets;
@@ -172,14 +178,9 @@ int default_host_device() {
 
 void run_segment_host(const Bundle& bundle, const std::vector<HostSpan>& inputs, const std::vector<HostSpan>& outputs,
                       int device) {
+  if (cpu_code_for_this_machine(bundle)) return run_segment_cpu(bundle, inputs, outputs);
   const Manifest& m = bundle.manifest();
-  int64_t batch = 0;
-  if (m.dynamic) {
-    if (inputs.size() != m.inputs.size()) check_host(bundle, "inputs", m.inputs, inputs, 0);  // names the count
-    batch = segment_batch(bundle, inputs[m.batch_input].bytes);
-  }
-  check_host(bundle, "inputs", m.inputs, inputs, batch);
-  check_host(bundle, "outputs", m.outputs, outputs, batch);
+  const int64_t batch = detail::checked_host_batch(bundle, inputs, outputs);
   const CudaDriver& d = driver();
   if (device < 0) device = default_host_device();
 

@@ -200,8 +200,60 @@ void read_kernels(const Checker& c, const JsonValue& root, Manifest& m) {
       spec.key = c.typed(*key, Checker::join(path, "key"), Type::kString, "a string").string;
     spec.block_dim = uint32_t(c.integer(k, path, "block_dim", 1, 1024));
     spec.smem_bytes = uint32_t(c.integer(k, path, "smem_bytes", 0, kMaxU32));
+    if (const JsonValue* cpu = k.find("cpu_entry")) {
+      spec.cpu_entry = c.typed(*cpu, Checker::join(path, "cpu_entry"), Type::kString, "a string").string;
+      if (spec.cpu_entry.empty()) c.fail(Checker::join(path, "cpu_entry"), "is empty");
+    }
     m.kernels.push_back(std::move(spec));
   });
+}
+
+/// The ELF header rules of a CPU code blob (docs/bundle-format.md, "CPU code"); "" when they hold.
+std::string elf_problem(std::string_view data, uint16_t machine, const std::string& name) {
+  if (data.size() < 64 || data.substr(0, 4) != std::string_view("\x7f" "ELF", 4))
+    return "not an ELF file (no \\x7fELF magic in a 64-byte header)";
+  const auto* h = reinterpret_cast<const unsigned char*>(data.data());
+  if (h[4] != 2 || h[5] != 1)
+    return "not a 64-bit little-endian ELF file (class " + std::to_string(h[4]) + ", data " + std::to_string(h[5]) + ")";
+  const unsigned type = unsigned(h[16]) | unsigned(h[17]) << 8, got = unsigned(h[18]) | unsigned(h[19]) << 8;
+  if (type != 3) return "not an ELF shared object (e_type " + std::to_string(type) + ", expected 3, ET_DYN)";
+  if (got != machine)
+    return "ELF e_machine " + std::to_string(got) + " is not " + name + "'s (" + std::to_string(machine) + ")";
+  return "";
+}
+
+void read_cpu_code(const Checker& c, const JsonValue& root, const std::vector<std::string_view>& blobs, Manifest& m) {
+  if (root.find("cpu_code") == nullptr) {
+    for (size_t k = 0; k < m.kernels.size(); ++k)
+      if (!m.kernels[k].cpu_entry.empty())
+        c.fail(Checker::at("kernels", k) + ".cpu_entry", "is given, but the manifest has no cpu_code");
+    return;
+  }
+  if (c.array(root, "", "cpu_code").empty()) c.fail("cpu_code", "is empty (leave it out when there is no CPU code)");
+  c.each_object(root, "cpu_code", [&](const JsonValue& code, const std::string& path, size_t i) {
+    CpuCodeSpec spec;
+    spec.machine = c.string(code, path, "machine");
+    uint16_t elf_machine = 0;
+    if (spec.machine == "x86_64")
+      elf_machine = kElfMachineX86_64;
+    else if (spec.machine == "aarch64")
+      elf_machine = kElfMachineAarch64;
+    else
+      c.fail(Checker::join(path, "machine"), "\"" + shown(spec.machine) + "\" is not \"x86_64\" or \"aarch64\"");
+    for (size_t j = 0; j < m.cpu_code.size(); ++j)
+      if (m.cpu_code[j].machine == spec.machine)
+        c.fail(path, "is a second CPU code for " + spec.machine + " (first: cpu_code[" + std::to_string(j) + "])");
+    for (const char* key : {"encoding", "decoded_bytes"})
+      if (code.find(key) != nullptr) c.fail(Checker::join(path, key), "is given: CPU code is stored raw");
+    spec.blob = c.index(code, path, "blob", blobs.size(), "blobs");
+    const std::string problem = elf_problem(blobs[spec.blob], elf_machine, spec.machine);
+    if (!problem.empty()) c.fail(Checker::join(path, "blob"), std::to_string(spec.blob) + ": " + problem);
+    (void)i;
+    m.cpu_code.push_back(std::move(spec));
+  });
+  for (size_t k = 0; k < m.kernels.size(); ++k)
+    if (m.kernels[k].cpu_entry.empty())
+      c.fail(Checker::at("kernels", k) + ".cpu_entry", "is missing (with cpu_code every kernel names its CPU entry)");
 }
 
 void read_buffers(const Checker& c, const JsonValue& root, const std::vector<std::string_view>& blobs,
@@ -728,6 +780,7 @@ Manifest read_manifest(std::string_view json, const std::vector<std::string_view
   }
   read_modules(c, root, blobs, min_reader_version, m);
   read_kernels(c, root, m);
+  read_cpu_code(c, root, blobs, m);
   read_buffers(c, root, blobs, m);
   read_ops(c, root, blobs, m);
   const JsonValue& sig = c.object(root, "", "signature");

@@ -222,20 +222,6 @@ struct CallState {
 /// Error texts only: built when something fails, never on the hot path.
 std::string where(const Manifest& m) { return "leapp segment '" + m.segment + "'"; }
 
-/// The call's batch (0 without dynamic batch), after checking every span's count, pointer and size.
-int64_t checked_batch(const Bundle& bundle, const std::vector<DeviceSpan>& inputs,
-                      const std::vector<DeviceSpan>& outputs) {
-  const Manifest& m = bundle.manifest();
-  int64_t batch = 0;
-  if (m.dynamic) {
-    if (inputs.size() != m.inputs.size()) check_spans(bundle, "inputs", m.inputs, inputs, 0);  // names the count
-    batch = segment_batch(bundle, inputs[m.batch_input].bytes);
-  }
-  check_spans(bundle, "inputs", m.inputs, inputs, batch);
-  check_spans(bundle, "outputs", m.outputs, outputs, batch);
-  return batch;
-}
-
 /// The context a call runs in: the stream's own, else the current one (when on `device`), else the primary.
 CUcontext call_context(const CudaDriver& d, const Manifest& m, CUstream stream, int device, CUcontext current,
                        const LastHit& last) {
@@ -325,7 +311,10 @@ void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs, co
                  CUstream stream, int device) {
   using namespace detail;
   const Manifest& m = bundle.manifest();
-  const int64_t batch = checked_batch(bundle, inputs, outputs);
+  const int64_t batch = detail::checked_call_batch(bundle, inputs, outputs, [&](const char* side, const auto& specs,
+                                                                                 const auto& spans, int64_t b) {
+    check_spans(bundle, side, specs, spans, b);
+  });
   const CudaDriver& d = driver();
   thread_local CallState state;
 

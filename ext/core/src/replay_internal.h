@@ -73,6 +73,25 @@ void count_free();
 /// call in flight are left alone. Returns "; what failed" for each failure, else "".
 std::string release_staging(const CudaDriver& d, std::string_view digest);
 
+/// The call's batch (0 without dynamic batch), after `check(side, specs, spans, batch)` checked every span's
+/// count, pointer and size of both sides (device or host spans: the batch is read before the sizes are checked).
+template <class Spans, class Check>
+int64_t checked_call_batch(const Bundle& bundle, const Spans& inputs, const Spans& outputs, Check&& check) {
+  const Manifest& m = bundle.manifest();
+  int64_t batch = 0;
+  if (m.dynamic) {
+    if (inputs.size() != m.inputs.size()) check("inputs", m.inputs, inputs, 0);  // names the count
+    batch = segment_batch(bundle, inputs[m.batch_input].bytes);
+  }
+  check("inputs", m.inputs, inputs, batch);
+  check("outputs", m.outputs, outputs, batch);
+  return batch;
+}
+
+/// checked_call_batch for host spans (run_segment_host, run_segment_cpu).
+int64_t checked_host_batch(const Bundle& bundle, const std::vector<HostSpan>& inputs,
+                           const std::vector<HostSpan>& outputs);
+
 /// One loaded CUDA module and what was chosen, e.g. "cubin sm_90".
 struct LoadedModule {
   CUmodule module = nullptr;

@@ -458,11 +458,12 @@ uint64_t free_count() { return detail::g_frees.load(std::memory_order_relaxed); 
 
 size_t release_segments(std::string_view digest) {
   using namespace detail;
+  const size_t cpu = release_cpu_code(digest);
   const CudaDriver* dp = nullptr;
   try {
     dp = &driver();
   } catch (const DriverUnavailable&) {
-    return 0;  // nothing was ever prepared
+    return cpu;  // nothing was ever prepared on a GPU
   }
   const CudaDriver& d = *dp;
   std::string errors = release_staging(d, digest);
@@ -523,7 +524,7 @@ size_t release_segments(std::string_view digest) {
   }
   for (Pending& p : work) defer(std::move(p));
   if (!errors.empty()) throw std::runtime_error("leapp::release_segments: " + errors.substr(2));
-  return released;
+  return released + cpu;
 }
 
 }  // namespace leapp

@@ -20,6 +20,7 @@ struct NodeDescription {
   std::vector<std::pair<std::string, std::string>> files;  ///< (path, sha256): ONNX external data
   std::vector<Spec> inputs, outputs;
   size_t segments = 0;
+  size_t cpu_code_segments = 0;  ///< segments whose producer.cpu_code names this machine (a claim: checked at run)
   bool has_aoti = false;  ///< the node's `aoti` entry: the AOTInductor package `leapp aoti` recorded (PT2 nodes)
   std::string aoti_path, aoti_sha256, aoti_torch;
 };

@@ -384,11 +384,13 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
     const std::string op_library = torch_op_library(options.torch_op_library);
     node.aoti = open_aoti_node(description, index, aoti_plugin_path(options.aoti_plugin), op_library,
                                device ? options.device_index : -1);
-    if (!device && d.segments && !op_library_replays_on_cpu(op_library))
-      throw PipelineError(where + ": its " + std::to_string(d.segments) + " Warp segment(s) replay on CUDA devices only, "
-                          "and its AOTInductor package (" + d.aoti_path + ") runs on the CPU: record the node on a "
-                          "CUDA device, make its package there (`leapp aoti`) and open the pipeline with device "
-                          "buffers (leapp-run --device cuda)");
+    if (!device && d.cpu_code_segments < d.segments && !op_library_replays_on_cpu(op_library))
+      throw PipelineError(where + ": " + std::to_string(d.segments - d.cpu_code_segments) + " of its " +
+                          std::to_string(d.segments) + " Warp segment(s) hold no CPU code for this machine and replay "
+                          "on CUDA devices only, and its AOTInductor package (" + d.aoti_path + ") runs on the CPU: "
+                          "export the node with CPU code (trace it on the CPU, or LEAPP_CPU_CODE=1; "
+                          "docs/export-cpu.md), or make its package on a CUDA device (`leapp aoti`) and open the "
+                          "pipeline with device buffers (leapp-run --device cuda)");
     node.info.execution = device ? "aoti-cuda" : "aoti-cpu";
     node_infos.push_back(node.info);
     nodes.push_back(std::move(node));
@@ -403,8 +405,9 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
     throw PipelineError(where + ": a " + d.backend + " node (" + d.artifact + "); leapp's C++ runner runs ONNX nodes "
                         "and PT2 nodes with an AOTInductor package (`leapp aoti`, docs/aoti.md). Export the node "
                         "with export_with='onnx' or 'pt2'");
-  if (d.segments && options.memory != Memory::kDevice) {
-    // the op stages host tensors onto a CUDA device: without one, say so now, not from inside a run
+  if (d.segments > d.cpu_code_segments && options.memory != Memory::kDevice) {
+    // segments without CPU code: the op stages host tensors onto a CUDA device; without one, say so now, not from
+    // inside a run (segments with CPU code for this machine run on the CPU, docs/export-cpu.md)
     std::string why;
     try {
       int count = 0;
@@ -414,8 +417,10 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
       why = e.what();
     }
     if (!why.empty())
-      throw PipelineError(where + ": its " + std::to_string(d.segments) + " Warp segment(s) replay on a CUDA device "
-                          "(on ONNX Runtime's CPU EP through pinned host memory), and this machine has none: " + why);
+      throw PipelineError(where + ": " + std::to_string(d.segments - d.cpu_code_segments) + " of its " +
+                          std::to_string(d.segments) + " Warp segment(s) hold no CPU code for this machine and replay "
+                          "on a CUDA device (on ONNX Runtime's CPU EP through pinned host memory), and this machine "
+                          "has none: " + why);
   }
   std::string library = ort_op_library(options.ort_op_library);
   if (library.empty() && d.segments)

@@ -47,6 +47,8 @@ constexpr uint64_t kBundleMaxJsonValues = uint64_t(1) << 20;  ///< values in one
 constexpr uint64_t kBundleMaxBufferBytes = uint64_t(1) << 40;  ///< buffers[i].bytes, memset/copy bytes, a blob's length
 constexpr uint64_t kBundleMaxOwnedBytes = uint64_t(1) << 40;   ///< sum of scratch + constant buffer bytes
 constexpr const char* kBundleManifestFormat = "leapp.warp.bundle";
+constexpr uint16_t kElfMachineX86_64 = 62;    ///< cpu_code[c].machine "x86_64": the ELF e_machine its blob declares
+constexpr uint16_t kElfMachineAarch64 = 183;  ///< "aarch64"
 
 // --- packed structs ------------------------------------------------------------
 #pragma pack(push, 1)

@@ -65,6 +65,14 @@ struct KernelSpec {
   std::string key;    ///< Warp's kernel key (may be empty); for messages
   uint32_t block_dim = 0;
   uint32_t smem_bytes = 0;  ///< dynamic shared memory
+  std::string cpu_entry;    ///< the CPU code's entry symbol, e.g. "scale_1a2b3c4d_cpu_forward" ("": no CPU code)
+};
+
+/// cpu_code[c]: one ELF shared object holding the segment's kernels compiled for a CPU (docs/bundle-format.md,
+/// "CPU code"); its blob passed the ELF header checks for `machine`.
+struct CpuCodeSpec {
+  std::string machine;  ///< "x86_64" or "aarch64"
+  uint32_t blob = 0;
 };
 
 struct BufferSpec {
@@ -136,6 +144,7 @@ struct Manifest {
   std::vector<OpSpec> ops;
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> outputs;
+  std::vector<CpuCodeSpec> cpu_code;  ///< empty: the segment runs on CUDA devices only
   // Dynamic batch: present iff the manifest has "batch".
   bool dynamic = false;
   int64_t batch_traced = 0, batch_min = 0, batch_max = 0;
@@ -268,13 +277,34 @@ void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs,
 /// run_segment checks every input and output size at that batch.
 int64_t segment_batch(const Bundle& bundle, uint64_t batch_input_bytes);
 
-/// Runs the segment on host memory: copies inputs into pinned staging buffers,
+/// Runs the segment on host memory. With CPU code for this machine, that is run_segment_cpu. Otherwise it
+/// copies inputs into pinned staging buffers,
 /// replays on a stream of leapp's own on `device` (-1: env LEAPP_CUDA_DEVICE,
 /// else 0), copies the outputs back and waits. Staging sets (stream, pinned and
 /// device buffers) are pooled per (digest, device), so concurrent callers never
 /// share one. Used by the ORT CPU execution provider.
 void run_segment_host(const Bundle& bundle, const std::vector<HostSpan>& inputs,
                       const std::vector<HostSpan>& outputs, int device);
+
+/// The bundle's CPU code for the machine this library was built for (docs/bundle-format.md, "CPU code"), or
+/// nullptr when it holds none.
+const CpuCodeSpec* cpu_code_for_this_machine(const Bundle& bundle);
+
+/// Why run_segment_cpu cannot run the bundle here, naming the segment, this machine and the machines it has
+/// CPU code for; "" when it can.
+std::string cpu_code_refusal(const Bundle& bundle);
+
+/// Runs the segment on host memory with its CPU code, on the calling thread (docs/runtime.md, "CPU code"):
+/// no CUDA driver, no Warp, no compiler, no thread of its own. The CPU code is loaded once per digest from
+/// memory (a sealed memfd), its layout tables checked against every launch; constants are shared and
+/// read-only; scratch, addresses and parameter bytes are per thread, so concurrent calls are safe. Inputs and
+/// outputs are checked as run_segment checks them. Throws std::runtime_error (cpu_code_refusal) when the bundle
+/// has no CPU code for this machine, std::invalid_argument for bad spans or a layout that does not match.
+void run_segment_cpu(const Bundle& bundle, const std::vector<HostSpan>& inputs, const std::vector<HostSpan>& outputs);
+
+/// Unloads the CPU code of segment `digest` (every segment when empty) once no call or thread still holds it
+/// (each thread keeps the last segment it ran); returns how many were dropped from the table.
+size_t release_cpu_code(std::string_view digest = {});
 
 /// The device run_segment_host uses for device == -1 (env LEAPP_CUDA_DEVICE, else 0).
 int default_host_device();

@@ -1,0 +1,165 @@
+"""leapp/_export/cpu_code.py: a segment's Warp kernels as native CPU code, one shared object per machine.
+
+Warp generates C++ for the CPU from the same kernels it generates CUDA from (the module's block_dim 1
+variant, Warp's CPU default); Warp itself compiles that with its bundled Clang into an object its own JIT
+loads. leapp compiles the same source, for the kernels a segment launches, with the system's C++
+compiler into a position-independent shared object that needs nothing but the C library and libm, so
+that the native runtime runs the segment on the CPU with no Warp and no compiler (docs/export-cpu.md).
+
+Each CPU entry ``<mangled>_cpu_forward(launch_bounds_t* dim, wp_args_<mangled>* args)`` takes its
+arguments as one struct; the object also exports ``<mangled>_cpu_forward_leapp_args``, a table of that
+struct's layout (field count, struct size, launch-bounds size, then each field's offset and size) that the
+runtime checks
+against every launch's packed parameters before it calls the entry.
+
+NOTE: kernels that use tiles are left out (their CPU code calls into Warp's runtime for its block
+scheduler), and so is any module whose object would need another library: the segment then has no CPU
+code, and the reason is reported, never a silent fallback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from leapp import _warp_private as wpp
+from leapp.bundle.format import CPU_MACHINES, this_machine
+from leapp.errors import ExportError
+
+__all__ = ["CPU_CODE_ENV", "CXX_ENV", "CpuCode", "cpu_code_wanted", "compilers", "build_cpu_code"]
+
+CPU_CODE_ENV = "LEAPP_CPU_CODE"  # auto (default: segments captured on the CPU), 1 (every segment), 0 (none)
+CXX_ENV = "LEAPP_CXX"  # the host C++ compiler (default: c++, g++ or clang++ from PATH)
+CROSS_CXX = {"aarch64": "aarch64-linux-gnu-g++"}  # cross compilers used when they are on PATH
+CPU_BLOCK_DIM = 1  # the module variant Warp runs on the CPU by default
+FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-DNDEBUG", "-ffp-contract=off", "-fvisibility=hidden",
+         "-Wno-invalid-offsetof", "-static-libstdc++", "-static-libgcc", "-Wl,-z,defs", "-Wl,--build-id=none", "-s")
+
+
+# What the layout tables use: offsetof, and the size of an entry's launch_bounds_t<N> (its first parameter).
+LAYOUT_PRELUDE = """
+#include <cstddef>
+template <typename D, typename A>
+constexpr unsigned long long leapp_dim_bytes(void (*)(D*, A*)) { return sizeof(D); }
+"""
+
+
+@dataclass(frozen=True)
+class CpuCode:
+    """One shared object: the machine it runs on, its bytes and the CPU entry of each launched kernel."""
+
+    machine: str
+    image: bytes
+    entries: dict[str, str]  # CUDA entry of the kernel -> its CPU entry in ``image``
+
+
+def cpu_code_wanted(captured_on: str) -> bool:
+    """Whether a segment captured on ``captured_on`` ("cpu" or "cuda") gets CPU code ($LEAPP_CPU_CODE)."""
+    value = os.environ.get(CPU_CODE_ENV, "auto").strip().lower()
+    if value in ("", "auto"):
+        return captured_on == "cpu"
+    if value in ("1", "always"):
+        return True
+    if value in ("0", "never"):
+        return False
+    raise ExportError(f"${CPU_CODE_ENV}={value!r}: expected 'auto' (the default: CPU code for segments captured on "
+                      "the CPU), '1' (every segment, a CUDA export too) or '0' (none)")
+
+
+def compilers() -> list[tuple[str, str]]:
+    """(machine, compiler) pairs CPU code is built with: the host's ($LEAPP_CXX, else c++/g++/clang++), then
+    each cross compiler of ``CROSS_CXX`` found on PATH for another machine."""
+    found = []
+    host = this_machine()
+    if host in CPU_MACHINES:
+        chosen = os.environ.get(CXX_ENV) or next((c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
+        if chosen:
+            found.append((host, chosen))
+    for machine, cxx in CROSS_CXX.items():
+        if machine != host and shutil.which(cxx):
+            found.append((machine, cxx))
+    return found
+
+
+def build_cpu_code(kernels: Sequence[tuple[str, object]], where: str) -> tuple[list[CpuCode], str]:
+    """CPU code of ``kernels`` ((CUDA entry, live wp.Kernel) pairs, the launched ones) for every machine a
+    compiler is found for; and "" or why there is none (then the list is empty).
+
+    Raises:
+        ExportError: a compiler failed on Warp's source (names the machine, the compiler and its output).
+    """
+    if not kernels:
+        return [], "the segment launches no kernel"
+    tiled = sorted({k.key for _, k in kernels if wpp.uses_tiles(k)})
+    if tiled:
+        return [], f"kernels {tiled} use tiles, whose CPU code needs Warp's runtime"
+    targets = compilers()
+    if not targets:
+        return [], (f"no C++ compiler found (set ${CXX_ENV}, or install c++, g++ or clang++) for machine "
+                    f"{this_machine()}")
+    sources, entries = _sources(kernels)
+    codes = []
+    for machine, cxx in targets:
+        codes.append(CpuCode(machine, _compile(cxx, machine, sources, where), entries))
+    return codes, ""
+
+
+def _sources(kernels: Iterable[tuple[str, object]]) -> tuple[list[str], dict[str, str]]:
+    """One C++ source per Warp module (its kernels subset, plus the layout tables), and CUDA entry -> CPU entry."""
+    by_module: dict[int, tuple[object, list[tuple[str, object]]]] = {}
+    for entry, kernel in kernels:
+        by_module.setdefault(id(kernel.module), (kernel.module, []))[1].append((entry, kernel))
+    sources, entries = [], {}
+    for module, launched in by_module.values():
+        with wpp.preserved_module_state(module):
+            wpp.module_variant_hash(module, CPU_BLOCK_DIM)
+            names = wpp.kernel_variant_names(module, CPU_BLOCK_DIM)
+            mangled = {entry: names[kernel] for entry, kernel in launched}
+            source, fields = wpp.cpu_codegen(module, wpp.export_options(module, CPU_BLOCK_DIM),
+                                             frozenset(mangled.values()))
+        tables = []
+        for name in sorted(set(mangled.values())):
+            struct = f"wp_args_{name}"
+            cells = [str(len(fields[name])), f"sizeof({struct})", f"leapp_dim_bytes(&{name}_cpu_forward)"]
+            for label in fields[name]:
+                cells += [f"offsetof({struct}, {label})", f"sizeof((({struct}*)0)->{label})"]
+            tables.append(f'extern "C" __attribute__((visibility("default"))) const unsigned long long '
+                          f"{name}_cpu_forward_leapp_args[] = {{{', '.join(cells)}}};")
+        sources.append(source + LAYOUT_PRELUDE + "\n".join(tables) + "\n")
+        entries.update({entry: f"{name}_cpu_forward" for entry, name in mangled.items()})
+    return sources, entries
+
+
+def _compile(cxx: str, machine: str, sources: Sequence[str], where: str) -> bytes:
+    with tempfile.TemporaryDirectory(prefix="leapp-cpu-") as tmp:
+        files = []
+        for i, source in enumerate(sources):
+            path = Path(tmp) / f"module{i}.cpp"
+            path.write_text(source)
+            files.append(str(path))
+        out = Path(tmp) / "segment.so"
+        command = [cxx, *FLAGS, "-I", wpp.native_include_dir(), *files, "-o", str(out), "-lm"]
+        try:
+            r = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise ExportError(f"{where}: compiling the CPU code for {machine} with {cxx} failed: {e}") from e
+        if r.returncode != 0:
+            raise ExportError(f"{where}: compiling the CPU code for {machine} with {cxx} failed "
+                              f"(exit {r.returncode}):\n{(r.stderr or r.stdout)[-4000:]}")
+        image = out.read_bytes()
+    elf_machine = int.from_bytes(image[18:20], "little") if len(image) >= 20 else -1
+    if image[:4] != b"\x7fELF" or elf_machine != CPU_MACHINES[machine]:
+        raise ExportError(f"{where}: {cxx} did not produce an ELF shared object for {machine} (e_machine "
+                          f"{elf_machine}, expected {CPU_MACHINES[machine]})")
+    return image
+
+
+def describe(code: CpuCode) -> str:
+    """"x86_64, 18 KiB, sha256 1a2b3c4d" for reports."""
+    return f"{code.machine}, {len(code.image) // 1024} KiB, sha256 {hashlib.sha256(code.image).hexdigest()[:8]}"

@@ -1,0 +1,345 @@
+"""Warp segments on the CPU (docs/export-cpu.md): a node traced on the CPU exports with native CPU code for its
+Warp kernels, validates on a machine without a GPU, and leapp.load, the ONNX op and leapp-run run it there.
+
+Everything here runs on a CPU-only machine; it needs Warp and a C++ compiler (the export compiles Warp's CPU
+source) and leapp's native module.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import leapp
+from leapp import annotate
+from leapp.bundle import BundleError, read_bundle
+from leapp.bundle.writer import pack
+
+wp = pytest.importorskip("warp")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning"),
+              pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
+                                 reason="needs a C++ compiler: the export compiles Warp's CPU source")]
+# Tracing on the CPU runs the kernels eagerly with Warp's own CPU build, which needs its warp-clang library
+# (the GPU test machine's Warp has none: its CUDA test below compares with Warp on CUDA instead).
+warp_cpu = pytest.mark.skipif(not (Path(wp.__file__).parent / "bin" / "warp-clang.so").is_file(),
+                              reason="this Warp cannot build CPU kernels (no warp-clang.so)")
+
+BATCH = 16
+
+
+@wp.kernel
+def gravity_scaled(q: wp.array(dtype=wp.quat), g: wp.vec3, s: float, out: wp.array(dtype=wp.vec3)):
+    i = wp.tid()
+    out[i] = wp.quat_rotate_inv(q[i], g) * s
+
+
+@wp.kernel
+def add_rows(a: wp.array(dtype=wp.vec3), b: wp.array(dtype=wp.vec3), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = wp.length(a[i] + b[i])
+
+
+def observe(quat: torch.Tensor) -> torch.Tensor:
+    """Two launches, a Warp scratch array, a zeroed output, a copy: what a simulator's observation term does."""
+    grav = torch.empty(quat.shape[0], 3)
+    norm = torch.empty(quat.shape[0])
+    with annotate.warp_op():
+        q = wp.from_torch(quat, dtype=wp.quat)
+        tmp = wp.empty(quat.shape[0], dtype=wp.vec3, device="cpu")
+        out = wp.from_torch(grav, dtype=wp.vec3)
+        n = wp.from_torch(norm)
+        n.zero_()
+        wp.launch(gravity_scaled, dim=quat.shape[0], inputs=[q, wp.vec3(0.0, 0.0, -1.0), 2.0], outputs=[tmp],
+                  device="cpu")
+        wp.copy(out, tmp)
+        wp.launch(add_rows, dim=quat.shape[0], inputs=[tmp, out], outputs=[n], device="cpu")
+    return torch.cat([grav, norm[:, None]], dim=1) * 0.5
+
+
+def quats(n: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.nn.functional.normalize(torch.randn(n, 4, generator=g), dim=1)
+
+
+def _trace(folder: Path, backend: str, dynamic=None, validate: bool = True):
+    node = leapp.node("obs", export_with=backend, dynamic_batch=dynamic)(observe)
+    with leapp.trace("cpu_obs", save_path=str(folder)) as session:
+        for seed in range(3):
+            node(quats(BATCH, seed))
+    return session.compile(validate=validate), folder / "cpu_obs"
+
+
+@pytest.fixture(scope="module", params=["pt2", "onnx"])
+def export(request, tmp_path_factory):
+    report, folder = _trace(tmp_path_factory.mktemp(request.param), request.param)
+    return request.param, report, folder
+
+
+def _bundle(folder: Path) -> bytes:
+    """The bytes of the obs node's one segment bundle, found in its artifact as leapp inspect finds them."""
+    from leapp.runtime.binary_choice import bundles_in_artifact
+
+    pipeline = leapp.load(folder)
+    node = pipeline.nodes["obs"]
+    (found,) = bundles_in_artifact(node.backend, node.artifact, node.runner)
+    return found
+
+
+@warp_cpu
+def test_a_cpu_traced_node_validates_on_the_cpu(export):
+    backend, report, folder = export
+    entry = report["obs"]
+    assert entry.status == "passed", str(report)
+    assert all(check.max_abs <= 1e-6 for check in entry.validation.outputs), str(report)
+
+
+@warp_cpu
+def test_the_bundle_carries_cpu_code_and_inspect_shows_it(export):
+    _, _, folder = export
+    r = subprocess.run([str(Path(sys.executable).with_name("leapp")), "inspect", str(folder)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "CPU code: x86_64 shared object" in r.stdout or "CPU code: aarch64 shared object" in r.stdout, r.stdout
+    assert "CPU entry gravity_scaled_" in r.stdout and "_cpu_forward" in r.stdout, r.stdout
+
+
+@warp_cpu
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**31 - 1))
+def test_loaded_export_equals_eager_warp_on_the_cpu(export, seed):
+    _, _, folder = export
+    pipeline = leapp.load(folder)
+    quat = quats(BATCH, seed)
+    got = pipeline(quat=quat)
+    (out,) = got.values()
+    torch.testing.assert_close(out, observe(quat), rtol=1e-5, atol=1e-6)
+
+
+@warp_cpu
+def test_concurrent_calls_share_no_state(export):
+    _, _, folder = export
+    pipeline = leapp.load(folder)
+    inputs = [quats(BATCH, 100 + i) for i in range(8)]
+    want = [observe(q) for q in inputs]
+    errors, results = [], [None] * len(inputs)
+
+    def run(i):
+        try:
+            for _ in range(50):
+                results[i] = next(iter(pipeline(quat=inputs[i]).values()))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for got, expected in zip(results, want):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@warp_cpu
+def test_dynamic_batch_runs_every_batch_of_the_range(tmp_path):
+    report, folder = _trace(tmp_path, "pt2", dynamic=(1, 64))
+    assert report["obs"].status == "passed", str(report)
+    pipeline = leapp.load(folder)
+    for batch in (1, 7, 16, 64):
+        quat = quats(batch, batch)
+        (out,) = pipeline(quat=quat).values()
+        torch.testing.assert_close(out, observe(quat), rtol=1e-5, atol=1e-6)
+
+
+@warp_cpu
+def test_leapp_run_runs_the_onnx_export_on_the_cpu(export, tmp_path):
+    backend, _, folder = export
+    if backend != "onnx":
+        pytest.skip("leapp-run runs a pt2 node from an AOTInductor package: test_aoti_cpu_package covers it")
+    leapp_run = Path(sys.executable).with_name("leapp-run")
+    if not leapp_run.is_file():
+        pytest.skip("leapp-run was not built (ONNX Runtime's headers were missing at build time)")
+    from leapp.testing.cpp_runner import leapp_run_env
+
+    quat = quats(BATCH, 7)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "quat.bin").write_bytes(quat.numpy().tobytes())
+    r = subprocess.run([str(leapp_run), str(folder), "--in", str(tmp_path / "in"), "--out", str(tmp_path / "out"),
+                        "--time", "20"], capture_output=True, text=True, timeout=300, env=leapp_run_env())
+    assert r.returncode == 0, r.stdout + r.stderr
+    (name,) = leapp.load(folder).outputs
+    got = np.fromfile(tmp_path / "out" / f"{name}.bin", dtype=np.float32).reshape(BATCH, 4)
+    np.testing.assert_allclose(got, observe(quat).numpy(), rtol=1e-5, atol=1e-6)
+
+
+@warp_cpu
+def test_no_cpu_code_when_turned_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("LEAPP_CPU_CODE", "0")
+    report, folder = _trace(tmp_path, "pt2", validate=False)
+    assert "cpu_code" not in read_bundle(_bundle(folder)).manifest
+    with pytest.raises(RuntimeError, match=r"holds no CPU code for this machine \(\w+\): it was exported for CUDA "
+                                           r"devices only \(export it with LEAPP_CPU_CODE=1"):
+        leapp.load(folder)(quat=quats(BATCH, 0))
+    monkeypatch.setenv("LEAPP_CPU_CODE", "sometimes")
+    with pytest.raises(leapp.ExportError, match=r"\$LEAPP_CPU_CODE='sometimes': expected 'auto'"):
+        _trace(tmp_path / "bad", "pt2", validate=False)
+
+
+# ------------------------------------------------------------------ hostile bundles
+
+
+def _rewritten(data: bytes, edit) -> bytes:
+    """The bundle with its manifest (a dict) and stored blobs (a list of bytes) edited by ``edit``, resealed and
+    not checked (as a hostile writer would)."""
+    import json
+
+    bundle = read_bundle(data)
+    manifest = json.loads(json.dumps(bundle.manifest))
+    blobs = [bytes(b) for b in bundle.blobs]
+    edit(manifest, blobs)
+    return pack(json.dumps(manifest).encode(), blobs, min_reader_version=bundle.min_reader_version)
+
+
+def _native_parse(data: bytes):
+    from leapp import _native
+
+    return _native.Bundle(data)
+
+
+@pytest.fixture(scope="module")
+def cpu_bundle(tmp_path_factory) -> bytes:
+    _, folder = _trace(tmp_path_factory.mktemp("hostile"), "pt2", validate=False)
+    return _bundle(folder)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m, b: m["cpu_code"][0].update(machine="riscv64"), "machine"),
+    (lambda m, b: m["cpu_code"].append(dict(m["cpu_code"][0])), "second CPU code"),
+    (lambda m, b: b.__setitem__(m["cpu_code"][0]["blob"], b"\x7fELF" + bytes(60)), "64-bit little-endian"),
+    (lambda m, b: b.__setitem__(m["cpu_code"][0]["blob"], b"MZ" + bytes(100)), "not an ELF file"),
+    (lambda m, b: m["cpu_code"][0].update(machine="aarch64" if os.uname().machine == "x86_64" else "x86_64"),
+     "e_machine"),
+    (lambda m, b: m.pop("cpu_code"), "cpu_entry"),
+    (lambda m, b: m["kernels"][0].pop("cpu_entry"), "cpu_entry"),
+    (lambda m, b: m.update(cpu_code=[]), "empty"),
+], ids=["machine", "twice", "elf-class", "not-elf", "other-machine", "entry-without-code", "code-without-entry",
+        "empty"])
+@warp_cpu
+def test_both_readers_refuse_a_hostile_cpu_code_entry(cpu_bundle, edit, message):
+    data = _rewritten(cpu_bundle, edit)
+    with pytest.raises(BundleError, match=message):
+        read_bundle(data)
+    with pytest.raises(ValueError, match=message):
+        _native_parse(data)
+
+
+def _run_cpu(data: bytes, n: int = BATCH):
+    from leapp import _native
+
+    bundle = _native.Bundle(data)
+    quat, grav, norm = quats(n, 1), torch.empty(n, 3), torch.empty(n)
+    _native.run_segment_cpu(bundle, [quat.data_ptr()], [norm.data_ptr(), grav.data_ptr()], [quat.numel() * 4],
+                            [norm.numel() * 4, grav.numel() * 4])  # signature order: norm is zeroed first
+    return norm, grav
+
+
+@warp_cpu
+def test_a_cpu_entry_the_code_does_not_define_is_refused_by_name(cpu_bundle):
+    norm, grav = _run_cpu(_rewritten(cpu_bundle, lambda m, b: None))  # the control: resealed as is, it runs
+    torch.testing.assert_close(torch.cat([grav, norm[:, None]], dim=1) * 0.5, observe(quats(BATCH, 1)))
+    data = _rewritten(cpu_bundle, lambda m, b: m["kernels"][0].update(cpu_entry="system"))
+    with pytest.raises(ValueError, match=r"kernels\[0\] CPU entry 'system': not defined by the CPU code"):
+        _run_cpu(data)
+
+
+@warp_cpu
+def test_parameters_that_do_not_fit_the_entry_are_refused_before_anything_runs(cpu_bundle):
+    def shrink(m, b):
+        launch = next(op for op in m["ops"] if op["op"] == "launch")
+        launch["params"]["sizes"][1] -= 8
+
+    with pytest.raises(ValueError, match=r"ops\[\d+\] argument 0 has 48 bytes, the CPU entry's has 56"):
+        _run_cpu(_rewritten(cpu_bundle, shrink))
+
+
+@warp_cpu
+def test_wrong_sizes_are_refused(cpu_bundle):
+    with pytest.raises(ValueError, match=r"input.*'in0' has 252 bytes, expected 256"):
+        from leapp import _native
+
+        bundle = _native.Bundle(cpu_bundle)
+        quat, grav, norm = quats(BATCH, 1), torch.empty(BATCH, 3), torch.empty(BATCH)
+        _native.run_segment_cpu(bundle, [quat.data_ptr()], [norm.data_ptr(), grav.data_ptr()], [252],
+                                [norm.numel() * 4, grav.numel() * 4])
+
+
+def _observe_on(device: str):
+    """observe() for tensors on ``device`` (the Warp arrays and launches follow it)."""
+
+    def observe_device(quat: torch.Tensor) -> torch.Tensor:
+        grav = torch.empty(quat.shape[0], 3, device=quat.device)
+        norm = torch.empty(quat.shape[0], device=quat.device)
+        with annotate.warp_op():
+            q = wp.from_torch(quat, dtype=wp.quat)
+            tmp = wp.empty(quat.shape[0], dtype=wp.vec3, device=device)
+            out = wp.from_torch(grav, dtype=wp.vec3)
+            n = wp.from_torch(norm)
+            n.zero_()
+            wp.launch(gravity_scaled, dim=quat.shape[0], inputs=[q, wp.vec3(0.0, 0.0, -1.0), 2.0], outputs=[tmp],
+                      device=device)
+            wp.copy(out, tmp)
+            wp.launch(add_rows, dim=quat.shape[0], inputs=[tmp, out], outputs=[n], device=device)
+        return torch.cat([grav, norm[:, None]], dim=1) * 0.5
+
+    return observe_device
+
+
+@pytest.mark.cuda
+def test_a_cuda_export_with_cpu_code_runs_on_both(tmp_path, monkeypatch):
+    """LEAPP_CPU_CODE=1: a node traced on CUDA carries CPU code too; its ONNX model runs on the CUDA EP and, the same
+    file, on the CPU EP of a machine without a GPU (the segment from its CPU code), both equal to eager."""
+    wp.init()
+    if not torch.cuda.is_available() or not wp.is_cuda_available():
+        pytest.skip("torch or Warp sees no CUDA device")
+    monkeypatch.setenv("LEAPP_CPU_CODE", "1")
+    node = leapp.node("obs", export_with="onnx")(_observe_on("cuda:0"))
+    with leapp.trace("both", save_path=str(tmp_path)) as session:
+        for seed in range(3):
+            node(quats(BATCH, seed).cuda())
+    report = session.compile(validate=True)
+    assert report["obs"].status == "passed", str(report)
+    folder = tmp_path / "both"
+    assert "cpu_code" in read_bundle(_bundle(folder)).manifest
+    quat = quats(BATCH, 11)
+    want = _observe_on("cuda:0")(quat.cuda()).cpu()  # Warp's own CUDA run (a Warp without warp-clang has no CPU)
+    (on_gpu,) = leapp.load(folder)(quat=quat.cuda()).values()
+    torch.testing.assert_close(on_gpu.cpu(), want, rtol=1e-5, atol=1e-6)
+    (on_cpu,) = leapp.load(folder, onnx_ep="cpu")(quat=quat).values()
+    assert on_cpu.device.type == "cpu"
+    torch.testing.assert_close(on_cpu, want, rtol=1e-5, atol=1e-6)
+
+
+@warp_cpu
+def test_leapp_testing_runs_its_cpu_routes_on_a_warp_export(export):
+    """leapp.testing compares the export with eager on every route that runs here: on a CPU machine, the Warp
+    segment from its CPU code (before, every route of a Warp export skipped "captured on the CPU")."""
+    from leapp.testing import assert_equivalent, input_strategy, unit_norm
+
+    backend, _, folder = export
+    result = assert_equivalent(observe, folder, input_strategy(folder, quat=unit_norm()), max_examples=10,
+                               rtol=1e-5, atol=1e-6)
+    assert "load" in result.ran, result
+    if backend == "onnx":
+        assert "onnx-cpu-ep" in result.ran or "onnx-cpu-ep" in result.skipped, result
+        if Path(sys.executable).with_name("leapp-run").is_file():
+            assert "cpp-runner" in result.ran, result
