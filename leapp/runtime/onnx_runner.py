@@ -7,9 +7,14 @@ A CUDA node on the CUDA EP runs **on torch's stream, without waiting on the host
   ``cudaStreamLegacy``, see ``ort_stream_handle``), so every CUDA kernel of the session,
   the ``WarpSegment`` replays included (``KernelContext::GetGPUComputeStream``), is
   enqueued on that stream in order with torch's work.
-- Each run passes ``disable_synchronize_execution_providers=1``: the CUDA EP's
-  ``OnRunEnd`` then skips its ``cudaStreamSynchronize``; outputs are ready in stream
-  order, like any torch op's.
+- A run made while the stream is captured passes ``disable_synchronize_execution_providers=1``
+  (the CUDA EP's ``OnRunEnd`` then skips its ``cudaStreamSynchronize``, which a capture forbids);
+  outputs are ready in stream order, like any torch op's. Other runs let ONNX Runtime wait for
+  its stream at the end of the run: without that wait, a model whose CUDA kernels stage host
+  data through pinned memory (the all-ONNX go2 observation, ONNX Runtime 1.30) has the CUDA EP
+  release those buffers from a host callback, whose ``cudaFreeHost`` fails (CUDA error 800) and
+  aborts the process. The plain call replays most runs from a CUDA graph (below), so the wait
+  is paid by the runs that are not captured.
 - A call made while torch's current stream is another one hands off on the device:
   an event recorded on the current stream is waited on by the session stream, and
   one recorded on the session stream after the run is waited on by the current stream.
@@ -298,7 +303,9 @@ class OnnxRunner(NodeRunner):
         self._bound: dict[str, tuple] = {}  # name -> (data_ptr, shape, dtype) last bound
         self._io_type = "cuda" if self.io_device.type == "cuda" else "cpu"  # ORT's device name and index
         self._io_index = self.io_device.index or 0
-        self._run_options = _run_options(ort, host_sync=self.stream_mode != "torch-stream")
+        # outside a capture ORT waits for its stream at the end of a run (the module docstring says why)
+        self._run_options = _run_options(ort, host_sync=True)
+        self._capture_options = _run_options(ort, host_sync=self.stream_mode != "torch-stream")
         self._output_types = [_onnx_type(spec.dtype) for spec in self.outputs]
         self._lock = threading.Lock()
         self._ready = self._done = None  # hand-off events, made on first use
@@ -367,7 +374,12 @@ class OnnxRunner(NodeRunner):
     def _run_bound(self, tensors: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> None:
         """One run on given buffers, enqueued on the session's stream (the graph's capture and warm-up)."""
         self._bind(tensors, outs)
-        self.session.run_with_iobinding(self._binding, self._run_options)
+        self.session.run_with_iobinding(self._binding, self._options())
+
+    def _options(self):
+        """This run's options: no host wait while torch's current stream is captured (a wait would break the
+        capture), a wait otherwise (the module docstring)."""
+        return self._capture_options if torch.cuda.is_current_stream_capturing() else self._run_options
 
     def _bind(self, tensors: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> None:
         """Points the runner's binding at this call's tensors; a name whose pointer, shape and dtype are
@@ -413,7 +425,7 @@ class OnnxRunner(NodeRunner):
                 self.session_stream.wait_event(self._ready)
             try:
                 self._bind(tensors, outs)  # after the wait: a bind that copies does so on the session stream
-                self.session.run_with_iobinding(self._binding, self._run_options)
+                self.session.run_with_iobinding(self._binding, self._options())
             finally:  # also after a failed run: what it enqueued may still read the temporaries
                 if handoff:
                     self._done.record(self.session_stream)

@@ -219,6 +219,7 @@ struct Pipeline::Impl {
   std::set<std::pair<int, std::string>> read_by_edges;
   std::unique_ptr<Ort::MemoryInfo> memory;
   std::unique_ptr<Ort::RunOptions> run_options;  // made once ORT is loaded (its constructor calls the API)
+  std::unique_ptr<Ort::RunOptions> capture_run_options;  // device runs while the stream is captured: no host wait
   bool timing = false;
   std::vector<double> seconds;
   CUcontext context = nullptr;
@@ -245,8 +246,13 @@ struct Pipeline::Impl {
     }
   }
 
+  /// The pipeline's context current on this thread; set only when it is not already (a step calls this twice,
+  /// run and synchronize, and the driver may allocate on a switch).
   void make_current() const {
-    if (context) LEAPP_CHECK_CU(driver().cuCtxSetCurrent(context));
+    if (!context) return;
+    CUcontext current = nullptr;
+    if (driver().cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == context) return;
+    LEAPP_CHECK_CU(driver().cuCtxSetCurrent(context));
   }
 
   CUstream stream() const {
@@ -563,7 +569,10 @@ void Pipeline::Impl::run_one(Node& node, const std::vector<void*>& in, const std
         node.bound_out[i] = out[i];
       }
     node.bound_batch = batch;
-    node.session->Run(*run_options, *node.binding);
+    int capture = 0;  // CU_STREAM_CAPTURE_STATUS_NONE; a stream whose status cannot be read is taken as captured
+    const bool captured = capture_run_options &&
+                          (driver().cuStreamIsCapturing(stream(), &capture) != CUDA_SUCCESS || capture != 0);
+    node.session->Run(captured ? *capture_run_options : *run_options, *node.binding);
   } catch (const Ort::Exception& e) {
     throw PipelineError("Pipeline '" + description.name + "' node '" + node.info.name + "' (" +
                         std::filesystem::path(node.info.artifact).filename().string() + "): " + ort_error_text(e));
@@ -608,8 +617,12 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& export_dir, const Pi
     // work on the legacy default stream as that stream itself would be, and can be captured (step_graph.h).
     if (!options.stream) LEAPP_CHECK_CU(drv.cuStreamCreate(&impl->own_stream, 0));
     impl->memory = std::make_unique<Ort::MemoryInfo>("Cuda", OrtDeviceAllocator, options.device_index, OrtMemTypeDefault);
-    // outputs are ready in stream order; ORT need not wait for the stream (leapp/runtime/onnx_runner.py)
-    impl->run_options->AddConfigEntry("disable_synchronize_execution_providers", "1");
+    // While the step is captured ORT must not wait for the stream (a capture forbids it); outputs are ready in
+    // stream order. Outside a capture it waits: without the wait, ORT 1.30's CUDA EP releases the pinned staging
+    // buffers of some models from a host callback, whose cudaFreeHost aborts the process (CUDA error 800;
+    // leapp/runtime/onnx_runner.py)
+    impl->capture_run_options = std::make_unique<Ort::RunOptions>();
+    impl->capture_run_options->AddConfigEntry("disable_synchronize_execution_providers", "1");
   } else {
     impl->memory = std::make_unique<Ort::MemoryInfo>(Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeDefault));
   }
