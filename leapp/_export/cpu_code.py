@@ -39,7 +39,64 @@ CXX_ENV = "LEAPP_CXX"  # the host C++ compiler (default: c++, g++ or clang++ fro
 CROSS_CXX = {"aarch64": "aarch64-linux-gnu-g++"}  # cross compilers used when they are on PATH
 CPU_BLOCK_DIM = 1  # the module variant Warp runs on the CPU by default
 FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-DNDEBUG", "-ffp-contract=off", "-fvisibility=hidden",
-         "-Wno-invalid-offsetof", "-static-libstdc++", "-static-libgcc", "-Wl,-z,defs", "-Wl,--build-id=none", "-s")
+         "-Wno-invalid-offsetof", "-static-libstdc++", "-static-libgcc", "-Wl,-z,defs", "-Wl,-Bsymbolic",
+         "-Wl,--build-id=none", "-s")
+# What Warp's generated CPU code calls in warp.so when it is not compiled by Clang (which converts half precision
+# with its own _Float16): float <-> half and bfloat16 bits, written here (IEEE round to nearest, ties to even;
+# NaN stays a quiet NaN with its payload's top bits) and compiled into every object, bound locally (-Bsymbolic).
+SUPPORT_SOURCE = r"""
+#include <cstdint>
+#include <cstring>
+#define V __attribute__((visibility("default")))
+extern "C" {
+V uint16_t wp_float_to_half_bits(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000u, exp = (x >> 23) & 0xffu;
+  uint32_t mant = x & 0x7fffffu;
+  if (exp == 0xffu) return uint16_t(sign | 0x7c00u | (mant ? 0x200u | (mant >> 13) : 0u));
+  const int e = int(exp) - 127 + 15;
+  if (e >= 0x1f) return uint16_t(sign | 0x7c00u);
+  if (e <= 0) {
+    if (e < -10) return uint16_t(sign);
+    mant |= 0x800000u;
+    const uint32_t shift = uint32_t(14 - e), half = mant >> shift, rest = mant & ((1u << shift) - 1u);
+    const uint32_t halfway = 1u << (shift - 1u);
+    return uint16_t(sign | (half + (rest > halfway || (rest == halfway && (half & 1u)))));
+  }
+  const uint32_t half = sign | (uint32_t(e) << 10) | (mant >> 13), rest = mant & 0x1fffu;
+  return uint16_t(half + (rest > 0x1000u || (rest == 0x1000u && (half & 1u))));  // a carry rounds up the exponent
+}
+V float wp_half_bits_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0x1fu) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else if (exp == 0) {
+    const float v = float(mant) * 5.9604644775390625e-08f;  // mant * 2^-24, exact
+    return sign ? -v : v;
+  } else {
+    bits = sign | ((exp + 112u) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+V uint16_t wp_float_to_bfloat16_bits(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u)  // NaN: truncated, a quiet bit set where the kept mantissa is zero
+    return uint16_t((x >> 16) | ((x & 0x7f0000u) ? 0u : 0x40u));
+  return uint16_t((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+V float wp_bfloat16_bits_to_float(uint16_t u) {
+  const uint32_t bits = uint32_t(u) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+}
+"""
 
 
 # What the layout tables use: offsetof, and the size of an entry's launch_bounds_t<N> (its first parameter).
@@ -96,14 +153,14 @@ def build_cpu_code(kernels: Sequence[tuple[str, object]], where: str) -> tuple[l
     """
     if not kernels:
         return [], "the segment launches no kernel"
-    tiled = sorted({k.key for _, k in kernels if wpp.uses_tiles(k)})
-    if tiled:
-        return [], f"kernels {tiled} use tiles, whose CPU code needs Warp's runtime"
     targets = compilers()
     if not targets:
         return [], (f"no C++ compiler found (set ${CXX_ENV}, or install c++, g++ or clang++) for machine "
                     f"{this_machine()}")
-    sources, entries = _sources(kernels)
+    sources, entries = _sources(kernels)  # codegen builds each kernel's adjoint: its variables are known after
+    tiled = sorted({k.key for _, k in kernels if wpp.uses_tiles(k)})
+    if tiled:  # a tile kernel's CPU variant runs one thread per block: not what the CUDA launch sizes mean
+        return [], f"kernels {tiled} use tiles, which the CPU code cannot run as the CUDA launches do"
     codes = []
     for machine, cxx in targets:
         codes.append(CpuCode(machine, _compile(cxx, machine, sources, where), entries))
@@ -139,7 +196,7 @@ def _sources(kernels: Iterable[tuple[str, object]]) -> tuple[list[str], dict[str
 def _compile(cxx: str, machine: str, sources: Sequence[str], where: str) -> bytes:
     with tempfile.TemporaryDirectory(prefix="leapp-cpu-") as tmp:
         files = []
-        for i, source in enumerate(sources):
+        for i, source in enumerate([*sources, SUPPORT_SOURCE]):
             path = Path(tmp) / f"module{i}.cpp"
             path.write_text(source)
             files.append(str(path))

@@ -129,25 +129,31 @@ def test_loaded_export_equals_eager_warp_on_the_cpu(export, seed):
 def test_concurrent_calls_share_no_state(export):
     _, _, folder = export
     pipeline = leapp.load(folder)
-    inputs = [quats(BATCH, 100 + i) for i in range(8)]
+    _in_threads(lambda quat: next(iter(pipeline(quat=quat).values())), calls=50, seed=100)
+
+
+def _in_threads(call, calls: int, seed: int, threads: int = 8) -> None:
+    """``call(quat)`` from ``threads`` threads at once, ``calls`` times each on its own input; every last result
+    must equal eager."""
+    inputs = [quats(BATCH, seed + i) for i in range(threads)]
     want = [observe(q) for q in inputs]
-    errors, results = [], [None] * len(inputs)
+    errors, got = [], [None] * threads
 
     def run(i):
         try:
-            for _ in range(50):
-                results[i] = next(iter(pipeline(quat=inputs[i]).values()))
+            for _ in range(calls):
+                got[i] = call(inputs[i])
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(inputs))]
-    for t in threads:
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for t in workers:
         t.start()
-    for t in threads:
+    for t in workers:
         t.join()
     assert not errors, errors
-    for got, expected in zip(results, want):
-        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
 
 
 @warp_cpu
@@ -169,17 +175,23 @@ def test_leapp_run_runs_the_onnx_export_on_the_cpu(export, tmp_path):
     leapp_run = Path(sys.executable).with_name("leapp-run")
     if not leapp_run.is_file():
         pytest.skip("leapp-run was not built (ONNX Runtime's headers were missing at build time)")
+    _leapp_run_equals_eager(leapp_run, folder, tmp_path, seed=7)
+
+
+def _leapp_run_equals_eager(leapp_run: Path, folder: Path, tmp_path: Path, seed: int) -> str:
+    """leapp-run on the export (20 timed steps, host buffers) equals eager on new inputs; returns its stdout."""
     from leapp.testing.cpp_runner import leapp_run_env
 
-    quat = quats(BATCH, 7)
+    quat = quats(BATCH, seed)
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "quat.bin").write_bytes(quat.numpy().tobytes())
     r = subprocess.run([str(leapp_run), str(folder), "--in", str(tmp_path / "in"), "--out", str(tmp_path / "out"),
-                        "--time", "20"], capture_output=True, text=True, timeout=300, env=leapp_run_env())
+                        "--time", "20"], capture_output=True, text=True, timeout=600, env=leapp_run_env())
     assert r.returncode == 0, r.stdout + r.stderr
     (name,) = leapp.load(folder).outputs
     got = np.fromfile(tmp_path / "out" / f"{name}.bin", dtype=np.float32).reshape(BATCH, 4)
     np.testing.assert_allclose(got, observe(quat).numpy(), rtol=1e-5, atol=1e-6)
+    return r.stdout
 
 
 @warp_cpu
@@ -343,3 +355,42 @@ def test_leapp_testing_runs_its_cpu_routes_on_a_warp_export(export):
         assert "onnx-cpu-ep" in result.ran or "onnx-cpu-ep" in result.skipped, result
         if Path(sys.executable).with_name("leapp-run").is_file():
             assert "cpp-runner" in result.ran, result
+
+
+@warp_cpu
+def test_native_calls_from_many_threads_run_at_once_and_start_no_thread(cpu_bundle):
+    """run_segment_cpu releases the GIL: 8 threads call it at once on one bundle (shared code and constants,
+    their own scratch), each with its own inputs, and every result equals eager. A call starts no thread."""
+    from leapp import _native
+
+    bundle = _native.Bundle(cpu_bundle)
+    threads_before = len(os.listdir("/proc/self/task"))
+
+    def call(quat):
+        norm, grav = torch.empty(BATCH), torch.empty(BATCH, 3)
+        _native.run_segment_cpu(bundle, [quat.data_ptr()], [norm.data_ptr(), grav.data_ptr()], [BATCH * 16],
+                                [BATCH * 4, BATCH * 12])
+        return torch.cat([grav, norm[:, None]], dim=1) * 0.5
+
+    _in_threads(call, calls=200, seed=200)
+    assert len(os.listdir("/proc/self/task")) == threads_before
+
+
+@warp_cpu
+def test_leapp_run_runs_a_pt2_node_from_its_cpu_package(export, tmp_path):
+    """A PT2 node's AOTInductor package for the CPU runs its segment through leapp's torch op, from the CPU code:
+    `leapp aoti` has nothing to warn about and leapp-run runs the whole export without a GPU."""
+    backend, _, folder = export
+    if backend != "pt2":
+        pytest.skip("the ONNX export runs in leapp-run without a package (test_leapp_run_runs_the_onnx_export...)")
+    leapp_run = Path(sys.executable).with_name("leapp-run")
+    from leapp.runtime.libraries import native_dir
+
+    if not leapp_run.is_file() or not (native_dir() / "libleapp_pipeline_aoti.so").is_file():
+        pytest.skip("leapp-run or its AOTInductor plugin was not built (ONNX Runtime's headers or torch missing)")
+    import leapp.aoti
+
+    copy = tmp_path / "export"
+    shutil.copytree(folder, copy)
+    leapp.aoti.package(copy, "obs")
+    assert "aoti-cpu" in _leapp_run_equals_eager(leapp_run, copy, tmp_path, seed=9)

@@ -2,9 +2,10 @@
 
 A pipeline of three dynamic nodes covers 1-D launches on compound types (quat -> vec3), 2-D launches, a
 constant (the rest pose), scratch arrays made in the block, a @wp.struct parameter holding an array, and
-both artifact kinds (PT2 and ONNX with its WarpSegment on the CUDA EP). The GPU tests (marked ``cuda``)
-compare the exported nodes with eager at random batches (hypothesis; 1 and sizes that are not multiples
-of the 256-thread block included), check that a steady batch allocates nothing, that a torch.cuda.graph
+both artifact kinds (PT2 and ONNX with its WarpSegment on the CUDA EP). The exported nodes are compared with
+eager at random batches (hypothesis; 1 and sizes that are not multiples of the 256-thread block included)
+on a GPU, or on the CPU from the segments' CPU code where there is none. The GPU tests (marked ``cuda``)
+check that a steady batch allocates nothing, that a torch.cuda.graph
 captured at one batch replays at its size, and run the go2 example exported once with dynamic_batch at
 N = 1, 7 and 4096. The CPU test checks the recording and the rules here.
 
@@ -140,41 +141,63 @@ def _initializer(model, name: str) -> bytes:
     return next(onnx.numpy_helper.to_array(t).tobytes() for t in model.graph.initializer if t.name == name)
 
 
+def _device() -> str:
+    """cuda:0 where there is a GPU, else the CPU (the segments from their CPU code, docs/export-cpu.md)."""
+    wp.init()
+    if torch.cuda.is_available() and wp.is_cuda_available():
+        return "cuda:0"
+    if not (Path(wp.__file__).parent / "bin" / "warp-clang.so").is_file():
+        pytest.skip("no CUDA device, and this Warp cannot build CPU kernels (no warp-clang.so)")
+    return "cpu"
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
+    """The pipeline traced on the device, validated, loaded; ``.device`` set to that device."""
+    device = _device()
     tmp = tmp_path_factory.mktemp("dyn")
-    session = _trace(tmp, "cuda:0", "dyn_gpu")
+    session = _trace(tmp, device, "dyn_gpu")
     report = session.compile(validate=True)  # validates at 300 (traced), LO and HI (the probes) against eager
     assert all(n.status == "passed" for n in report), str(report)
-    return leapp.load(str(tmp / "dyn_gpu"))
+    pipeline = leapp.load(str(tmp / "dyn_gpu"))
+    pipeline.device = device
+    return pipeline
+
+
+@pytest.fixture
+def on_gpu(exported):
+    if exported.device == "cpu":
+        pytest.skip("no CUDA device: what this checks is the CUDA replay's")
+    return exported
 
 
 @pytest.mark.cuda
+@pytest.mark.cpu_fallback
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(n=st.one_of(st.sampled_from([1, 2, 255, 256, 257, 511, 1023, HI]), st.integers(LO, HI)))
 def test_exported_equals_eager_at_any_batch(exported, n):
-    quat, joints, bias = _inputs(n, "cuda:0", seed=n)
+    quat, joints, bias = _inputs(n, exported.device, seed=n)
     obs_ref, act_ref = _eager(quat, joints, bias)
     obs = exported.run_node("obs", quat=quat, joints=joints)["output"]
     torch.testing.assert_close(obs, obs_ref, rtol=1e-5, atol=1e-5)
-    act = exported.run_node("act", raw=obs[:, 0].contiguous(), bias=bias)["output"]  # ONNX, CUDA EP
+    act = exported.run_node("act", raw=obs[:, 0].contiguous(), bias=bias)["output"]  # ONNX, CUDA or CPU EP
     torch.testing.assert_close(act.to(act_ref.device), act_ref, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.cuda
+@pytest.mark.cpu_fallback
 def test_out_of_range_batch_and_wrong_dims_name_node_and_input(exported):
-    quat, joints, _ = _inputs(HI + 1, "cuda:0")
+    quat, joints, _ = _inputs(HI + 1, exported.device)
     with pytest.raises(Exception, match=rf"node 'obs'.*input 'quat'.*batch {HI + 1} is outside"):
         exported.run_node("obs", quat=quat, joints=joints)
-    quat, joints, _ = _inputs(8, "cuda:0")
+    quat, joints, _ = _inputs(8, exported.device)
     with pytest.raises(Exception, match=r"input 'joints' expects float32\[batch 1..2048, 4\]"):
         exported.run_node("obs", quat=quat, joints=joints[:, :3].contiguous())
 
 
 @pytest.mark.cuda
-def test_steady_batch_allocates_nothing_and_cuda_graph_replays_its_batch(exported):
+def test_steady_batch_allocates_nothing_and_cuda_graph_replays_its_batch(on_gpu):
+    exported = on_gpu
     from leapp import _native
 
     program = torch.export.load(str(exported.path / "obs.pt2"))
@@ -227,8 +250,9 @@ def test_go2_example_exported_once_runs_at_1_7_and_4096(tmp_path):
 
 
 @pytest.mark.cuda
-def test_cuda_graphs_runner_replays_each_batch_at_its_size(exported):
+def test_cuda_graphs_runner_replays_each_batch_at_its_size(on_gpu):
     """leapp.load(..., cuda_graphs=True): one captured graph per input shape; batches alternate."""
+    exported = on_gpu
     pipeline = leapp.load(str(exported.path), cuda_graphs=True)
     for n in (7, 7, 100, 7, 1, 100):
         quat, joints, bias = _inputs(n, "cuda:0", seed=n)

@@ -165,16 +165,26 @@ def test_no_runnable_route_is_a_skip_with_every_reason(torch_export):
     assert "cpp-runner: " in str(caught.value) and "`leapp aoti EXPORT_DIR pre` makes it" in str(caught.value)
 
 
+@pytest.mark.skipif(not NO_CUDA, reason="checks Warp exports without a GPU; with one they run on CUDA "
+                                        "(tests/testing/test_go2_routes.py)")
+def test_warp_pipeline_without_a_gpu_runs_from_its_cpu_code(tmp_path):
+    """A Warp export traced on the CPU carries its segments' CPU code: the 'load' route runs here (issue 36)."""
+    result = assert_equivalent(P.warp_step, P.export_warp_pipeline(tmp_path), max_examples=5)
+    assert result.ran == ("load",), result
+    assert "cuda_graphs=True changes nothing" in result.skipped["load-cuda-graphs"]
+
+
 @pytest.mark.skipif(not NO_CUDA, reason="checks the skip without a GPU; with one, Warp exports run "
                                         "(tests/testing/test_go2_routes.py)")
-def test_warp_pipeline_without_a_gpu_is_skipped_with_reasons(tmp_path):
+def test_warp_pipeline_without_cpu_code_or_gpu_is_skipped_with_reasons(tmp_path, monkeypatch):
+    monkeypatch.setenv("LEAPP_CPU_CODE", "0")
     export = P.export_warp_pipeline(tmp_path)
     with pytest.raises(NoRunnableRoute) as caught:
         assert_equivalent(P.warp_step, export)
     text = str(caught.value)
     lines = dict(line.strip().split(": ", 1) for line in text.splitlines()[1:])
     assert list(lines) == list(ROUTES)
-    assert "shifted/warp_segment_0" in lines["load"] and "captured on the CPU" in lines["load"]
+    assert "shifted/warp_segment_0" in lines["load"] and "captured on the CPU and hold no CPU code" in lines["load"]
     assert "CUDA is needed for Warp segment(s)" in lines["load"] and "no CUDA" in lines["load"]
     assert "cuda_graphs=True changes nothing" in lines["load-cuda-graphs"]
     assert lines["onnx-cpu-ep"] == lines["onnx-cuda-ep"] == "the export has no ONNX node"

@@ -1,7 +1,8 @@
-"""GPU: the README's robot example (examples/go2_pipeline.py) against its export, through every route.
+"""The README's robot example (examples/go2_pipeline.py) against its export, through every route that runs here.
 
 The example's own functions are used (its module is loaded from the file): ``Go2.step`` is the eager
-code, traced once on cuda:0 and exported. A mismatch is provoked by changing the robot's default pose
+code, traced once on cuda:0 and exported, or on the CPU on a machine without a GPU (its Warp segments then
+run from their CPU code, docs/export-cpu.md). A mismatch is provoked by changing the robot's default pose
 after the export (a Warp array the export baked in as a constant), which localisation must pin on
 node 'obs' and name its Warp segment as the suspect.
 """
@@ -22,10 +23,10 @@ from leapp.testing import ROUTES, assert_equivalent, input_strategy, replay_coun
 
 pytestmark = [
     pytest.mark.cuda,
+    pytest.mark.cpu_fallback,
     pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning", "ignore::UserWarning"),
 ]
 
-DEVICE = "cuda:0"
 ENVS = 64
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "go2_pipeline.py"
 CUBIN_ARCHS = set(KNOWN_CUBIN_ARCHS)  # LEAPP_CUDA_ARCHS may name any of them
@@ -42,22 +43,31 @@ def _example_module():
     return module
 
 
+def _device() -> str:
+    """cuda:0 where Warp and torch see a GPU, else the CPU (where this Warp can build CPU kernels)."""
+    wp.init()
+    if wp.is_cuda_available() and torch.cuda.is_available():
+        return "cuda:0"
+    if not (Path(wp.__file__).parent / "bin" / "warp-clang.so").is_file():
+        pytest.skip("no CUDA device, and this Warp cannot build CPU kernels (no warp-clang.so)")
+    return "cpu"
+
+
 @pytest.fixture(scope="module")
 def go2(tmp_path_factory):
-    """(example module, robot, export folder): Go2.step traced on cuda:0 (3 passes) and exported."""
-    wp.init()
-    if not wp.is_cuda_available() or not torch.cuda.is_available():
-        pytest.skip("Warp or torch sees no CUDA device")
+    """(example module, robot, export folder): Go2.step traced on the device (3 passes) and exported."""
+    device = _device()
     module = _example_module()
-    robot = module.Go2(DEVICE)
+    robot = module.Go2(device)
     folder = tmp_path_factory.mktemp("go2")
     with leapp.trace("go2", save_path=str(folder)) as session:
         for seed in range(3):
-            robot.step(*module.random_state(ENVS, DEVICE, seed))
-    major, minor = torch.cuda.get_device_capability(0)
+            robot.step(*module.random_state(ENVS, device, seed))
     with pytest.MonkeyPatch.context() as mp:
-        if major * 10 + minor in CUBIN_ARCHS:
-            mp.setenv("LEAPP_CUDA_ARCHS", str(major * 10 + minor))  # cubins for this GPU only: a faster export
+        if device != "cpu":
+            major, minor = torch.cuda.get_device_capability(0)
+            if major * 10 + minor in CUBIN_ARCHS:
+                mp.setenv("LEAPP_CUDA_ARCHS", str(major * 10 + minor))  # cubins for this GPU only: a faster export
         session.compile(validate=False)  # assert_equivalent is the check
     return module, robot, folder / "go2"
 
@@ -71,6 +81,11 @@ def test_go2_matches_its_export_on_every_route(go2):
     result = assert_equivalent(robot.step, export, _inputs(export), max_examples=20)
     import onnxruntime as ort
 
+    if robot.device == "cpu":  # every node on the CPU: 'load' is the CPU EP route; no CUDA graph changes anything
+        assert result.ran == ("load",), result
+        assert result.skipped["onnx-cpu-ep"].startswith("runs exactly what route 'load' runs"), result
+        assert "cuda_graphs=True changes nothing" in result.skipped["load-cuda-graphs"], result
+        return
     has_cuda_ep = "CUDAExecutionProvider" in ort.get_available_providers()
     assert {"load", "load-cuda-graphs"} <= set(result.ran), result
     assert "PT2 node 'obs' has no AOTInductor package" in result.skipped["cpp-runner"], result
@@ -90,7 +105,7 @@ def test_go2_matches_its_export_on_every_route(go2):
 def test_a_changed_default_pose_is_localised_to_obs_and_its_segment(go2, tmp_path):
     _, robot, export = go2
     exported_pose = robot.default_pose
-    robot.default_pose = wp.array([0.1, 0.8, -1.45] * 4, dtype=float, device=DEVICE)  # the export has -1.5
+    robot.default_pose = wp.array([0.1, 0.8, -1.45] * 4, dtype=float, device=robot.device)  # the export has -1.5
     try:
         with pytest.raises(AssertionError) as caught:
             assert_equivalent(robot.step, export, _inputs(export), max_examples=20, routes=["load"],
@@ -110,8 +125,9 @@ def test_a_changed_default_pose_is_localised_to_obs_and_its_segment(go2, tmp_pat
 
 
 def test_go2_matches_its_export_in_the_cpp_runner(go2, tmp_path):
-    """With obs's AOTInductor package (leapp aoti), leapp-run runs the whole export on device buffers: obs from the
-    package, policy and action on ONNX Runtime's CUDA EP; localisation runs each node alone with --node."""
+    """With obs's AOTInductor package (leapp aoti), leapp-run runs the whole export: on a GPU on device buffers (obs
+    from the package, policy and action on ONNX Runtime's CUDA EP), without one on host buffers (the package for
+    the CPU, the segments from their CPU code, ONNX Runtime's CPU EP); localisation runs each node alone."""
     import shutil
 
     from leapp.testing.cpp_runner import leapp_run_path
@@ -120,9 +136,9 @@ def test_go2_matches_its_export_in_the_cpp_runner(go2, tmp_path):
         pytest.skip("leapp-run was not built (ONNX Runtime's headers were missing when leapp was built)")
     import onnxruntime as ort
 
-    if "CUDAExecutionProvider" not in ort.get_available_providers():
-        pytest.skip("leapp-run runs a CUDA export's ONNX nodes on the CUDA EP: install onnxruntime-gpu")
     _, robot, export = go2
+    if robot.device != "cpu" and "CUDAExecutionProvider" not in ort.get_available_providers():
+        pytest.skip("leapp-run runs a CUDA export's ONNX nodes on the CUDA EP: install onnxruntime-gpu")
     export = Path(shutil.copytree(export, tmp_path / "go2"))  # the module's export stays without a package
     import leapp.aoti
 

@@ -1,0 +1,115 @@
+"""leapp._export.cpu_code: which segments get CPU code, what refuses it, and the half-precision conversions the
+CPU code carries in place of warp.so's (docs/export-cpu.md)."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from leapp._export import cpu_code
+from leapp.errors import ExportError
+
+needs_cxx = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
+                               reason="needs a C++ compiler")
+
+
+@pytest.mark.parametrize("value, captured_on, wanted", [
+    (None, "cpu", True), (None, "cuda", False), ("auto", "cuda", False), ("1", "cuda", True),
+    ("always", "cpu", True), ("0", "cpu", False), ("never", "cuda", False)])
+def test_which_segments_get_cpu_code(monkeypatch, value, captured_on, wanted):
+    if value is None:
+        monkeypatch.delenv(cpu_code.CPU_CODE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(cpu_code.CPU_CODE_ENV, value)
+    assert cpu_code.cpu_code_wanted(captured_on) is wanted
+
+
+def test_an_unknown_setting_is_refused_by_name(monkeypatch):
+    monkeypatch.setenv(cpu_code.CPU_CODE_ENV, "yes please")
+    with pytest.raises(ExportError, match=r"\$LEAPP_CPU_CODE='yes please': expected 'auto'"):
+        cpu_code.cpu_code_wanted("cpu")
+
+
+def test_without_a_compiler_there_is_no_cpu_code_and_the_reason_says_so(monkeypatch, tmp_path):
+    wp = pytest.importorskip("warp")
+
+    @wp.kernel
+    def plain(a: wp.array(dtype=float)):
+        a[wp.tid()] = 1.0
+
+    monkeypatch.delenv(cpu_code.CXX_ENV, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no c++, g++, clang++ or cross compiler here
+    codes, why = cpu_code.build_cpu_code([("plain_cuda_kernel_forward", plain)], "segment s")
+    assert codes == [] and why.startswith("no C++ compiler found (set $LEAPP_CXX"), why
+
+
+def test_kernels_with_tiles_get_no_cpu_code():
+    wp = pytest.importorskip("warp")
+
+    @wp.kernel
+    def tiled(a: wp.array2d(dtype=float), out: wp.array2d(dtype=float)):
+        t = wp.tile_load(a, shape=(2, 2))
+        wp.tile_store(out, t)
+
+    codes, why = cpu_code.build_cpu_code([("tiled_cuda_kernel_forward", tiled)], "segment s")
+    assert codes == [] and why == (f"kernels ['{tiled.key}'] use tiles, which the CPU code cannot run as the CUDA "
+                                        "launches do"), why
+
+
+@pytest.fixture(scope="module")
+def support(tmp_path_factory):
+    """SUPPORT_SOURCE compiled as the export compiles it, loaded with ctypes."""
+    if shutil.which("c++") is None:
+        pytest.skip("needs a C++ compiler (c++)")
+    folder = tmp_path_factory.mktemp("support")
+    (folder / "support.cpp").write_text(cpu_code.SUPPORT_SOURCE)
+    flags = [f for f in cpu_code.FLAGS if f != "-s"]
+    subprocess.run(["c++", *flags, str(folder / "support.cpp"), "-o", str(folder / "support.so")], check=True)
+    lib = ctypes.CDLL(str(folder / "support.so"))
+    lib.wp_float_to_half_bits.argtypes, lib.wp_float_to_half_bits.restype = [ctypes.c_float], ctypes.c_uint16
+    lib.wp_half_bits_to_float.argtypes, lib.wp_half_bits_to_float.restype = [ctypes.c_uint16], ctypes.c_float
+    lib.wp_float_to_bfloat16_bits.argtypes, lib.wp_float_to_bfloat16_bits.restype = [ctypes.c_float], ctypes.c_uint16
+    lib.wp_bfloat16_bits_to_float.argtypes, lib.wp_bfloat16_bits_to_float.restype = [ctypes.c_uint16], ctypes.c_float
+    return lib
+
+
+def test_every_half_widens_exactly(support):
+    bits = np.arange(65536, dtype=np.uint16)
+    want = bits.view(np.float16).astype(np.float32)
+    got = np.array([support.wp_half_bits_to_float(int(b)) for b in bits], dtype=np.float32)
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))  # -0.0 included
+
+
+@settings(max_examples=3000, deadline=None)
+@given(x=st.floats(width=32, allow_nan=True, allow_infinity=True)
+       | st.integers(0, 2**32 - 1).map(lambda b: float(np.uint32(b).view(np.float32))))
+def test_float_to_half_rounds_to_nearest_even(support, x):
+    got = support.wp_float_to_half_bits(x)
+    want = int(np.float32(x).astype(np.float16).view(np.uint16))
+    if np.isnan(x):
+        assert (got & 0x7c00) == 0x7c00 and (got & 0x3ff) != 0, hex(got)
+    else:
+        assert got == want, (x, hex(got), hex(want))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(x=st.floats(width=32, allow_nan=False, allow_infinity=True)
+       | st.integers(0, 2**32 - 1).map(lambda b: float(np.uint32(b).view(np.float32))))
+def test_bfloat16_rounds_like_torch(support, x):
+    got = support.wp_float_to_bfloat16_bits(x)
+    if np.isnan(x):
+        assert (got & 0x7f80) == 0x7f80 and (got & 0x7f) != 0
+        return
+    want = int(torch.tensor([x], dtype=torch.float32).to(torch.bfloat16).view(torch.int16).item()) & 0xffff
+    assert got == want, (x, hex(got), hex(want))
+    back = support.wp_bfloat16_bits_to_float(got)
+    assert np.float32(back).view(np.uint32) == np.uint32(got) << 16
