@@ -113,3 +113,60 @@ def test_bfloat16_rounds_like_torch(support, x):
     assert got == want, (x, hex(got), hex(want))
     back = support.wp_bfloat16_bits_to_float(got)
     assert np.float32(back).view(np.uint32) == np.uint32(got) << 16
+
+
+@pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None or cpu_code.this_machine() != "x86_64",
+                    reason="needs an x86_64 machine with the aarch64 cross compiler (aarch64-linux-gnu-g++)")
+def test_an_x86_64_export_carries_aarch64_code_too_when_it_can(tmp_path):
+    """With the cross compiler on PATH the bundle holds a second object, for aarch64 (a Jetson, an ARM board):
+    an ELF shared object for that machine, defining the entry and its layout table, needing only libc and libm.
+    (Running it needs an aarch64 machine; here its symbols are checked.)"""
+    wp = pytest.importorskip("warp")
+
+    @wp.kernel
+    def double(a: wp.array(dtype=float), b: wp.array(dtype=float)):
+        i = wp.tid()
+        b[i] = 2.0 * a[i]
+
+    codes, why = cpu_code.build_cpu_code([("double_cuda_kernel_forward", double)], "segment s")
+    assert why == "" and [c.machine for c in codes] == ["x86_64", "aarch64"], why
+    arm = codes[1]
+    assert arm.image[:4] == b"\x7fELF" and int.from_bytes(arm.image[18:20], "little") == 183
+    (tmp_path / "arm.so").write_bytes(arm.image)
+    nm = shutil.which("aarch64-linux-gnu-nm") or "nm"
+    defined = subprocess.run([nm, "-D", "--defined-only", str(tmp_path / "arm.so")], capture_output=True, text=True,
+                             check=True).stdout
+    entry = arm.entries["double_cuda_kernel_forward"]
+    assert f" {entry}\n" in defined and f" {entry}_leapp_args\n" in defined, defined
+    readelf = shutil.which("aarch64-linux-gnu-readelf") or "readelf"
+    needed = [line.split("[")[1].rstrip("]") for line in subprocess.run(
+        [readelf, "-d", str(tmp_path / "arm.so")], capture_output=True, text=True, check=True).stdout.splitlines()
+        if "(NEEDED)" in line]
+    assert set(needed) <= {"libc.so.6", "libm.so.6"}, needed
+
+
+@needs_cxx
+def test_the_host_code_needs_only_libc_and_libm_and_exports_only_entries(tmp_path):
+    """Nothing but the C library and libm is needed where it runs (the C++ runtime is linked in), and the dynamic
+    symbols it defines are the entries, their layout tables and the half conversions: no other code is reachable
+    by name."""
+    wp = pytest.importorskip("warp")
+
+    @wp.kernel
+    def halve(a: wp.array(dtype=float), b: wp.array(dtype=float)):
+        i = wp.tid()
+        b[i] = 0.5 * a[i]
+
+    (code, *_), why = cpu_code.build_cpu_code([("halve_cuda_kernel_forward", halve)], "segment s")
+    assert why == ""
+    (tmp_path / "host.so").write_bytes(code.image)
+    dynamic = subprocess.run(["readelf", "-dW", "--dyn-syms", str(tmp_path / "host.so")], capture_output=True,
+                             text=True, check=True).stdout.splitlines()
+    needed = {line.split("[")[1].rstrip("]") for line in dynamic if "(NEEDED)" in line}
+    assert needed <= {"libc.so.6", "libm.so.6"}, needed
+    defined = {line.split()[-1] for line in dynamic if " GLOBAL " in line and " UND " not in line
+               and (" FUNC " in line or " OBJECT " in line)}
+    entry = code.entries["halve_cuda_kernel_forward"]
+    assert {entry, f"{entry}_leapp_args"} <= defined
+    assert defined - {entry, f"{entry}_leapp_args"} <= {"wp_float_to_half_bits", "wp_half_bits_to_float",
+                                                       "wp_float_to_bfloat16_bits", "wp_bfloat16_bits_to_float"}, defined
