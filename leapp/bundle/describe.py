@@ -44,11 +44,13 @@ def _init(init) -> str:
     return f"init {init}"
 
 
-def _binary(bundle: Bundle, b: dict) -> str:
+def _binary(bundle: Bundle, b: dict, name: str | None = None) -> str:
+    """"cubin sm_90 (8.2 KiB lz4-block of 20.4 KiB)"; ``name`` instead of kind and arch (CPU code)."""
     stored = len(bundle.blobs[b["blob"]])
+    name = name or f"{b['kind']} sm_{b['arch']}"
     if "encoding" not in b:
-        return f"{b['kind']} sm_{b['arch']} ({format_bytes(stored)})"
-    return f"{b['kind']} sm_{b['arch']} ({format_bytes(stored)} {b['encoding']} of {format_bytes(b['decoded_bytes'])})"
+        return f"{name} ({format_bytes(stored)})"
+    return f"{name} ({format_bytes(stored)} {b['encoding']} of {format_bytes(b['decoded_bytes'])})"
 
 
 def describe_bundle(bundle: Bundle, size: int | None = None) -> list[str]:
@@ -70,8 +72,7 @@ def describe_bundle(bundle: Bundle, size: int | None = None) -> list[str]:
                          f"({stored / decoded:.0%})")
     codes = bundle.manifest.get("cpu_code", [])
     if codes:
-        lines.append("  CPU code: " + ", ".join(f"{c['machine']} shared object ({format_bytes(len(bundle.blobs[c['blob']]))}"
-                                                f", blob {c['blob']})" for c in codes))
+        lines.append("  CPU code: " + ", ".join(_binary(bundle, c, f"{c['machine']} shared object") for c in codes))
     lines.append(f"  kernels: {len(bundle.kernels)}")
     for k, kernel in enumerate(bundle.kernels):
         key = f" ({kernel['key']})" if kernel.get("key") else ""

@@ -137,7 +137,7 @@ DTYPES = tuple(DTYPE_ITEMSIZE)
 
 
 def min_reader_version_of(manifest: dict) -> int:
-    """The min_reader_version a file with this manifest needs: 2 when a binary has an ``encoding`` or the manifest
+    """The min_reader_version a file with this manifest needs: 2 when a binary (or CPU code) has an ``encoding`` or the manifest
     has dynamic-batch rules (``batch``: a version-1 reader would ignore them and replay the traced batch only), else 1."""
     if isinstance(manifest, dict) and "batch" in manifest:
         return DYNAMIC_BATCH_VERSION
@@ -147,6 +147,10 @@ def min_reader_version_of(manifest: dict) -> int:
         for binary in binaries if isinstance(binaries, list) else ():
             if isinstance(binary, dict) and "encoding" in binary:
                 return ENCODING_MIN_READER
+    codes = manifest.get("cpu_code") if isinstance(manifest, dict) else None
+    for code in codes if isinstance(codes, list) else ():
+        if isinstance(code, dict) and "encoding" in code:
+            return ENCODING_MIN_READER
     return MIN_READER_VERSION
 
 

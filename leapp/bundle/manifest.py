@@ -308,12 +308,10 @@ class _ManifestCheck:
             if machine in seen:
                 self.fail(f"{path} is a second CPU code for {machine} (first: cpu_code[{seen[machine]}])")
             seen[machine] = c
-            for key in ("encoding", "decoded_bytes"):
-                if key in code:
-                    self.fail(f"{path}.{key}: CPU code is stored raw (it is mapped as it is)")
             blob = self.blob(self.get(code, "blob", path), f"{path}.blob")
-            if self.blobs is not None:
-                problem = elf_problem(bytes(self.blobs[blob][:64]), machine)
+            image = self.check_encoding(code, blob, path)  # the shared object's bytes (None without blobs)
+            if image is not None:
+                problem = elf_problem(bytes(image[:64]), machine)
                 if problem:
                     self.fail(f"{path}.blob {blob}: {problem}")
         for k, entry in enumerate(entries):

@@ -72,7 +72,8 @@ def write_bundle(manifest: dict, blobs: Sequence[bytes | bytearray | memoryview]
 
 def compress_binaries(manifest: dict, blobs: Sequence[bytes]) -> tuple[dict, list[bytes]]:
     """A copy of ``manifest`` and ``blobs`` in which each binary's blob is one LZ4 block (section 1.1) when
-    that is smaller; its binary entries then carry ``"encoding": "lz4-block"`` and ``"decoded_bytes"``.
+    that is smaller; its binary entries then carry ``"encoding": "lz4-block"`` and ``"decoded_bytes"``. The
+    shared objects of ``cpu_code`` are binaries here too (section 2, "CPU code").
 
     A blob is compressed only when binaries alone refer to it, all without an encoding (an operation's
     parameters or a constant stay raw: the runtime reads them in place). Incompressible blobs stay raw.
@@ -82,10 +83,9 @@ def compress_binaries(manifest: dict, blobs: Sequence[bytes]) -> tuple[dict, lis
     out = copy.deepcopy(manifest)
     blobs = list(blobs)
     binary_refs: dict[int, list[dict]] = {}
-    for module in out.get("modules", ()) if isinstance(out, dict) else ():
-        for binary in module.get("binaries", ()) if isinstance(module, dict) else ():
-            if isinstance(binary, dict) and type(binary.get("blob")) is int and 0 <= binary["blob"] < len(blobs):
-                binary_refs.setdefault(binary["blob"], []).append(binary)
+    for binary in _binary_entries(out):
+        if type(binary.get("blob")) is int and 0 <= binary["blob"] < len(blobs):
+            binary_refs.setdefault(binary["blob"], []).append(binary)
     other_refs = _blob_refs_outside_binaries(out)
     for blob, refs in binary_refs.items():
         if blob in other_refs or any("encoding" in r or "decoded_bytes" in r for r in refs):
@@ -99,6 +99,16 @@ def compress_binaries(manifest: dict, blobs: Sequence[bytes]) -> tuple[dict, lis
             r["encoding"] = ENCODING
             r["decoded_bytes"] = len(data)
     return out, blobs
+
+
+def _binary_entries(manifest: dict) -> list[dict]:
+    """Every entry that names a binary's blob: modules[m].binaries[b] and cpu_code[c]."""
+    entries = []
+    for module in manifest.get("modules", ()) if isinstance(manifest, dict) else ():
+        entries += [b for b in module.get("binaries", ()) if isinstance(b, dict)] if isinstance(module, dict) else []
+    codes = manifest.get("cpu_code") if isinstance(manifest, dict) else None
+    entries += [c for c in codes if isinstance(c, dict)] if isinstance(codes, list) else []
+    return entries
 
 
 def _blob_refs_outside_binaries(manifest: dict) -> set[int]:

@@ -228,6 +228,23 @@ def _native_parse(data: bytes):
     return _native.Bundle(data)
 
 
+def _raw_code(manifest: dict, blobs: list, data: bytes) -> None:
+    """cpu_code[0] replaced by ``data``, stored raw."""
+    code = manifest["cpu_code"][0]
+    code.pop("encoding", None)
+    code.pop("decoded_bytes", None)
+    blobs[code["blob"]] = data
+
+
+def _compressed_code(manifest: dict, blobs: list, data: bytes) -> None:
+    """cpu_code[0] replaced by ``data``, stored as an LZ4 block (a valid one: the decoded bytes are refused)."""
+    from leapp.bundle.lz4_block import encode_block
+
+    code = manifest["cpu_code"][0]
+    code.update(encoding="lz4-block", decoded_bytes=len(data))
+    blobs[code["blob"]] = encode_block(data)
+
+
 @pytest.fixture(scope="module")
 def cpu_bundle(tmp_path_factory) -> bytes:
     _, folder = _trace(tmp_path_factory.mktemp("hostile"), "pt2", validate=False)
@@ -237,14 +254,15 @@ def cpu_bundle(tmp_path_factory) -> bytes:
 @pytest.mark.parametrize("edit, message", [
     (lambda m, b: m["cpu_code"][0].update(machine="riscv64"), "machine"),
     (lambda m, b: m["cpu_code"].append(dict(m["cpu_code"][0])), "second CPU code"),
-    (lambda m, b: b.__setitem__(m["cpu_code"][0]["blob"], b"\x7fELF" + bytes(60)), "64-bit little-endian"),
-    (lambda m, b: b.__setitem__(m["cpu_code"][0]["blob"], b"MZ" + bytes(100)), "not an ELF file"),
+    (lambda m, b: _raw_code(m, b, b"\x7fELF" + bytes(60)), "64-bit little-endian"),
+    (lambda m, b: _raw_code(m, b, b"MZ" + bytes(100)), "not an ELF file"),
+    (lambda m, b: _compressed_code(m, b, b"MZ" + bytes(100)), "not an ELF file"),
     (lambda m, b: m["cpu_code"][0].update(machine="aarch64" if os.uname().machine == "x86_64" else "x86_64"),
      "e_machine"),
     (lambda m, b: m.pop("cpu_code"), "cpu_entry"),
     (lambda m, b: m["kernels"][0].pop("cpu_entry"), "cpu_entry"),
     (lambda m, b: m.update(cpu_code=[]), "empty"),
-], ids=["machine", "twice", "elf-class", "not-elf", "other-machine", "entry-without-code", "code-without-entry",
+], ids=["machine", "twice", "elf-class", "not-elf", "not-elf-compressed", "other-machine", "entry-without-code", "code-without-entry",
         "empty"])
 @warp_cpu
 def test_both_readers_refuse_a_hostile_cpu_code_entry(cpu_bundle, edit, message):
@@ -364,7 +382,6 @@ def test_native_calls_from_many_threads_run_at_once_and_start_no_thread(cpu_bund
     from leapp import _native
 
     bundle = _native.Bundle(cpu_bundle)
-    threads_before = len(os.listdir("/proc/self/task"))
 
     def call(quat):
         norm, grav = torch.empty(BATCH), torch.empty(BATCH, 3)
@@ -373,6 +390,12 @@ def test_native_calls_from_many_threads_run_at_once_and_start_no_thread(cpu_bund
         return torch.cat([grav, norm[:, None]], dim=1) * 0.5
 
     _in_threads(call, calls=200, seed=200)
+    quat = quats(BATCH, 1)
+    norm, grav = torch.empty(BATCH), torch.empty(BATCH, 3)
+    threads_before = len(os.listdir("/proc/self/task"))  # torch's own pools are up by now
+    for _ in range(100):
+        _native.run_segment_cpu(bundle, [quat.data_ptr()], [norm.data_ptr(), grav.data_ptr()], [BATCH * 16],
+                                [BATCH * 4, BATCH * 12])
     assert len(os.listdir("/proc/self/task")) == threads_before
 
 

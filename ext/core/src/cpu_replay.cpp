@@ -180,7 +180,7 @@ CpuKernel bind_kernel(const Manifest& m, void* handle, uint32_t k) {
 std::shared_ptr<const CpuSegment> prepare(const Bundle& bundle, const CpuCodeSpec& code) {
   const Manifest& m = bundle.manifest();
   auto seg = std::make_shared<CpuSegment>();
-  seg->handle = load_from_memory(m, bundle.blob(code.blob), seg->fd);
+  seg->handle = load_from_memory(m, bundle.binary_image(code.image), seg->fd);
   std::vector<bool> launched(m.kernels.size(), false);
   for (const OpSpec& op : m.ops)
     if (op.kind == OpKind::kLaunch) launched[op.kernel] = true;

@@ -112,11 +112,47 @@ const char* role_name(BufferRole r) {
   return "?";
 }
 
+/// Section 1.1 for a binary entry (modules[m].binaries[b] or cpu_code[c]) whose `bs.blob` is read: its optional
+/// `encoding` and `decoded_bytes` into `bs`, the block decoded and checked; returns the binary's bytes. A block
+/// that several entries name is decoded once (`decoded_blobs`, as Python's reader keeps it); an entry declaring
+/// another size for it decodes it again, only to report why it fails.
+std::string_view decoded_image(const Checker& c, const JsonValue& bin, const std::string& bpath,
+                               const std::vector<std::string_view>& blobs, uint32_t min_reader_version,
+                               std::map<uint32_t, std::string>& decoded_blobs, BinarySpec& bs) {
+  std::string_view data = blobs[bs.blob];
+  bs.decoded_bytes = data.size();
+  if (const JsonValue* enc = bin.find("encoding")) {  // format version 2, section 1.1
+    const std::string epath = Checker::join(bpath, "encoding");
+    const std::string& name = c.typed(*enc, epath, Type::kString, "a string").string;
+    if (name != kBundleEncodingLz4Block)
+      c.fail(epath, "\"" + shown(name) + "\" is not \"" + kBundleEncodingLz4Block + "\"");
+    if (min_reader_version < kBundleEncodingMinReader)
+      c.fail(epath, "is used by a file whose min_reader_version is " + std::to_string(min_reader_version) +
+                        " (a compressed binary needs " + std::to_string(kBundleEncodingMinReader) +
+                        ": older readers would take the block for the binary)");
+    bs.encoding = BinaryEncoding::kLz4Block;
+    bs.decoded_bytes = uint64_t(c.integer(bin, bpath, "decoded_bytes", 0, int64_t(kBundleMaxBufferBytes)));
+    auto known = decoded_blobs.find(bs.blob);
+    if (known == decoded_blobs.end() || known->second.size() != bs.decoded_bytes) {
+      std::string decoded;
+      try {
+        decoded = leapp::lz4_block_decode(data, bs.decoded_bytes);
+      } catch (const std::invalid_argument& e) {
+        c.fail(Checker::join(bpath, "blob"), std::to_string(bs.blob) + " (" + std::to_string(data.size()) +
+                                                 " bytes, decoded_bytes " + std::to_string(bs.decoded_bytes) +
+                                                 "): " + e.what());
+      }
+      if (known == decoded_blobs.end()) known = decoded_blobs.emplace(bs.blob, std::move(decoded)).first;
+    }
+    data = known->second;
+  } else if (bin.find("decoded_bytes") != nullptr) {
+    c.fail(Checker::join(bpath, "decoded_bytes"), "is given without an encoding");
+  }
+  return data;
+}
+
 void read_modules(const Checker& c, const JsonValue& root, const std::vector<std::string_view>& blobs,
-                  uint32_t min_reader_version, Manifest& m) {
-  // blob -> its decoded bytes: a block that several binaries name is decoded once (Python's reader keeps the
-  // same map); a binary declaring another size for it decodes it again, only to report why it fails
-  std::map<uint32_t, std::string> decoded_blobs;
+                  uint32_t min_reader_version, std::map<uint32_t, std::string>& decoded_blobs, Manifest& m) {
   c.each_object(root, "modules", [&](const JsonValue& mod, const std::string& path, size_t) {
     ModuleSpec spec;
     std::map<std::pair<BinaryKind, int64_t>, size_t> seen;  // (kind, arch) -> first binary
@@ -142,35 +178,7 @@ void read_modules(const Checker& c, const JsonValue& root, const std::vector<std
       // Archs beyond u32 fit no device: keep them unmatchable instead of truncating.
       bs.arch = arch > int64_t(kMaxU32) ? uint32_t(kMaxU32) : uint32_t(arch);
       bs.blob = c.index(bin, bpath, "blob", blobs.size(), "blobs");
-      std::string_view data = blobs[bs.blob];
-      bs.decoded_bytes = data.size();
-      if (const JsonValue* enc = bin.find("encoding")) {  // format version 2, section 1.1
-        const std::string epath = Checker::join(bpath, "encoding");
-        const std::string& name = c.typed(*enc, epath, Type::kString, "a string").string;
-        if (name != kBundleEncodingLz4Block)
-          c.fail(epath, "\"" + shown(name) + "\" is not \"" + kBundleEncodingLz4Block + "\"");
-        if (min_reader_version < kBundleEncodingMinReader)
-          c.fail(epath, "is used by a file whose min_reader_version is " + std::to_string(min_reader_version) +
-                            " (a compressed binary needs " + std::to_string(kBundleEncodingMinReader) +
-                            ": older readers would take the block for the binary)");
-        bs.encoding = BinaryEncoding::kLz4Block;
-        bs.decoded_bytes = uint64_t(c.integer(bin, bpath, "decoded_bytes", 0, int64_t(kBundleMaxBufferBytes)));
-        auto known = decoded_blobs.find(bs.blob);
-        if (known == decoded_blobs.end() || known->second.size() != bs.decoded_bytes) {
-          std::string decoded;
-          try {
-            decoded = leapp::lz4_block_decode(data, bs.decoded_bytes);
-          } catch (const std::invalid_argument& e) {
-            c.fail(Checker::join(bpath, "blob"), std::to_string(bs.blob) + " (" + std::to_string(data.size()) +
-                                                     " bytes, decoded_bytes " + std::to_string(bs.decoded_bytes) +
-                                                     "): " + e.what());
-          }
-          if (known == decoded_blobs.end()) known = decoded_blobs.emplace(bs.blob, std::move(decoded)).first;
-        }
-        data = known->second;
-      } else if (bin.find("decoded_bytes") != nullptr) {
-        c.fail(Checker::join(bpath, "decoded_bytes"), "is given without an encoding");
-      }
+      const std::string_view data = decoded_image(c, bin, bpath, blobs, min_reader_version, decoded_blobs, bs);
       if (bs.kind == BinaryKind::kPtx && (data.empty() || data.back() != '\0'))
         c.fail(Checker::join(bpath, "blob"), std::to_string(bs.blob) + " is PTX but not NUL-terminated");
       // cubin bytes are not inspected (the driver judges them at load time)
@@ -222,7 +230,8 @@ std::string elf_problem(std::string_view data, uint16_t machine, const std::stri
   return "";
 }
 
-void read_cpu_code(const Checker& c, const JsonValue& root, const std::vector<std::string_view>& blobs, Manifest& m) {
+void read_cpu_code(const Checker& c, const JsonValue& root, const std::vector<std::string_view>& blobs,
+                   uint32_t min_reader_version, std::map<uint32_t, std::string>& decoded_blobs, Manifest& m) {
   if (root.find("cpu_code") == nullptr) {
     for (size_t k = 0; k < m.kernels.size(); ++k)
       if (!m.kernels[k].cpu_entry.empty())
@@ -243,11 +252,11 @@ void read_cpu_code(const Checker& c, const JsonValue& root, const std::vector<st
     for (size_t j = 0; j < m.cpu_code.size(); ++j)
       if (m.cpu_code[j].machine == spec.machine)
         c.fail(path, "is a second CPU code for " + spec.machine + " (first: cpu_code[" + std::to_string(j) + "])");
-    for (const char* key : {"encoding", "decoded_bytes"})
-      if (code.find(key) != nullptr) c.fail(Checker::join(path, key), "is given: CPU code is stored raw");
-    spec.blob = c.index(code, path, "blob", blobs.size(), "blobs");
-    const std::string problem = elf_problem(blobs[spec.blob], elf_machine, spec.machine);
-    if (!problem.empty()) c.fail(Checker::join(path, "blob"), std::to_string(spec.blob) + ": " + problem);
+    spec.image.kind = BinaryKind::kCpu;
+    spec.image.blob = c.index(code, path, "blob", blobs.size(), "blobs");
+    const std::string_view data = decoded_image(c, code, path, blobs, min_reader_version, decoded_blobs, spec.image);
+    const std::string problem = elf_problem(data, elf_machine, spec.machine);
+    if (!problem.empty()) c.fail(Checker::join(path, "blob"), std::to_string(spec.image.blob) + ": " + problem);
     (void)i;
     m.cpu_code.push_back(std::move(spec));
   });
@@ -778,9 +787,10 @@ Manifest read_manifest(std::string_view json, const std::vector<std::string_view
     c.typed(kv.second, "producer." + shown(kv.first, 80), Type::kString, "a string");
     m.producer.emplace_back(kv.first, kv.second.string);
   }
-  read_modules(c, root, blobs, min_reader_version, m);
+  std::map<uint32_t, std::string> decoded_blobs;  // blob -> its decoded bytes (decoded_image)
+  read_modules(c, root, blobs, min_reader_version, decoded_blobs, m);
   read_kernels(c, root, m);
-  read_cpu_code(c, root, blobs, m);
+  read_cpu_code(c, root, blobs, min_reader_version, decoded_blobs, m);
   read_buffers(c, root, blobs, m);
   read_ops(c, root, blobs, m);
   const JsonValue& sig = c.object(root, "", "signature");

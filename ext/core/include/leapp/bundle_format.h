@@ -84,6 +84,7 @@ static_assert(offsetof(BundleBlobEntry, sha256) == 16, "BundleBlobEntry.sha256 i
 enum class BinaryKind : uint8_t {
   kPtx = 1,    ///< "ptx": NUL-terminated PTX text, JIT-compiled by the driver
   kCubin = 2,  ///< "cubin": SASS for one SM family
+  kCpu = 3,    ///< cpu_code[c]: an ELF shared object (never in modules[m].binaries)
 };
 
 /// modules[m].binaries[b].encoding (format version 2)

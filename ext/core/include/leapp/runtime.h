@@ -72,7 +72,7 @@ struct KernelSpec {
 /// "CPU code"); its blob passed the ELF header checks for `machine`.
 struct CpuCodeSpec {
   std::string machine;  ///< "x86_64" or "aarch64"
-  uint32_t blob = 0;
+  BinarySpec image;     ///< kind kCpu: its blob and encoding (Bundle::binary_image decodes it)
 };
 
 struct BufferSpec {
