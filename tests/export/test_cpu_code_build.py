@@ -94,7 +94,8 @@ def test_every_half_widens_exactly(support):
        | st.integers(0, 2**32 - 1).map(lambda b: float(np.uint32(b).view(np.float32))))
 def test_float_to_half_rounds_to_nearest_even(support, x):
     got = support.wp_float_to_half_bits(x)
-    want = int(np.float32(x).astype(np.float16).view(np.uint16))
+    with np.errstate(over="ignore"):  # beyond half's range numpy gives inf, as the conversion must
+        want = int(np.float32(x).astype(np.float16).view(np.uint16))
     if np.isnan(x):
         assert (got & 0x7c00) == 0x7c00 and (got & 0x3ff) != 0, hex(got)
     else:
