@@ -198,7 +198,14 @@ def _log_binary_choice(name: str, node_name: str, entry: dict, artifact: Path, r
 
     where = f"pipeline '{name}' node '{node_name}'"
     if torch.device(entry["device"]).type != "cuda":
-        log.debug("%s: Warp segments recorded on %s; they replay on CUDA devices only", where, entry["device"])
+        from leapp.bundle.format import cpu_code_runs_here
+
+        notes = [str(s.get("producer", {}).get("cpu_code", "none")) for s in entry.get("segments", [])]
+        if all(cpu_code_runs_here(note) for note in notes):
+            log.debug("%s: Warp segments recorded on %s; they run from their CPU code", where, entry["device"])
+        else:
+            log.debug("%s: Warp segments recorded on %s without CPU code for this machine; they replay on CUDA "
+                      "devices only", where, entry["device"])
         return
     capability = binary_choice.device_capability(entry["device"])
     if capability is None:
