@@ -32,7 +32,8 @@ from leapp import _warp_private as wpp
 from leapp.bundle.format import CPU_MACHINES, this_machine
 from leapp.errors import ExportError
 
-__all__ = ["CPU_CODE_ENV", "CXX_ENV", "CpuCode", "cpu_code_wanted", "compilers", "build_cpu_code"]
+__all__ = ["CPU_CODE_ENV", "CXX_ENV", "CpuCode", "cpu_code_setting", "cpu_code_wanted", "compilers",
+           "build_cpu_code"]
 
 CPU_CODE_ENV = "LEAPP_CPU_CODE"  # auto (default: segments captured on the CPU), 1 (every segment), 0 (none)
 CXX_ENV = "LEAPP_CXX"  # the host C++ compiler (default: c++, g++ or clang++ from PATH)
@@ -116,17 +117,20 @@ class CpuCode:
     entries: dict[str, str]  # CUDA entry of the kernel -> its CPU entry in ``image``
 
 
+def cpu_code_setting() -> str:
+    """$LEAPP_CPU_CODE as "auto", "always" or "never"; ExportError naming the variable for anything else."""
+    value = os.environ.get(CPU_CODE_ENV, "auto").strip().lower()
+    setting = {"": "auto", "auto": "auto", "1": "always", "always": "always", "0": "never", "never": "never"}.get(value)
+    if setting is None:
+        raise ExportError(f"${CPU_CODE_ENV}={value!r}: expected 'auto' (the default: CPU code for segments captured "
+                          "on the CPU), '1' (every segment, a CUDA export too) or '0' (none)")
+    return setting
+
+
 def cpu_code_wanted(captured_on: str) -> bool:
     """Whether a segment captured on ``captured_on`` ("cpu" or "cuda") gets CPU code ($LEAPP_CPU_CODE)."""
-    value = os.environ.get(CPU_CODE_ENV, "auto").strip().lower()
-    if value in ("", "auto"):
-        return captured_on == "cpu"
-    if value in ("1", "always"):
-        return True
-    if value in ("0", "never"):
-        return False
-    raise ExportError(f"${CPU_CODE_ENV}={value!r}: expected 'auto' (the default: CPU code for segments captured on "
-                      "the CPU), '1' (every segment, a CUDA export too) or '0' (none)")
+    setting = cpu_code_setting()
+    return setting == "always" or (setting == "auto" and captured_on == "cpu")
 
 
 def compilers() -> list[tuple[str, str]]:

@@ -23,6 +23,7 @@ import importlib.metadata
 import math
 import os
 import struct
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -481,7 +482,15 @@ class _Builder:
         if not cpu_code.cpu_code_wanted(self.wrp.device):
             return
         launched = [(self.kernels[k]["entry"], kernel) for k, kernel in self.live_kernels.items()]
-        codes, why = cpu_code.build_cpu_code(launched, self.where)
+        try:
+            codes, why = cpu_code.build_cpu_code(launched, self.where)
+        except ExportError as e:
+            if cpu_code.cpu_code_setting() == "always":  # asked for explicitly: a failure is the export's
+                raise
+            # by default (a CPU capture) the export stays what it was before CPU code: CUDA code, and the reason
+            warnings.warn(f"leapp: {e}; the segment is exported without CPU code (LEAPP_CPU_CODE=1 makes this an "
+                          "error; docs/export-cpu.md)", RuntimeWarning, stacklevel=2)
+            codes, why = [], str(e).removeprefix(f"{self.where}: ").splitlines()[0]
         if not codes:
             self.cpu_code_note = f"none: {why}"
             return

@@ -171,3 +171,28 @@ def test_the_host_code_needs_only_libc_and_libm_and_exports_only_entries(tmp_pat
     assert {entry, f"{entry}_leapp_args"} <= defined
     assert defined - {entry, f"{entry}_leapp_args"} <= {"wp_float_to_half_bits", "wp_half_bits_to_float",
                                                        "wp_float_to_bfloat16_bits", "wp_bfloat16_bits_to_float"}, defined
+
+
+def test_a_compiler_failure_is_an_error_only_when_cpu_code_was_asked_for(tmp_path, monkeypatch):
+    """By default a CPU capture whose CPU code does not compile exports without it (warned, the reason in
+    producer.cpu_code); with LEAPP_CPU_CODE=1 the failure is the export's, naming the compiler's output."""
+    pytest.importorskip("warp")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+    from leapp.bundle import read_bundle
+    from test_cpu_code import _bundle, _trace
+
+    broken = tmp_path / "broken-cxx"
+    broken.write_text("#!/bin/sh\necho 'error: this compiler refuses everything' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    monkeypatch.setenv(cpu_code.CXX_ENV, str(broken))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no cross compiler either
+    with pytest.warns(RuntimeWarning, match=r"compiling the CPU code for \w+ with .*broken-cxx failed \(exit 1\)"):
+        _, folder = _trace(tmp_path / "auto", "pt2", validate=False)
+    note = read_bundle(_bundle(folder)).manifest["producer"]["cpu_code"]
+    assert note.startswith("none: compiling the CPU code for") and "failed (exit 1)" in note, note
+    monkeypatch.setenv(cpu_code.CPU_CODE_ENV, "1")
+    with pytest.raises(ExportError, match=r"(?s)failed \(exit 1\):\nerror: this compiler refuses everything"):
+        _trace(tmp_path / "always", "pt2", validate=False)

@@ -126,3 +126,26 @@ def test_last_action_term_is_refused_on_cpu():
     message = str(info.value)
     assert f"observations.py:{line}" in message and "non-contiguous" in message, message
     assert "policy_obs/warp_segment_0" in message, message
+
+
+@pytest.mark.parametrize("backend", ["onnx", "pt2"])
+def test_exported_policy_group_runs_on_the_cpu_from_its_cpu_code(tmp_path, backend):
+    """The real manager's policy group exported as traced on the CPU: its segment carries Isaac Lab's Warp terms
+    as CPU code (docs/export-cpu.md), validates on the CPU, and leapp.load equals the eager manager on new
+    states, with no GPU."""
+    import shutil
+
+    if shutil.which("c++") is None and shutil.which("g++") is None:
+        pytest.skip("needs a C++ compiler: the export compiles Warp's CPU source")
+    observe, _ = make_observe(backend=backend)
+    with leapp.trace("isaaclab_obs", save_path=str(tmp_path)) as session:
+        for seed in (1, 2, 3):
+            observe(*_inputs(seed))
+    report = session.compile(validate=True)
+    assert report["policy_obs"].status == "passed", str(report)
+    pipeline = leapp.load(tmp_path / "isaaclab_obs")
+    names = ("root_pose", "root_vel", "joint_pos", "joint_vel")
+    for seed in (11, 12):
+        inputs = _inputs(seed)
+        (got,) = pipeline(**dict(zip(names, inputs))).values()
+        torch.testing.assert_close(got, observe(*inputs), rtol=1e-5, atol=1e-6)

@@ -124,3 +124,23 @@ def test_fk_as_written_keeps_the_world_rows_of_the_trace():
     got_sites, got_coms = run_node_graph(record.nodes["fk"], [qpos])
     torch.testing.assert_close(got_sites, sites, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(got_coms, coms, atol=1e-5, rtol=1e-5)
+
+
+def test_exported_fk_runs_on_the_cpu_from_its_cpu_code(tmp_path):
+    """The FK node exported (ONNX) as traced on the CPU: its segment carries MuJoCo Warp's kernels as CPU code
+    (docs/export-cpu.md), validates on the CPU, and leapp.load equals eager MuJoCo Warp on new qpos, with no GPU."""
+    import shutil
+
+    if shutil.which("c++") is None and shutil.which("g++") is None:
+        pytest.skip("needs a C++ compiler: the export compiles Warp's CPU source")
+    forward, mjm = make_forward()
+    with leapp.trace("mjw", save_path=str(tmp_path)) as session:
+        for seed in (1, 2, 3):
+            forward(_qpos(mjm, seed))
+    report = session.compile(validate=True)
+    assert report["fk"].status == "passed", str(report)
+    pipeline = leapp.load(tmp_path / "mjw")
+    for seed in (7, 8):
+        qpos = _qpos(mjm, seed)
+        for got, want in zip(pipeline(qpos=qpos).values(), forward(qpos)):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
