@@ -19,6 +19,8 @@ code, and the reason is reported, never a silent fallback.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import os
 import shutil
@@ -29,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from leapp import _warp_private as wpp
-from leapp.bundle.format import CPU_MACHINES, this_machine
+from leapp._export import binary_cache
+from leapp.bundle.format import CPU_MACHINES, elf_problem, this_machine
 from leapp.errors import ExportError
 
 __all__ = ["CPU_CODE_ENV", "CXX_ENV", "CpuCode", "cpu_code_setting", "cpu_code_wanted", "compilers",
@@ -197,7 +200,57 @@ def _sources(kernels: Iterable[tuple[str, object]]) -> tuple[list[str], dict[str
     return sources, entries
 
 
+CACHE_SUBDIR = "cpu-v1"  # the binary cache's folder for CPU code (leapp._export.binary_cache)
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuCacheKey(binary_cache.JsonKey):
+    """What one object depends on: the machine, the compiler (its path and ``--version``), the flags, Warp's
+    version (its headers) and every source compiled."""
+
+    machine: str
+    compiler: str
+    compiler_version: str
+    flags: str
+    warp: str
+    sources: str  # sha256 of the sources, in order
+
+    def describe(self) -> str:
+        return f"CPU code for {self.machine} ({self.sources[:12]})"
+
+    def check_payload(self, payload: bytes) -> None:
+        problem = elf_problem(payload[:64], self.machine)
+        if problem:
+            raise binary_cache.CacheEntryError(f"the CPU code is {problem}")
+
+
+@functools.lru_cache(maxsize=8)
+def _compiler_version(cxx: str) -> str:
+    try:
+        r = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"unknown ({e})"
+    return (r.stdout or r.stderr).strip().splitlines()[0] if (r.stdout or r.stderr).strip() else "unknown"
+
+
 def _compile(cxx: str, machine: str, sources: Sequence[str], where: str) -> bytes:
+    """The object for ``machine``: from the binary cache when an identical compile made it, else compiled."""
+    digest = hashlib.sha256()
+    for source in [*sources, SUPPORT_SOURCE]:
+        digest.update(hashlib.sha256(source.encode()).digest())
+    key = CpuCacheKey(machine, shutil.which(cxx) or cxx, _compiler_version(cxx), " ".join(FLAGS),
+                      wpp.installed_warp_version(), digest.hexdigest())
+    cache = binary_cache.default_cache(CACHE_SUBDIR)
+    entry = cache.get(key) if cache is not None else None
+    if entry is not None:
+        return entry.payload
+    image = _compiled(cxx, machine, sources, where)
+    if cache is not None:
+        cache.put(key, binary_cache.Entry(image, {}))
+    return image
+
+
+def _compiled(cxx: str, machine: str, sources: Sequence[str], where: str) -> bytes:
     with tempfile.TemporaryDirectory(prefix="leapp-cpu-") as tmp:
         files = []
         for i, source in enumerate([*sources, SUPPORT_SOURCE]):

@@ -196,3 +196,45 @@ def test_a_compiler_failure_is_an_error_only_when_cpu_code_was_asked_for(tmp_pat
     monkeypatch.setenv(cpu_code.CPU_CODE_ENV, "1")
     with pytest.raises(ExportError, match=r"(?s)failed \(exit 1\):\nerror: this compiler refuses everything"):
         _trace(tmp_path / "always", "pt2", validate=False)
+
+
+@needs_cxx
+def test_the_same_compile_comes_from_the_binary_cache_and_a_bad_entry_is_refused(tmp_path, monkeypatch, caplog):
+    """A second export of the same kernels reads the object the first one compiled (leapp's binary cache, folder
+    cpu-v1); an entry changed on disk is refused (its sha256) and compiled again, and a sound entry must still
+    hold an ELF object for its key's machine."""
+    import logging
+
+    wp = pytest.importorskip("warp")
+
+    @wp.kernel
+    def triple(a: wp.array(dtype=float), b: wp.array(dtype=float)):
+        i = wp.tid()
+        b[i] = 3.0 * a[i]
+
+    monkeypatch.setenv("LEAPP_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("LEAPP_NO_CACHE", raising=False)
+    kernels = [("triple_cuda_kernel_forward", triple)]
+    with caplog.at_level(logging.DEBUG, logger="leapp._export.binary_cache"):
+        first, _ = cpu_code.build_cpu_code(kernels, "segment s")
+        second, _ = cpu_code.build_cpu_code(kernels, "segment s")
+    assert [c.image for c in first] == [c.image for c in second]
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("cache cpu-v1: CPU code for ") and " read from " in m for m in messages), messages
+    entries = list((tmp_path / "cache" / cpu_code.CACHE_SUBDIR).glob("*.bin"))
+    assert entries
+    caplog.clear()
+    for path in entries:
+        data = path.read_bytes()
+        flipped = bytes(b ^ 0xFF for b in data[-40:-32])
+        path.write_bytes(data[:-40] + flipped + data[-32:])  # the payload's tail changed: the sha256 refuses it
+    with caplog.at_level(logging.WARNING, logger="leapp._export.binary_cache"):
+        third, _ = cpu_code.build_cpu_code(kernels, "segment s")
+    assert [c.image for c in third] == [c.image for c in first]
+    assert any("refused: sha256 mismatch" in r.getMessage() for r in caplog.records), caplog.records
+    from leapp._export import binary_cache
+
+    other = "aarch64" if first[0].machine == "x86_64" else "x86_64"
+    key = cpu_code.CpuCacheKey(other, "c++", "g++ 12", "-O2", "1.19.0", "ab" * 32)
+    with pytest.raises(binary_cache.CacheEntryError, match=rf"ELF e_machine \d+ is not {other}'s"):
+        key.check_payload(first[0].image)  # this machine's object under the other machine's key
