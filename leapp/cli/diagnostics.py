@@ -22,6 +22,25 @@ def package_version(dist: str) -> str:
         return "not installed"
 
 
+def _cpu_code_line() -> str:
+    """Which CPU code an export made here carries (docs/export-cpu.md) and which this machine runs."""
+    from leapp.bundle.format import CPU_MACHINES, this_machine
+
+    machine = this_machine()
+    runs = f"runs here for {machine}" if machine in CPU_MACHINES else (
+        f"none runs here ({machine}; leapp makes it for {', '.join(CPU_MACHINES)} only)")
+    try:
+        from leapp._export.cpu_code import CPU_CODE_ENV, compilers, cpu_code_setting
+
+        setting = cpu_code_setting()
+        found = compilers()
+    except Exception as e:  # noqa: BLE001 - diagnostics must not fail (a bad LEAPP_CPU_CODE says so here)
+        return f"CPU code: {runs}; exports: cannot tell ({e})"
+    built = ", ".join(f"{m} ({cxx})" for m, cxx in found) or "none (no C++ compiler found)"
+    which = {"auto": "segments captured on the CPU", "always": "every segment", "never": "no segment"}[setting]
+    return f"CPU code: {runs}; exports carry it for {which} (${CPU_CODE_ENV}={setting}), built for {built}"
+
+
 def doctor(out: TextIO | None = None) -> int:
     """Prints the CUDA driver, devices, op libraries and package versions; returns the problem count.
 
@@ -54,7 +73,9 @@ def doctor(out: TextIO | None = None) -> int:
                         f"(bundle arch {10 * major + minor})", 1)
     else:
         report.line(f"CUDA driver: not available ({status['error']})")
-        report.line("export and CPU tests work; replaying Warp segments needs an NVIDIA driver", 1)
+        report.line("export and CPU tests work; Warp segments replay here only from their CPU code (below), "
+                    "the CUDA code needs an NVIDIA driver", 1)
+    report.line(_cpu_code_line())
     from leapp.runtime.binary_choice import describe_machine_binaries
 
     report.lines(describe_machine_binaries())  # which binary a default export loads here, and why

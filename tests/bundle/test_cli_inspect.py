@@ -266,6 +266,20 @@ def test_doctor(capsys):
         assert "binaries: the CUDA " in out and " driver reads PTX up to ISA " in out, out
 
 
+def test_doctor_says_which_cpu_code_exports_carry_and_runs_here(capsys, monkeypatch):
+    from leapp.bundle.format import this_machine
+
+    monkeypatch.setenv("LEAPP_CPU_CODE", "1")
+    code, out = run("doctor", capsys=capsys)
+    assert code == 0
+    line = next(x for x in out.splitlines() if x.startswith("CPU code: "))
+    assert line.startswith(f"CPU code: runs here for {this_machine()}; exports carry it for every segment "
+                           "($LEAPP_CPU_CODE=always), built for "), line
+    monkeypatch.setenv("LEAPP_CPU_CODE", "sometimes")
+    code, out = run("doctor", capsys=capsys)
+    assert "exports: cannot tell ($LEAPP_CPU_CODE='sometimes': expected 'auto'" in out, out
+
+
 def test_usage_error(capsys):
     with pytest.raises(SystemExit) as info:
         cli.main([])
