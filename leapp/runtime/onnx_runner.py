@@ -1,6 +1,7 @@
 """leapp/runtime/onnx_runner.py: an ONNX node of ``leapp.load`` run by ONNX Runtime (CPU or CUDA EP).
 
-A CUDA node on the CUDA EP runs **on torch's stream, without waiting on the host**:
+A CUDA node on the CUDA EP runs **on torch's stream**, without waiting on the host when it replays
+from a CUDA graph (below):
 
 - The session is created with ``user_compute_stream`` = torch's current stream of the
   node's device at load time (torch's default stream, handle 0, is passed as
