@@ -272,8 +272,3 @@ def _compiled(cxx: str, machine: str, sources: Sequence[str], where: str) -> byt
         raise ExportError(f"{where}: {cxx} did not produce an ELF shared object for {machine} (e_machine "
                           f"{elf_machine}, expected {CPU_MACHINES[machine]})")
     return image
-
-
-def describe(code: CpuCode) -> str:
-    """"x86_64, 18 KiB, sha256 1a2b3c4d" for reports."""
-    return f"{code.machine}, {len(code.image) // 1024} KiB, sha256 {hashlib.sha256(code.image).hexdigest()[:8]}"
