@@ -238,3 +238,20 @@ def test_the_same_compile_comes_from_the_binary_cache_and_a_bad_entry_is_refused
     key = cpu_code.CpuCacheKey(other, "c++", "g++ 12", "-O2", "1.19.0", "ab" * 32)
     with pytest.raises(binary_cache.CacheEntryError, match=rf"ELF e_machine \d+ is not {other}'s"):
         key.check_payload(first[0].image)  # this machine's object under the other machine's key
+
+
+@needs_cxx
+def test_compiling_the_same_kernels_twice_gives_the_same_bytes(monkeypatch):
+    """Exports are byte-reproducible: with the cache off, two compiles of one source give one object (no
+    build id, no temporary paths, stripped)."""
+    wp = pytest.importorskip("warp")
+
+    @wp.kernel
+    def norms(a: wp.array(dtype=wp.vec3), b: wp.array(dtype=float)):
+        i = wp.tid()
+        b[i] = wp.length(a[i])
+
+    monkeypatch.setenv("LEAPP_NO_CACHE", "1")
+    first, _ = cpu_code.build_cpu_code([("norms_cuda_kernel_forward", norms)], "segment s")
+    second, _ = cpu_code.build_cpu_code([("norms_cuda_kernel_forward", norms)], "segment s")
+    assert first and [c.image for c in first] == [c.image for c in second]
