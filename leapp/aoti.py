@@ -124,13 +124,13 @@ def unrunnable_segments(desc: dict, entry: dict) -> str | None:
     compiles into a CPU package, which runs its segments only from their CPU code (docs/export-cpu.md); a
     segment without CPU code for this machine replays on CUDA devices only (the C++ pipeline refuses such a
     package at open)."""
-    from leapp.bundle.format import cpu_code_runs_here
+    from leapp.bundle.format import segment_runs_on_this_cpu
 
     segments = entry.get("segments") or []
     device = str(entry.get("device", ""))
     if not segments or device.startswith("cuda"):
         return None
-    without = [s.get("id", "?") for s in segments if not cpu_code_runs_here(str(s.get("producer", {}).get("cpu_code", "none")))]
+    without = [s.get("id", "?") for s in segments if not segment_runs_on_this_cpu(s)]
     if not without:
         return None
     return (f"pipeline '{desc['name']}' node '{entry['name']}' has {len(segments)} Warp segment(s) recorded on "

@@ -56,6 +56,7 @@ __all__ = [
     "elf_problem",
     "this_machine",
     "cpu_code_runs_here",
+    "segment_runs_on_this_cpu",
 ]
 
 # The cubins a default export holds (the exporter, leapp._export.cuda_code, compiles them; the runtime's
@@ -204,3 +205,11 @@ def cpu_code_runs_here(note: str) -> bool:
     """Whether a segment's ``producer.cpu_code`` note (its machines, "x86_64, aarch64", or "none: why") names
     this machine. A note is a claim: the runtime checks the bundle itself before it runs anything."""
     return not note.startswith("none") and this_machine() in [m.strip() for m in note.split(",")]
+
+
+def segment_runs_on_this_cpu(segment) -> bool:
+    """``cpu_code_runs_here`` of a pipeline.yaml segment entry (its ``producer`` is the bundle's; an entry
+    without a note has no CPU code)."""
+    producer = segment.get("producer") if hasattr(segment, "get") else None
+    note = producer.get("cpu_code", "none") if isinstance(producer, dict) else "none"
+    return cpu_code_runs_here(str(note))

@@ -198,10 +198,9 @@ def _log_binary_choice(name: str, node_name: str, entry: dict, artifact: Path, r
 
     where = f"pipeline '{name}' node '{node_name}'"
     if torch.device(entry["device"]).type != "cuda":
-        from leapp.bundle.format import cpu_code_runs_here
+        from leapp.bundle.format import segment_runs_on_this_cpu
 
-        notes = [str(s.get("producer", {}).get("cpu_code", "none")) for s in entry.get("segments", [])]
-        if all(cpu_code_runs_here(note) for note in notes):
+        if all(segment_runs_on_this_cpu(s) for s in entry.get("segments", [])):
             log.debug("%s: Warp segments recorded on %s; they run from their CPU code", where, entry["device"])
         else:
             log.debug("%s: Warp segments recorded on %s without CPU code for this machine; they replay on CUDA "

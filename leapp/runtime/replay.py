@@ -186,11 +186,10 @@ def warp_segment_cpu(inputs: list[torch.Tensor], bundle: torch.Tensor, signature
     none for this machine."""
     from leapp import _native
 
-    parsed = load_bundle(bundle, signature)
+    parsed, dense, outputs, _ = _prepared(inputs, bundle, signature, "cpu")
     refusal = _native.cpu_code_refusal(parsed)
     if refusal:
         raise RuntimeError(f"{refusal}; the inputs are on the CPU: move them to a CUDA device")
-    parsed, dense, outputs, _ = _prepared(inputs, bundle, signature, "cpu")
     _native.run_segment_cpu(
         parsed,
         [t.data_ptr() for t in dense],

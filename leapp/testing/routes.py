@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from leapp.bundle.format import cpu_code_runs_here
+from leapp.bundle.format import segment_runs_on_this_cpu
 
 from leapp._export.validate import cuda_problem  # the shared test: is there CUDA for leapp here
 
@@ -91,11 +91,8 @@ def _blocker(route: Route, desc: Mapping, cuda: str | None, providers: list[str]
         return "the export has no ONNX node"
     if route.cuda_graphs and not any(n["backend"] == "pt2" and _is_cuda(n["device"]) for n in nodes):
         return "no PT2 node was exported on CUDA, so cuda_graphs=True changes nothing"
-    def cpu_code(segment: Mapping) -> bool:
-        return cpu_code_runs_here(str(segment.get("producer", {}).get("cpu_code", "none")))
-
     cpu_segments = [f"{s['id']} ({s['source']})" for n in nodes for s in n["segments"]
-                    if not _is_cuda(s["device"]) and not cpu_code(s)]
+                    if not _is_cuda(s["device"]) and not segment_runs_on_this_cpu(s)]
     if cpu_segments:
         reasons.append(f"Warp segment(s) {cpu_segments} were captured on the CPU and hold no CPU code for this "
                        "machine, so they replay on CUDA devices only (docs/export-cpu.md)")
@@ -103,7 +100,7 @@ def _blocker(route: Route, desc: Mapping, cuda: str | None, providers: list[str]
         needs = []
         # a segment needs CUDA where its node runs on CUDA, or where it has no CPU code for this machine
         segments = [s["id"] for n in nodes for s in n["segments"] if _node_on_cuda(route, n, desc, providers)
-                    or not cpu_code(s)]
+                    or not segment_runs_on_this_cpu(s)]
         if segments:
             needs.append(f"Warp segment(s) {segments}")
         needs.extend(f"node '{n['name']}' ({n['backend']}, exported on {n['device']})" for n in nodes

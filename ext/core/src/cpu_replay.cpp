@@ -57,6 +57,7 @@ struct FreeDeleter {
 
 /// A segment's CPU code, loaded: immutable once made.
 struct CpuSegment {
+  std::string digest;  // the bundle's
   void* handle = nullptr;
   int fd = -1;  // the memfd the code was loaded from, open while it is loaded (see fd_path)
   std::vector<CpuKernel> kernels;  // per manifest kernel; entry null when no launch uses it
@@ -180,6 +181,7 @@ CpuKernel bind_kernel(const Manifest& m, void* handle, uint32_t k) {
 std::shared_ptr<const CpuSegment> prepare(const Bundle& bundle, const CpuCodeSpec& code) {
   const Manifest& m = bundle.manifest();
   auto seg = std::make_shared<CpuSegment>();
+  seg->digest = bundle.digest();
   seg->handle = load_from_memory(m, bundle.binary_image(code.image), seg->fd);
   std::vector<bool> launched(m.kernels.size(), false);
   for (const OpSpec& op : m.ops)
@@ -207,8 +209,8 @@ std::shared_ptr<const CpuSegment> prepare(const Bundle& bundle, const CpuCodeSpe
   return seg;
 }
 
-const CpuSegment& cpu_segment(const Bundle& bundle, const CpuCodeSpec& code,
-                              std::shared_ptr<const CpuSegment>& hold) {
+/// The bundle's loaded CPU code from the table, loaded on first use.
+std::shared_ptr<const CpuSegment> cpu_segment(const Bundle& bundle, const CpuCodeSpec& code) {
   std::lock_guard<std::mutex> lock(table_mutex());
   auto& slot = table()[bundle.digest()];
   if (!slot) {
@@ -219,8 +221,7 @@ const CpuSegment& cpu_segment(const Bundle& bundle, const CpuCodeSpec& code,
       throw;
     }
   }
-  hold = slot;
-  return *hold;
+  return slot;
 }
 
 /// Per-call state of this thread: addresses, parameter bytes, the argument struct, scratch, spans.
@@ -232,7 +233,6 @@ struct CpuCallState {
   uint64_t scratch_capacity = 0;
   std::vector<uint64_t> scratch_offsets;
   std::shared_ptr<const CpuSegment> last;  // the last segment run, kept for the next call's lookup
-  std::string last_digest;
 };
 
 uint8_t* scratch_for(CpuCallState& s, uint64_t need) {
@@ -270,12 +270,7 @@ void run_segment_cpu(const Bundle& bundle, const std::vector<HostSpan>& inputs, 
   thread_local CpuCallState s;
   const int64_t batch = detail::checked_host_batch(bundle, inputs, outputs);
 
-  if (!s.last || s.last_digest != bundle.digest()) {
-    std::shared_ptr<const CpuSegment> hold;
-    cpu_segment(bundle, *code, hold);
-    s.last = std::move(hold);
-    s.last_digest = bundle.digest();
-  }
+  if (!s.last || s.last->digest != bundle.digest()) s.last = cpu_segment(bundle, *code);
   const CpuSegment& seg = *s.last;
   const uint64_t need = detail::scratch_layout(m, batch, s.scratch_offsets);
   uint8_t* scratch = need ? scratch_for(s, need) : nullptr;
