@@ -24,6 +24,7 @@ import leapp
 from leapp import annotate
 from leapp.bundle import BundleError, read_bundle
 from leapp.bundle.writer import pack
+from warp_devices import warp_builds_cpu_kernels
 
 wp = pytest.importorskip("warp")
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning"),
@@ -31,8 +32,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::
                                  reason="needs a C++ compiler: the export compiles Warp's CPU source")]
 # Tracing on the CPU runs the kernels eagerly with Warp's own CPU build, which needs its warp-clang library
 # (the GPU test machine's Warp has none: its CUDA test below compares with Warp on CUDA instead).
-warp_cpu = pytest.mark.skipif(not (Path(wp.__file__).parent / "bin" / "warp-clang.so").is_file(),
-                              reason="this Warp cannot build CPU kernels (no warp-clang.so)")
+warp_cpu = pytest.mark.skipif(not warp_builds_cpu_kernels(), reason="this Warp cannot build CPU kernels (no warp-clang.so)")
 
 BATCH = 16
 

@@ -23,6 +23,8 @@ import warp as wp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from warp_devices import warp_device
+
 import leapp
 from leapp import annotate
 from leapp.bundle import read_bundle
@@ -141,20 +143,10 @@ def _initializer(model, name: str) -> bytes:
     return next(onnx.numpy_helper.to_array(t).tobytes() for t in model.graph.initializer if t.name == name)
 
 
-def _device() -> str:
-    """cuda:0 where there is a GPU, else the CPU (the segments from their CPU code, docs/export-cpu.md)."""
-    wp.init()
-    if torch.cuda.is_available() and wp.is_cuda_available():
-        return "cuda:0"
-    if not (Path(wp.__file__).parent / "bin" / "warp-clang.so").is_file():
-        pytest.skip("no CUDA device, and this Warp cannot build CPU kernels (no warp-clang.so)")
-    return "cpu"
-
-
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """The pipeline traced on the device, validated, loaded; ``.device`` set to that device."""
-    device = _device()
+    device = warp_device()
     tmp = tmp_path_factory.mktemp("dyn")
     session = _trace(tmp, device, "dyn_gpu")
     report = session.compile(validate=True)  # validates at 300 (traced), LO and HI (the probes) against eager

@@ -15,15 +15,14 @@ CPU kernels, so there it is CUDA only. All kernels live in e2e_scenarios (compil
 from __future__ import annotations
 
 import gc
-from pathlib import Path
 
 import pytest
 import torch
-import warp as wp
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import e2e_scenarios as E
+from warp_devices import warp_device
 import leapp
 from leapp import _native
 from leapp._export.cuda_code import KNOWN_CUBIN_ARCHS
@@ -42,21 +41,11 @@ DEVICE = "cuda:0"
 CUBIN_ARCHS = set(KNOWN_CUBIN_ARCHS)  # LEAPP_CUDA_ARCHS may name any of them
 
 
-def _device() -> str:
-    """cuda:0 where Warp and torch see a GPU, else the CPU (where this Warp builds CPU kernels)."""
-    wp.init()
-    if wp.is_cuda_available() and torch.cuda.is_available():
-        return DEVICE
-    if not (Path(wp.__file__).parent / "bin" / "warp-clang.so").is_file():
-        pytest.skip("no CUDA device, and this Warp cannot build CPU kernels (no warp-clang.so)")
-    return "cpu"
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _gpu():
     """Warp and torch on cuda:0; cubins for this GPU only (the runtime picks that one anyway), so exports are fast.
     Without a GPU only the cpu_fallback test runs here (the others are skipped before this fixture)."""
-    if _device() == "cpu":
+    if warp_device() == "cpu":
         yield
         return
     major, minor = torch.cuda.get_device_capability(0)
@@ -96,7 +85,7 @@ RICH = (E.SegmentPlan(("affine", "accumulate", "twist"), copy_out=True), E.Segme
 @example(s=E.Scenario("int64", 4097, RICH, backend="pt2", seed=5))
 @given(s=scenarios)
 def test_exported_equals_eager(tmp_path_factory, s):
-    device = _device()
+    device = warp_device()
     folder = tmp_path_factory.mktemp("gpu")
     step, report = E.trace_and_compile(s, folder, device, validate=True)
     assert report["e2e"].status == "passed", f"{s.describe()}\n{report}"

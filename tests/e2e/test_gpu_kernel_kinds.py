@@ -95,12 +95,9 @@ def test_struct_parameter_records_and_exports_on_cpu(tmp_path):
 @pytest.mark.cpu_fallback
 def test_struct_parameter_exported_equals_eager(tmp_path):
     """On a GPU, or without one on the CPU (the relocation inside the struct then patched to a host address)."""
-    wp.init()
-    device = "cuda:0" if torch.cuda.is_available() and wp.is_cuda_available() else "cpu"
-    from pathlib import Path
+    from warp_devices import warp_device
 
-    if device == "cpu" and not (Path(wp.__file__).parent / "bin" / "warp-clang.so").is_file():
-        pytest.skip("no CUDA device, and this Warp cannot build CPU kernels (no warp-clang.so)")
+    device = warp_device()
     with leapp.trace("struct_gpu", save_path=str(tmp_path)) as session:
         for seed in range(3):
             struct_step(*_struct_inputs(300, seed, device))

@@ -19,6 +19,8 @@ import warp as wp
 
 import leapp
 from leapp._export.cuda_code import KNOWN_CUBIN_ARCHS
+from warp_devices import warp_device
+
 from leapp.testing import ROUTES, assert_equivalent, input_strategy, replay_counterexample, unit_norm
 
 pytestmark = [
@@ -43,20 +45,10 @@ def _example_module():
     return module
 
 
-def _device() -> str:
-    """cuda:0 where Warp and torch see a GPU, else the CPU (where this Warp can build CPU kernels)."""
-    wp.init()
-    if wp.is_cuda_available() and torch.cuda.is_available():
-        return "cuda:0"
-    if not (Path(wp.__file__).parent / "bin" / "warp-clang.so").is_file():
-        pytest.skip("no CUDA device, and this Warp cannot build CPU kernels (no warp-clang.so)")
-    return "cpu"
-
-
 @pytest.fixture(scope="module")
 def go2(tmp_path_factory):
     """(example module, robot, export folder): Go2.step traced on the device (3 passes) and exported."""
-    device = _device()
+    device = warp_device()
     module = _example_module()
     robot = module.Go2(device)
     folder = tmp_path_factory.mktemp("go2")
