@@ -417,3 +417,25 @@ def test_leapp_run_runs_a_pt2_node_from_its_cpu_package(export, tmp_path):
     shutil.copytree(folder, copy)
     leapp.aoti.package(copy, "obs")
     assert "aoti-cpu" in _leapp_run_equals_eager(leapp_run, copy, tmp_path, seed=9)
+
+
+@warp_cpu
+def test_the_cpu_kernel_names_a_wrong_dtype_shape_or_truncated_bundle(cpu_bundle):
+    """The torch op's CPU kernel checks what its CUDA kernel checks, with the same words."""
+    import json
+
+    from leapp.bundle import read_bundle as read
+    from leapp.bundle import signature_json
+    from leapp.runtime import ops
+
+    ops.ensure_registered()
+    signature = signature_json(read(cpu_bundle))
+    tensor = torch.frombuffer(bytearray(cpu_bundle), dtype=torch.uint8)
+    segment = json.loads(signature)["segment"]
+    with pytest.raises(ValueError, match=rf"'{segment}': input 0 'in0' expects float32\[16, 4\], got Double\[16, 4\]"):
+        torch.ops.leapp.warp_segment([quats(BATCH, 0).double()], tensor, signature)
+    with pytest.raises(ValueError, match=rf"'{segment}': input 0 'in0' expects float32\[16, 4\], got .*\[8, 4\]"):
+        torch.ops.leapp.warp_segment([quats(8, 0)], tensor, signature)
+    truncated = torch.frombuffer(bytearray(cpu_bundle[:-100]), dtype=torch.uint8)
+    with pytest.raises((ValueError, RuntimeError), match=r"bundle"):
+        torch.ops.leapp.warp_segment([quats(BATCH, 0)], truncated, signature)
