@@ -24,6 +24,7 @@ import leapp
 from leapp import annotate
 from leapp.bundle import BundleError, read_bundle
 from leapp.bundle.writer import pack
+from leapp.runtime.pipeline import load
 from warp_devices import warp_builds_cpu_kernels
 
 wp = pytest.importorskip("warp")
@@ -354,7 +355,7 @@ def test_a_cuda_export_with_cpu_code_runs_on_both(tmp_path, monkeypatch):
     want = _observe_on("cuda:0")(quat.cuda()).cpu()  # Warp's own CUDA run (a Warp without warp-clang has no CPU)
     (on_gpu,) = leapp.load(folder)(quat=quat.cuda()).values()
     torch.testing.assert_close(on_gpu.cpu(), want, rtol=1e-5, atol=1e-6)
-    (on_cpu,) = leapp.load(folder, onnx_ep="cpu")(quat=quat).values()
+    (on_cpu,) = load(folder, onnx_ep="cpu")(quat=quat).values()  # the CPU EP on a GPU machine
     assert on_cpu.device.type == "cpu"
     torch.testing.assert_close(on_cpu, want, rtol=1e-5, atol=1e-6)
 
