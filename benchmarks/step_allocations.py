@@ -13,7 +13,9 @@ loaded by the driver itself (``CUDA_INJECTION64_PATH``), counts every driver cal
 memory (cuMemAlloc*, cuMemCreate, cuMemHostAlloc, cuMemPoolCreate, ... and their frees), whoever makes it:
 leapp, ONNX Runtime's CUDA EP, torch's allocator in an AOTInductor package. leapp-run runs the step as one
 CUDA graph and node by node (``--no-graph``); tests/e2e/test_cpp_runner_gpu.py asserts that neither
-allocates device memory after warm-up and that the graphed step makes no host allocation either.
+allocates device memory after warm-up and that the graphed step makes no host allocation either. Host counts
+come from processes without CUPTI (its callbacks allocate on the host themselves); ``per_step_sites`` says
+where a step's host allocations are made, by call stack (inside libcuda, or which library and symbol).
 
     python3 benchmarks/step_allocations.py [--export DIR] [--steps 100,1100] [--device cuda]
 """
@@ -32,17 +34,102 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 COUNTER = r"""
 #define _GNU_SOURCE
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <link.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 extern void* __libc_malloc(size_t);
 extern void* __libc_calloc(size_t, size_t);
 extern void* __libc_realloc(void*, size_t);
-static atomic_long count;
-void* malloc(size_t n) { atomic_fetch_add(&count, 1); return __libc_malloc(n); }
-void* calloc(size_t a, size_t b) { atomic_fetch_add(&count, 1); return __libc_calloc(a, b); }
-void* realloc(void* p, size_t n) { atomic_fetch_add(&count, 1); return __libc_realloc(p, n); }
-__attribute__((destructor)) static void report(void) { fprintf(stderr, "LEAPP_ALLOCATIONS %ld\n", (long)count); }
+static atomic_long count, in_driver, dropped;
+/* With $LEAPP_ALLOCATION_SITES=N set, the call stack of each allocation after the first N is taken (glibc's
+ * backtrace) and counted per call site (up to DEPTH frames), reported at exit as library+offset so that two
+ * runs of different lengths can be compared by site; N skips the start-up's (a CUDA EP session makes
+ * millions, whose stacks would take minutes). One with a frame in libcuda is the driver's own: its site is
+ * the driver's caller. */
+enum { DEPTH = 8, SITES = 1 << 18, PROBES = 256 };
+typedef struct { void* frames[DEPTH + 1]; long n; } Site;  /* frames[0]: 1 in the driver */
+static Site sites[SITES];
+static atomic_flag sites_lock = ATOMIC_FLAG_INIT;
+static int mode = -1;  /* -1 unknown, 0 counts only, 1 sites */
+static long armed_after;  /* sites of the allocations after this many only: $LEAPP_ALLOCATION_SITES */
+static __thread __attribute__((tls_model("initial-exec"))) int busy;
+static uintptr_t driver_lo, driver_hi;
+static int find_driver(struct dl_phdr_info* info, size_t size, void* data) {
+  (void)size; (void)data;
+  if (!info->dlpi_name || !strstr(info->dlpi_name, "libcuda.so")) return 0;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)* h = &info->dlpi_phdr[i];
+    if (h->p_type != PT_LOAD) continue;
+    uintptr_t lo = info->dlpi_addr + h->p_vaddr, hi = lo + h->p_memsz;
+    if (!driver_lo || lo < driver_lo) driver_lo = lo;
+    if (hi > driver_hi) driver_hi = hi;
+  }
+  return 1;
+}
+static __attribute__((noinline)) void note(void) {
+  long number = atomic_fetch_add(&count, 1) + 1;
+  if (mode == 0 || busy) return;
+  busy = 1;
+  if (mode < 0) {
+    const char* sites_after = getenv("LEAPP_ALLOCATION_SITES");
+    armed_after = sites_after ? strtol(sites_after, 0, 10) : 0;
+    mode = sites_after != 0;
+  }
+  if (mode == 1 && number > armed_after) {
+    if (!driver_hi) dl_iterate_phdr(find_driver, 0);
+    void* frames[DEPTH + 2 + 16];  /* room for the driver's own frames */
+    int n = backtrace(frames, DEPTH + 2 + 16);
+    int driver = 0, from = 2; /* frames[0], [1]: note and the allocation function */
+    for (int i = 0; i < n; ++i)
+      if ((uintptr_t)frames[i] >= driver_lo && (uintptr_t)frames[i] < driver_hi) driver = 1, from = i + 1;
+    if (driver) atomic_fetch_add(&in_driver, 1);
+    if (n > from) {  /* the driver's own: the site is its caller, the frames after the driver's outermost */
+      void* key[DEPTH + 1] = {0};
+      key[0] = (void*)(uintptr_t)driver;
+      memcpy(key + 1, frames + from, sizeof(void*) * (size_t)(n - from < DEPTH ? n - from : DEPTH));
+      uintptr_t h = 0;
+      for (int i = 0; i <= DEPTH; ++i) h = (h ^ (uintptr_t)key[i]) * 0x9E3779B97F4A7C15ull, h ^= h >> 29;
+      while (atomic_flag_test_and_set(&sites_lock)) {}
+      int probe = 0;
+      for (; probe < PROBES; ++probe) {
+        Site* s = &sites[(h + (uintptr_t)probe) % SITES];
+        if (s->n == 0) memcpy(s->frames, key, sizeof key);
+        if (memcmp(s->frames, key, sizeof key) == 0) { s->n++; break; }
+      }
+      if (probe == PROBES) atomic_fetch_add(&dropped, 1);
+      atomic_flag_clear(&sites_lock);
+    }
+  }
+  busy = 0;
+}
+void* malloc(size_t n) { note(); return __libc_malloc(n); }
+void* calloc(size_t a, size_t b) { note(); return __libc_calloc(a, b); }
+void* realloc(void* p, size_t n) { note(); return __libc_realloc(p, n); }
+__attribute__((destructor)) static void report(void) {
+  busy = 1;
+  fprintf(stderr, "LEAPP_ALLOCATIONS %ld\n", (long)count);
+  if (mode != 1) return;
+  fprintf(stderr, "LEAPP_DRIVER_ALLOCATIONS %ld %ld\n", (long)in_driver, (long)dropped);
+  for (int i = 0; i < SITES; ++i) {
+    if (!sites[i].n) continue;
+    fprintf(stderr, "LEAPP_SITE %ld %s", sites[i].n, sites[i].frames[0] ? "driver" : "other");
+    for (int f = 1; f <= DEPTH && sites[i].frames[f]; ++f) {
+      Dl_info info;
+      if (dladdr(sites[i].frames[f], &info) && info.dli_fname)
+        fprintf(stderr, " %s+0x%lx%s%s%s", strrchr(info.dli_fname, '/') ? strrchr(info.dli_fname, '/') + 1 : info.dli_fname,
+                (unsigned long)((uintptr_t)sites[i].frames[f] - (uintptr_t)info.dli_fbase),
+                info.dli_sname ? "(" : "", info.dli_sname ? info.dli_sname : "", info.dli_sname ? ")" : "");
+      else
+        fprintf(stderr, " ?");
+    }
+    fprintf(stderr, "\n");
+  }
+}
 """
 
 
@@ -112,7 +199,8 @@ def counter(folder: Path) -> Path:
     if cc is None:
         raise Unavailable("needs a C compiler (cc) for the allocation counter")
     (folder / "count.c").write_text(COUNTER)
-    subprocess.run([cc, "-O2", "-shared", "-fPIC", str(folder / "count.c"), "-o", str(folder / "count.so")], check=True)
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", str(folder / "count.c"), "-o", str(folder / "count.so"), "-ldl"],
+                   check=True)
     return folder / "count.so"
 
 
@@ -174,19 +262,30 @@ def ort_alone(folder: Path) -> Path:
     return folder / "ort_alone"
 
 
-def _counts(command: list[str], library: Path, device: Path | None) -> tuple[int, int, int]:
-    """(host allocations, device allocations, device frees) of one process; the device ones 0 without
-    ``device``."""
+def _run_counted(command: list[str], library: Path, device: Path | None = None, sites_after: int | None = None,
+                 cuda: bool = False) -> list[str]:
+    """The ``LEAPP_*`` lines one counted process reports on stderr; ``cuda``: a leapp-run on CUDA (the
+    onnxruntime with the CUDA EP), ``device``: with the device counter injected (implies ``cuda``);
+    ``sites_after``: the call sites of the allocations after that many."""
     env = {"LD_PRELOAD": str(library), "PATH": "/usr/bin:/bin"}
-    if device is not None:  # leapp-run on CUDA: the onnxruntime with the CUDA EP, the injection library
+    if sites_after is not None:
+        env["LEAPP_ALLOCATION_SITES"] = str(sites_after)
+    if device is not None or cuda:
         from leapp.testing.cpp_runner import leapp_run_env
 
-        env = {**leapp_run_env(), **env, "CUDA_INJECTION64_PATH": str(device),
-               "LEAPP_CUPTI_LIBRARY": str(cupti_library())}
-    r = subprocess.run(command, env=env, capture_output=True, text=True)
+        env = {**leapp_run_env(), **env}
+    if device is not None:
+        env.update(CUDA_INJECTION64_PATH=str(device), LEAPP_CUPTI_LIBRARY=str(cupti_library()))
+    r = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         raise RuntimeError(f"{command[0]} failed: {r.stderr[-2000:]}")
-    lines = {line.split()[0]: line.split()[1:] for line in r.stderr.splitlines() if line.startswith("LEAPP_")}
+    return [line for line in r.stderr.splitlines() if line.startswith("LEAPP_")]
+
+
+def _counts(command: list[str], library: Path, device: Path | None, cuda: bool = False) -> tuple[int, int, int]:
+    """(host allocations, device allocations, device frees) of one process; the device ones 0 without
+    ``device``."""
+    lines = {line.split()[0]: line.split()[1:] for line in _run_counted(command, library, device, cuda=cuda)}
     if device is not None and "LEAPP_DEVICE_ALLOCATIONS" not in lines:
         raise Unavailable(f"the device allocation counter reported nothing: {lines.get('LEAPP_DEVICE_COUNTER')}")
     allocations, frees = lines.get("LEAPP_DEVICE_ALLOCATIONS", ["0", "0"])
@@ -204,10 +303,52 @@ def per_step(command, library: Path, steps: tuple[int, int], repeats: int = 1) -
 def per_step_counts(command, library: Path, steps: tuple[int, int], repeats: int = 1,
                     device: Path | None = None) -> tuple[float, float, float]:
     """(host allocations, device allocations, device frees) of one step, as ``per_step``; the device counts
-    with ``device`` (the injection library of ``device_counter``)."""
+    with ``device`` (the injection library of ``device_counter``), from other processes than the host count:
+    CUPTI's callbacks allocate on the host themselves (about one per graph launch and synchronisation on the
+    H200), which would be counted as the step's."""
     a, b = steps
-    least = [[min(c) for c in zip(*(_counts(command(n), library, device) for _ in range(repeats)))] for n in (a, b)]
-    return tuple((y - x) / (b - a) for x, y in zip(least[0], least[1]))
+
+    def least(n, injected):
+        return [min(c) for c in zip(*(_counts(command(n), library, injected, cuda=device is not None)
+                                      for _ in range(repeats)))]
+
+    host = (least(b, None)[0] - least(a, None)[0]) / (b - a)
+    if device is None:
+        return host, 0.0, 0.0
+    first, last = least(a, device), least(b, device)
+    return host, (last[1] - first[1]) / (b - a), (last[2] - first[2]) / (b - a)
+
+
+def per_step_sites(command, library: Path, steps: tuple[int, int], cuda: bool = False):
+    """Where one step's host allocations come from: (in the CUDA driver, elsewhere, {call site: per step}).
+
+    The counter takes every allocation's call stack: one with a frame in libcuda is the driver's own (a graph
+    launch's, a synchronisation's), which no caller can avoid; the others are counted by call site (library+offset
+    frames, innermost first; the driver's by the frames that called into it), and a site whose count grows with
+    the step count is listed with its rate."""
+    # Sites only for the last allocations of the shorter run and what follows (at least a few thousand): the
+    # same start-up in both runs, so the difference is the steps'.
+    shorter = min(_counts(command(steps[0]), library, None, cuda=cuda)[0] for _ in range(2))
+    after = max(0, shorter - max(5000, shorter // 50))
+
+    def one(n):
+        lines = _run_counted(command(n), library, sites_after=after, cuda=cuda)
+        total = next(int(x.split()[1]) for x in lines if x.startswith("LEAPP_ALLOCATIONS ")) - after
+        driver, dropped = next(tuple(map(int, x.split()[1:])) for x in lines if x.startswith("LEAPP_DRIVER_ALLOCATIONS "))
+        if dropped:
+            raise RuntimeError(f"the allocation counter's site table overflowed ({dropped} allocations unplaced)")
+        by_site: dict[str, int] = {}
+        for x in lines:
+            if x.startswith("LEAPP_SITE "):
+                _, count, kind, *frames = x.split()
+                site = ("in the driver, called from " if kind == "driver" else "") + " ".join(frames)
+                by_site[site] = by_site.get(site, 0) + int(count)
+        return driver, total - driver, by_site
+
+    (d_a, o_a, s_a), (d_b, o_b, s_b) = one(steps[0]), one(steps[1])
+    span = steps[1] - steps[0]
+    growing = {site: (n - s_a.get(site, 0)) / span for site, n in s_b.items() if n > s_a.get(site, 0)}
+    return (d_b - d_a) / span, (o_b - o_a) / span, dict(sorted(growing.items(), key=lambda kv: -kv[1]))
 
 
 def leapp_run_command(export: Path, inputs: Path, out: Path, node: str | None = None, *flags: str):
@@ -255,6 +396,11 @@ def cuda_table(export: Path, steps: tuple[int, int]) -> str:
                                                    device=device)
         rows.append(f"| (floor: a one-node graph launched and synchronised, no leapp) | {host:.3f} | {allocations:.3f} "
                     f"| {frees:.3f} |")
+        graphed = leapp_run_command(export, inputs, tmp / "out", None, "--device", "cuda")
+        driver, other, sites = per_step_sites(graphed, library, steps, cuda=True)
+        rows += ["", f"One CUDA graph, host allocations per step by where they are made: {driver:.3f} inside the "
+                     f"driver, {other:.3f} elsewhere; the sites that grow with the steps:", ""]
+        rows += [f"- {rate:.3f} per step: {site}" for site, rate in sites.items()] or ["- none"]
     return "\n".join(rows)
 
 

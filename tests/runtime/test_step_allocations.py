@@ -4,8 +4,8 @@ leapp-run and ONNX Runtime alone (benchmarks/native/ort_alone.cpp: the same ONNX
 each IoBinding bound once) run the same number of steps under a malloc/calloc/realloc counter
 (benchmarks/step_allocations.py); the per-step counts must agree: every allocation left in a step is
 ONNX Runtime's own ``Run`` (it has no allocation-free Run), none is leapp's. Checked on
-examples/cpu_policy.py's export (three ONNX nodes, CPU EP). The GPU counterpart (device allocations of a
-CUDA step) is tests/runtime/test_runtime_cuda.py's allocation counters.
+examples/cpu_policy.py's export (three ONNX nodes, CPU EP), by count and by call site. The GPU counterpart
+(host and device allocations of a CUDA step, graphed and not) is tests/e2e/test_cpp_runner_gpu.py's.
 """
 
 from __future__ import annotations
@@ -52,3 +52,25 @@ def test_leapp_adds_no_host_allocation_to_a_step(export, tmp_path, node):
     floor = step_allocations.per_step(floor_run, library, STEPS, repeats=3)
     assert floor > 0  # the counter sees ONNX Runtime's own allocations: it would see leapp's too
     assert abs(leapp_step - floor) < 0.5, f"leapp-run allocates {leapp_step:.3f} per step, ONNX Runtime alone {floor:.3f}"
+
+
+def test_every_allocation_of_a_step_is_made_inside_onnx_runtime(export, tmp_path):
+    """By call stack (step_allocations.per_step_sites, the tool that finds a step's allocations on the GPU
+    machine): each allocation that grows with the steps is made by ONNX Runtime, the innermost frame outside
+    the C and C++ runtimes in libonnxruntime, never in a leapp library."""
+    try:
+        library = step_allocations.counter(tmp_path)
+    except step_allocations.Unavailable as e:
+        pytest.skip(str(e))
+    inputs = step_allocations.write_inputs(leapp.load(export), tmp_path / "in")
+    leapp_run = step_allocations.leapp_run_command(export, inputs, tmp_path / "out")
+    driver, other, sites = step_allocations.per_step_sites(leapp_run, library, STEPS)
+    assert driver == 0 and other > 100 and sites, (driver, other, sites)  # no libcuda here; ORT's Run allocates
+    assert abs(sum(sites.values()) - other) < 2, (other, sites)  # every one of them has a site
+
+    def maker(site: str) -> str:
+        frames = site.split()
+        return next((f for f in frames if not f.startswith(("libstdc++", "libc.so", "libgcc"))), frames[0])
+
+    made = {maker(site).split("+")[0] for site in sites}
+    assert all(name.startswith("libonnxruntime") for name in made), sites
