@@ -17,7 +17,7 @@ allocates device memory after warm-up and that the graphed step makes no host al
 come from processes without CUPTI (its callbacks allocate on the host themselves); ``per_step_sites`` says
 where a step's host allocations are made, by call stack (inside libcuda, or which library and symbol).
 
-    python3 benchmarks/step_allocations.py [--export DIR] [--steps 100,1100] [--device cuda]
+    python3 benchmarks/step_allocations.py [--export DIR] [--steps 100,1100] [--device cuda] [--graph-kinds]
 """
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ def device_counter(folder: Path) -> Path:
 
 def graph_alone(folder: Path) -> Path:
     """benchmarks/native/graph_launch_alone.c compiled into ``folder``: the driver's own host allocations per
-    graph launch and synchronisation, the floor of a graphed step."""
+    graph launch and synchronisation, the floor of a graphed step (``graph_launch_alone N [KIND [COUNT]]``)."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         raise Unavailable("needs a C compiler (cc) for the graph launch floor")
@@ -404,14 +404,42 @@ def cuda_table(export: Path, steps: tuple[int, int]) -> str:
     return "\n".join(rows)
 
 
+GRAPH_KINDS = ("memset", "d2d", "h2d", "h2d-pinned", "d2h", "d2h-pinned", "kernel", "kernel-4000", "event-record",
+               "event-wait", "alloc-free")
+
+
+def graph_kinds_table(steps: tuple[int, int]) -> str:
+    """The markdown table of host allocations per launch and synchronisation of a bare graph of one node kind
+    (benchmarks/native/graph_launch_alone.c), 1 and 40 nodes: which kinds make the driver allocate at launch."""
+    rows = ["| graph nodes | host allocations per launch, 1 node | 40 nodes | inside the driver, 40 nodes |",
+            "|---|---|---|---|"]
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        library, program = counter(tmp), graph_alone(tmp)
+        for kind in GRAPH_KINDS:
+            one, many = (per_step(lambda n, c=c: [str(program), str(n), kind, str(c)], library, steps, repeats=2)
+                         for c in (1, 40))
+            driver, _, _ = per_step_sites(lambda n: [str(program), str(n), kind, "40"], library, steps)
+            rows.append(f"| {kind} | {one:.3f} | {many:.3f} | {driver:.3f} |")
+    return "\n".join(rows)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--export", help="an export folder (default: examples/cpu_policy.py's, made here)")
     parser.add_argument("--steps", default="100,1100", help="A,B: the two step counts compared")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                         help="cuda: leapp-run --device cuda on --export (a CUDA export), host and device counts")
+    parser.add_argument("--graph-kinds", action="store_true",
+                        help="no leapp: the host allocations of bare graphs of each node kind, per launch (a GPU)")
     args = parser.parse_args(argv)
     steps = tuple(int(v) for v in args.steps.split(","))
+    if args.graph_kinds:
+        try:
+            print(graph_kinds_table(steps))
+        except (Unavailable, RuntimeError) as e:  # no driver: the program says so
+            sys.exit(f"step_allocations: {e}")
+        return 0
     import leapp
 
     if args.device == "cuda":
