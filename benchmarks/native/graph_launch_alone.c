@@ -15,6 +15,10 @@
  *   event-record  an external event record node (cuEventRecordWithFlags, CU_EVENT_RECORD_EXTERNAL)
  *   event-wait    an external event wait node (cuStreamWaitEvent, CU_EVENT_WAIT_EXTERNAL)
  *   alloc-free    a stream-ordered allocation and its free (memory alloc and free nodes)
+ *   fork          a memset on a second stream, forked from and joined back to the first (COUNT branches)
+ *   cluster-kernel  the pointer kernel launched in clusters of 2 blocks (cuLaunchKernelEx)
+ *   pdl-kernel    the pointer kernel with programmatic stream serialisation (a programmatic dependency on
+ *                 the previous kernel, as CUTLASS and cuBLAS launch on sm_90)
  *
  * The driver is opened at run time (no CUDA headers or link-time dependency), as leapp opens it; the kernels
  * are PTX for sm_52, compiled by the driver for the device. */
@@ -42,6 +46,24 @@ static void check(CUresult r, const char* what) {
     exit(1);
   }
 }
+
+/* cuda.h's CUlaunchAttribute (an id, padding, a 64-byte value) and CUlaunchConfig, for cuLaunchKernelEx. */
+typedef struct {
+  int id;
+  int pad;
+  union {
+    char bytes[64];
+    struct { unsigned x, y, z; } cluster;
+    int programmatic_serialisation;
+  } value;
+} LaunchAttribute;
+typedef struct {
+  unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes;
+  Handle stream;
+  LaunchAttribute* attributes;
+  unsigned attribute_count;
+} LaunchConfig;
+enum { kClusterDimension = 4, kProgrammaticStreamSerialization = 6, kMaxBranches = 64 };
 
 static const char kPtx[] =
     ".version 7.0\n.target sm_52\n.address_size 64\n"
@@ -90,6 +112,24 @@ int main(int argc, char** argv) {
   static char parameters[4000];
   void* pointer_arguments[] = {&buffer};
   void* big_arguments[] = {parameters};
+  CUresult (*launch_kernel_ex)(const LaunchConfig*, Handle, void**, void**) = 0;
+  if (strstr(kind, "cluster") || strstr(kind, "pdl")) launch_kernel_ex = sym("cuLaunchKernelEx");
+  LaunchAttribute attribute;
+  memset(&attribute, 0, sizeof attribute);
+  if (strstr(kind, "cluster")) attribute.id = kClusterDimension, attribute.value.cluster.x = 2,
+                               attribute.value.cluster.y = attribute.value.cluster.z = 1;
+  else attribute.id = kProgrammaticStreamSerialization, attribute.value.programmatic_serialisation = 1;
+  LaunchConfig config = {2, 1, 1, 32, 1, 1, 0, stream, &attribute, 1};
+  Handle branches[kMaxBranches] = {0}, forked = 0, joined[kMaxBranches] = {0};
+  if (strcmp(kind, "fork") == 0) {
+    if (count > kMaxBranches) count = kMaxBranches;
+    check(((CUresult(*)(Handle*, unsigned))sym("cuEventCreate"))(&forked, 2), "cuEventCreate");
+    for (int i = 0; i < count; ++i) {
+      check(((CUresult(*)(Handle*, unsigned))sym("cuStreamCreate"))(&branches[i], 1 /* non-blocking */),
+            "cuStreamCreate");
+      check(((CUresult(*)(Handle*, unsigned))sym("cuEventCreate"))(&joined[i], 2), "cuEventCreate");
+    }
+  }
 
   check(((CUresult(*)(Handle, int))sym("cuStreamBeginCapture_v2"))(stream, 1 /* thread-local */), "cuStreamBeginCapture");
   for (int i = 0; i < count; ++i) {
@@ -120,6 +160,18 @@ int main(int argc, char** argv) {
       Pointer p = 0;
       check(((CUresult(*)(Pointer*, size_t, Handle))sym("cuMemAllocAsync"))(&p, 4096, stream), "cuMemAllocAsync");
       check(((CUresult(*)(Pointer, Handle))sym("cuMemFreeAsync"))(p, stream), "cuMemFreeAsync");
+    } else if (strcmp(kind, "fork") == 0) {
+      CUresult (*record)(Handle, Handle) = sym("cuEventRecord");
+      CUresult (*wait)(Handle, Handle, unsigned) = sym("cuStreamWaitEvent");
+      check(record(forked, stream), "cuEventRecord");
+      check(wait(branches[i], forked, 0), "cuStreamWaitEvent");
+      check(((CUresult(*)(Pointer, unsigned char, size_t, Handle))sym("cuMemsetD8Async"))(buffer + 256u * i, 0, 256,
+                                                                                          branches[i]),
+            "cuMemsetD8Async");
+      check(record(joined[i], branches[i]), "cuEventRecord");
+      check(wait(stream, joined[i], 0), "cuStreamWaitEvent");
+    } else if (launch_kernel_ex) {
+      check(launch_kernel_ex(&config, one_pointer, pointer_arguments, 0), "cuLaunchKernelEx");
     } else {
       fprintf(stderr, "graph_launch_alone: unknown KIND '%s'\n", kind);
       return 2;
