@@ -23,77 +23,17 @@ from hypothesis import strategies as st
 import leapp
 from leapp import annotate
 from leapp.bundle import BundleError, read_bundle
-from leapp.bundle.writer import pack
 from leapp.runtime.pipeline import load
-from warp_devices import warp_builds_cpu_kernels
+from cpu_observation import BATCH, add_rows, bundle_of, gravity_scaled, observe, quats, rewritten, trace, warp_cpu
 
 wp = pytest.importorskip("warp")
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning"),
               pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
                                  reason="needs a C++ compiler: the export compiles Warp's CPU source")]
-# Tracing on the CPU runs the kernels eagerly with Warp's own CPU build, which needs its warp-clang library
-# (the GPU test machine's Warp has none: its CUDA test below compares with Warp on CUDA instead).
-warp_cpu = pytest.mark.skipif(not warp_builds_cpu_kernels(), reason="this Warp cannot build CPU kernels (no warp-clang.so)")
-
-BATCH = 16
-
-
-@wp.kernel
-def gravity_scaled(q: wp.array(dtype=wp.quat), g: wp.vec3, s: float, out: wp.array(dtype=wp.vec3)):
-    i = wp.tid()
-    out[i] = wp.quat_rotate_inv(q[i], g) * s
-
-
-@wp.kernel
-def add_rows(a: wp.array(dtype=wp.vec3), b: wp.array(dtype=wp.vec3), out: wp.array(dtype=float)):
-    i = wp.tid()
-    out[i] = wp.length(a[i] + b[i])
-
-
-def observe(quat: torch.Tensor) -> torch.Tensor:
-    """Two launches, a Warp scratch array, a zeroed output, a copy: what a simulator's observation term does."""
-    grav = torch.empty(quat.shape[0], 3)
-    norm = torch.empty(quat.shape[0])
-    with annotate.warp_op():
-        q = wp.from_torch(quat, dtype=wp.quat)
-        tmp = wp.empty(quat.shape[0], dtype=wp.vec3, device="cpu")
-        out = wp.from_torch(grav, dtype=wp.vec3)
-        n = wp.from_torch(norm)
-        n.zero_()
-        wp.launch(gravity_scaled, dim=quat.shape[0], inputs=[q, wp.vec3(0.0, 0.0, -1.0), 2.0], outputs=[tmp],
-                  device="cpu")
-        wp.copy(out, tmp)
-        wp.launch(add_rows, dim=quat.shape[0], inputs=[tmp, out], outputs=[n], device="cpu")
-    return torch.cat([grav, norm[:, None]], dim=1) * 0.5
-
-
-def quats(n: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.nn.functional.normalize(torch.randn(n, 4, generator=g), dim=1)
-
-
-def _trace(folder: Path, backend: str, dynamic=None, validate: bool = True):
-    node = leapp.node("obs", export_with=backend, dynamic_batch=dynamic)(observe)
-    with leapp.trace("cpu_obs", save_path=str(folder)) as session:
-        for seed in range(3):
-            node(quats(BATCH, seed))
-    return session.compile(validate=validate), folder / "cpu_obs"
-
-
 @pytest.fixture(scope="module", params=["pt2", "onnx"])
 def export(request, tmp_path_factory):
-    report, folder = _trace(tmp_path_factory.mktemp(request.param), request.param)
+    report, folder = trace(tmp_path_factory.mktemp(request.param), request.param)
     return request.param, report, folder
-
-
-def _bundle(folder: Path) -> bytes:
-    """The bytes of the obs node's one segment bundle, found in its artifact as leapp inspect finds them."""
-    from leapp.runtime.binary_choice import bundles_in_artifact
-
-    pipeline = leapp.load(folder)
-    node = pipeline.nodes["obs"]
-    (found,) = bundles_in_artifact(node.backend, node.artifact, node.runner)
-    return found
 
 
 @warp_cpu
@@ -159,7 +99,7 @@ def _in_threads(call, calls: int, seed: int, threads: int = 8) -> None:
 
 @warp_cpu
 def test_dynamic_batch_runs_every_batch_of_the_range(tmp_path):
-    report, folder = _trace(tmp_path, "pt2", dynamic=(1, 64))
+    report, folder = trace(tmp_path, "pt2", dynamic=(1, 64))
     assert report["obs"].status == "passed", str(report)
     pipeline = leapp.load(folder)
     for batch in (1, 7, 16, 64):
@@ -198,29 +138,17 @@ def _leapp_run_equals_eager(leapp_run: Path, folder: Path, tmp_path: Path, seed:
 @warp_cpu
 def test_no_cpu_code_when_turned_off(tmp_path, monkeypatch):
     monkeypatch.setenv("LEAPP_CPU_CODE", "0")
-    report, folder = _trace(tmp_path, "pt2", validate=False)
-    assert "cpu_code" not in read_bundle(_bundle(folder)).manifest
+    report, folder = trace(tmp_path, "pt2", validate=False)
+    assert "cpu_code" not in read_bundle(bundle_of(folder)).manifest
     with pytest.raises(RuntimeError, match=r"holds no CPU code for this machine \(\w+\): it was exported for CUDA "
                                            r"devices only \(export it with LEAPP_CPU_CODE=1"):
         leapp.load(folder)(quat=quats(BATCH, 0))
     monkeypatch.setenv("LEAPP_CPU_CODE", "sometimes")
     with pytest.raises(leapp.ExportError, match=r"\$LEAPP_CPU_CODE='sometimes': expected 'auto'"):
-        _trace(tmp_path / "bad", "pt2", validate=False)
+        trace(tmp_path / "bad", "pt2", validate=False)
 
 
 # ------------------------------------------------------------------ hostile bundles
-
-
-def _rewritten(data: bytes, edit) -> bytes:
-    """The bundle with its manifest (a dict) and stored blobs (a list of bytes) edited by ``edit``, resealed and
-    not checked (as a hostile writer would)."""
-    import json
-
-    bundle = read_bundle(data)
-    manifest = json.loads(json.dumps(bundle.manifest))
-    blobs = [bytes(b) for b in bundle.blobs]
-    edit(manifest, blobs)
-    return pack(json.dumps(manifest).encode(), blobs, min_reader_version=bundle.min_reader_version)
 
 
 def _native_parse(data: bytes):
@@ -248,8 +176,8 @@ def _compressed_code(manifest: dict, blobs: list, data: bytes) -> None:
 
 @pytest.fixture(scope="module")
 def cpu_bundle(tmp_path_factory) -> bytes:
-    _, folder = _trace(tmp_path_factory.mktemp("hostile"), "pt2", validate=False)
-    return _bundle(folder)
+    _, folder = trace(tmp_path_factory.mktemp("hostile"), "pt2", validate=False)
+    return bundle_of(folder)
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -267,7 +195,7 @@ def cpu_bundle(tmp_path_factory) -> bytes:
         "empty"])
 @warp_cpu
 def test_both_readers_refuse_a_hostile_cpu_code_entry(cpu_bundle, edit, message):
-    data = _rewritten(cpu_bundle, edit)
+    data = rewritten(cpu_bundle, edit)
     with pytest.raises(BundleError, match=message):
         read_bundle(data)
     with pytest.raises(ValueError, match=message):
@@ -286,9 +214,9 @@ def _run_cpu(data: bytes, n: int = BATCH):
 
 @warp_cpu
 def test_a_cpu_entry_the_code_does_not_define_is_refused_by_name(cpu_bundle):
-    norm, grav = _run_cpu(_rewritten(cpu_bundle, lambda m, b: None))  # the control: resealed as is, it runs
+    norm, grav = _run_cpu(rewritten(cpu_bundle, lambda m, b: None))  # the control: resealed as is, it runs
     torch.testing.assert_close(torch.cat([grav, norm[:, None]], dim=1) * 0.5, observe(quats(BATCH, 1)))
-    data = _rewritten(cpu_bundle, lambda m, b: m["kernels"][0].update(cpu_entry="system"))
+    data = rewritten(cpu_bundle, lambda m, b: m["kernels"][0].update(cpu_entry="system"))
     with pytest.raises(ValueError, match=r"kernels\[0\] CPU entry 'system': not defined by the CPU code"):
         _run_cpu(data)
 
@@ -300,7 +228,7 @@ def test_parameters_that_do_not_fit_the_entry_are_refused_before_anything_runs(c
         launch["params"]["sizes"][1] -= 8
 
     with pytest.raises(ValueError, match=r"ops\[\d+\] argument 0 has 48 bytes, the CPU entry's has 56"):
-        _run_cpu(_rewritten(cpu_bundle, shrink))
+        _run_cpu(rewritten(cpu_bundle, shrink))
 
 
 @warp_cpu
@@ -350,7 +278,7 @@ def test_a_cuda_export_with_cpu_code_runs_on_both(tmp_path, monkeypatch):
     report = session.compile(validate=True)
     assert report["obs"].status == "passed", str(report)
     folder = tmp_path / "both"
-    assert "cpu_code" in read_bundle(_bundle(folder)).manifest
+    assert "cpu_code" in read_bundle(bundle_of(folder)).manifest
     quat = quats(BATCH, 11)
     want = _observe_on("cuda:0")(quat.cuda()).cpu()  # Warp's own CUDA run (a Warp without warp-clang has no CPU)
     (on_gpu,) = leapp.load(folder)(quat=quat.cuda()).values()
@@ -421,7 +349,7 @@ def test_leapp_run_runs_a_pt2_node_from_its_cpu_package(export, tmp_path):
 
 
 @warp_cpu
-def test_the_cpu_kernel_names_a_wrong_dtype_shape_or_truncated_bundle(cpu_bundle):
+def test_the_cpu_kernel_names_a_wrong_dtype_shape_or_truncatedbundle_of(cpu_bundle):
     """The torch op's CPU kernel checks what its CUDA kernel checks, with the same words."""
     import json
 

@@ -182,7 +182,7 @@ def test_a_compiler_failure_is_an_error_only_when_cpu_code_was_asked_for(tmp_pat
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
     from leapp.bundle import read_bundle
-    from test_cpu_code import _bundle, _trace
+    from cpu_observation import bundle_of, trace
 
     broken = tmp_path / "broken-cxx"
     broken.write_text("#!/bin/sh\necho 'error: this compiler refuses everything' >&2\nexit 1\n")
@@ -190,12 +190,12 @@ def test_a_compiler_failure_is_an_error_only_when_cpu_code_was_asked_for(tmp_pat
     monkeypatch.setenv(cpu_code.CXX_ENV, str(broken))
     monkeypatch.setenv("PATH", str(tmp_path))  # no cross compiler either
     with pytest.warns(RuntimeWarning, match=r"compiling the CPU code for \w+ with .*broken-cxx failed \(exit 1\)"):
-        _, folder = _trace(tmp_path / "auto", "pt2", validate=False)
-    note = read_bundle(_bundle(folder)).manifest["producer"]["cpu_code"]
+        _, folder = trace(tmp_path / "auto", "pt2", validate=False)
+    note = read_bundle(bundle_of(folder)).manifest["producer"]["cpu_code"]
     assert note.startswith("none: compiling the CPU code for") and "failed (exit 1)" in note, note
     monkeypatch.setenv(cpu_code.CPU_CODE_ENV, "1")
     with pytest.raises(ExportError, match=r"(?s)failed \(exit 1\):\nerror: this compiler refuses everything"):
-        _trace(tmp_path / "always", "pt2", validate=False)
+        trace(tmp_path / "always", "pt2", validate=False)
 
 
 @needs_cxx
