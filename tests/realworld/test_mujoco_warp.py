@@ -23,6 +23,7 @@ mjw = pytest.importorskip("mujoco_warp",
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import warp as wp  # noqa: E402
+from aarch64_emulation import build_runners, needs_emulation, run_on_both  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from realworld_helpers import assert_graph_matches_eager, check_recording, trace_passes  # noqa: E402
@@ -144,3 +145,34 @@ def test_exported_fk_runs_on_the_cpu_from_its_cpu_code(tmp_path):
         qpos = _qpos(mjm, seed)
         for got, want in zip(pipeline(qpos=qpos).values(), forward(qpos)):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@needs_emulation
+def test_the_fk_segment_s_aarch64_code_runs_and_matches_x86_64_under_emulation(tmp_path):
+    """MuJoCo Warp's kinematics and com_pos exported from this x86_64 machine carry aarch64 code too (an ARM
+    robot without a GPU); run through leapp's runtime built for aarch64 under qemu (tests/aarch64_emulation.py),
+    it equals the x86_64 code and eager MuJoCo Warp on new qpos. Not bit for bit: the two machines' C libraries
+    may round sin and cos differently in the last place."""
+    from leapp.bundle import read_bundle
+    from leapp.runtime.binary_choice import bundles_in_artifact
+
+    forward, mjm = make_forward()
+    with leapp.trace("mjw", save_path=str(tmp_path)) as session:
+        for seed in (1, 2, 3):
+            forward(_qpos(mjm, seed))
+    session.compile(validate=False)
+    node = leapp.load(tmp_path / "mjw").nodes["fk"]
+    (bundle,) = bundles_in_artifact(node.backend, node.artifact, node.runner)
+    manifest = read_bundle(bundle).manifest
+    assert [c["machine"] for c in manifest["cpu_code"]] == ["x86_64", "aarch64"]
+    _, _, d = _model()  # the rows kinematics never writes, as the node copies them in
+    world = [wp.to_torch(d.xpos).numpy(), wp.to_torch(d.xquat).numpy()]
+    runners = build_runners(tmp_path)
+    for seed in (7, 8):
+        qpos = _qpos(mjm, seed)
+        results = run_on_both(runners, bundle, [qpos.numpy(), *world], tmp_path / f"seed{seed}", manifest["signature"])
+        for x86, arm in zip(results["x86_64"], results["aarch64"]):
+            np.testing.assert_allclose(arm, x86, rtol=1e-6, atol=1e-6)
+        sites, coms = forward(qpos)  # the segment's outputs: xpos, xquat, site_xpos, subtree_com
+        torch.testing.assert_close(torch.from_numpy(results["aarch64"][2]), sites, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(torch.from_numpy(results["aarch64"][3]), coms, rtol=1e-5, atol=1e-6)
