@@ -239,21 +239,44 @@ def _replacements_refused_alike(export: Path, tmp_path: Path, seed: int, cases: 
         else:
             parent[path[-1]] = copy.deepcopy(rng.choice(pool))
         _write_both(folder, bad)
-        try:
-            read_pipeline(folder)
-            python = None
-        except PipelineError as e:
-            python = _python_text(e, folder)
-        r = _leapp_run(folder, "--check")
-        if python is None:  # accepted by Python: the C++ side accepts too, or refuses an artifact both would
-            if r.returncode != 0:
-                with pytest.raises(PipelineError) as load_error:
-                    leapp.load(folder)
-                assert r.stderr.strip().removeprefix("leapp-run: ") == _python_text(load_error.value, folder)
-        else:
-            refused += 1
-            assert r.returncode == 1 and r.stderr.strip().removeprefix("leapp-run: ") == python, (case, path, r.stderr)
+        refused += _refused_alike(folder, (case, path))
     return refused
+
+
+def _refused_alike(folder: Path, context) -> bool:
+    """Both readers accept ``folder``, or both refuse it with one text (``context`` names the case on failure);
+    True when they refuse."""
+    try:
+        read_pipeline(folder)
+        python = None
+    except PipelineError as e:
+        python = _python_text(e, folder)
+    r = _leapp_run(folder, "--check")
+    if python is None:  # accepted by Python: the C++ side accepts too, or refuses an artifact both would
+        if r.returncode != 0:
+            with pytest.raises(PipelineError) as load_error:
+                leapp.load(folder)
+            assert r.stderr.strip().removeprefix("leapp-run: ") == _python_text(load_error.value, folder), context
+        return False
+    assert r.returncode == 1 and r.stderr.strip().removeprefix("leapp-run: ") == python, (context, r.stderr)
+    return True
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=st.lists(st.sampled_from(["policy.onnx", "post.onnx", "sub", ".", "..", "...", "..x", "x..", "", "a b",
+                                       "caf\u00e9", "\\..", ".. "]), min_size=1, max_size=4),
+       absolute=st.booleans())
+def test_both_readers_keep_artifact_paths_inside_the_folder_alike(export, tmp_path, parts, absolute):
+    """Any artifact path (a '..' component anywhere, '...' or '..x' names that are not one, an absolute path,
+    empty components): both readers accept it, or both refuse it with one text."""
+    _, desc = read_pipeline(export)
+    bad = copy.deepcopy(desc)
+    bad["nodes"][0]["artifact"] = ("/" if absolute else "") + "/".join(parts)
+    folder = tmp_path / "p"
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(export, folder)
+    _write_both(folder, bad)
+    _refused_alike(folder, bad["nodes"][0]["artifact"])
 
 
 def test_random_value_replacements_refused_alike(export, tmp_path):

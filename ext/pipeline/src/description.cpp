@@ -279,11 +279,16 @@ std::string join_shown(const std::string& folder, const std::string& name) {
 
 std::string contained_path(const std::string& folder, const std::string& rel, const std::string& where) {
   if (rel.empty()) fail(where + ": expected a non-empty relative path, got " + repr_str(rel));
+  // The components as Python's pathlib takes them: '.' and empty ones name nothing ("a/./b", "a//b" and
+  // "a/." are "a/b", "a/b" and "a"), so both readers open the same file for any spelling.
   bool dotdot = false;
+  fs::path joined = folder;
   for (size_t start = 0; start <= rel.size();) {
     size_t end = rel.find('/', start);
     if (end == std::string::npos) end = rel.size();
-    dotdot = dotdot || rel.compare(start, end - start, "..") == 0 && end - start == 2;
+    const std::string part = rel.substr(start, end - start);
+    dotdot = dotdot || part == "..";
+    if (!part.empty() && part != ".") joined /= part;
     start = end + 1;
   }
   if (rel.find('\0') != std::string::npos || rel[0] == '/' || dotdot)
@@ -291,18 +296,19 @@ std::string contained_path(const std::string& folder, const std::string& rel, co
          " (paths are relative, without '..')");
   std::error_code ec;
   fs::path base = fs::weakly_canonical(fs::absolute(folder, ec), ec);
-  fs::path path = ec ? fs::path() : fs::weakly_canonical(fs::absolute(fs::path(folder) / rel, ec), ec);
+  fs::path path = ec ? fs::path() : fs::weakly_canonical(fs::absolute(joined, ec), ec);
   if (ec && ec != std::errc::too_many_symbolic_link_levels) {
-    // Python's resolve() takes a component it cannot look at (a name too long, no permission) as it is
-    // and refuses only loops: so does this, and the file's own check then finds nothing there.
+    // Python's resolve() takes a component it cannot look at (a name too long, no permission, a name
+    // under a file) as it is and refuses only loops: so does this, and the file's own check then finds
+    // nothing there.
     ec.clear();
-    path = fs::absolute(fs::path(folder) / rel, ec).lexically_normal();
+    path = fs::absolute(joined, ec).lexically_normal();
   }
   struct stat st;
   if (!ec && ::stat(path.c_str(), &st) != 0 && errno == ELOOP) ec = std::make_error_code(std::errc::too_many_symbolic_link_levels);
   if (ec)  // Python: "Symlink loop from '...'"
     fail(where + ": path " + repr_str(rel) + " cannot be resolved in " + folder + ": Symlink loop from " +
-         repr_str((fs::path(folder) / rel).string()));
+         repr_str(joined.string()));
   bool inside = false;
   for (fs::path p = path.parent_path(); !p.empty(); p = p.parent_path()) {
     if (p == base) {
