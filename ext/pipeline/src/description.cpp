@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -266,6 +267,82 @@ std::string regenerate_hint(const std::string& folder) {
   return "run `leapp write-json " + folder + "` to write it from pipeline.yaml (docs/pipeline-format.md, 'pipeline.json')";
 }
 
+/// posixpath.join(a, b) and posixpath.split(p), as the Python reader's path resolution uses them.
+std::string py_join(const std::string& a, const std::string& b) {
+  if (!b.empty() && b[0] == '/') return b;
+  return a.empty() || a.back() == '/' ? a + b : a + "/" + b;
+}
+
+std::pair<std::string, std::string> py_split(const std::string& p) {
+  const size_t i = p.rfind('/') + 1;  // npos + 1: no '/', the head is empty
+  std::string head = p.substr(0, i);
+  if (head.find_first_not_of('/') != std::string::npos) head.erase(head.find_last_not_of('/') + 1);
+  return {head, p.substr(i)};
+}
+
+using Resolved = std::map<std::string, std::optional<std::string>>;  // a link -> its resolution (none: under way)
+
+/// posixpath._joinrealpath (CPython 3.10-3.12), non-strict: `rest` resolved onto `path` component by component,
+/// every symbolic link followed also when its target does not exist. False at a loop, `path` then being what
+/// was resolved with the rest as it is. A link that cannot be read throws (Python raises its OSError).
+bool join_real(std::string& path, std::string rest, Resolved& seen, const std::string& failed) {
+  if (!rest.empty() && rest[0] == '/') {
+    rest.erase(0, 1);
+    path = "/";
+  }
+  while (!rest.empty()) {
+    const size_t cut = rest.find('/');
+    const std::string name = rest.substr(0, cut);
+    rest = cut == std::string::npos ? std::string() : rest.substr(cut + 1);
+    if (name.empty() || name == ".") continue;
+    if (name == "..") {
+      if (path.empty()) {
+        path = "..";
+      } else {
+        auto [head, tail] = py_split(path);
+        path = tail == ".." ? py_join(py_join(head, ".."), "..") : head;
+      }
+      continue;
+    }
+    const std::string next = py_join(path, name);
+    struct stat st {};
+    if (::lstat(next.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) {  // Python: an lstat error is not a link
+      path = next;
+      continue;
+    }
+    if (auto it = seen.find(next); it != seen.end()) {
+      if (it->second) {
+        path = *it->second;
+        continue;
+      }
+      path = py_join(next, rest);
+      return false;
+    }
+    seen[next] = std::nullopt;
+    std::vector<char> target(4096);
+    const ssize_t n = ::readlink(next.c_str(), target.data(), target.size());
+    if (n < 0 || size_t(n) == target.size())
+      fail(failed + std::strerror(n < 0 ? errno : ENAMETOOLONG) + ": " + repr_str(next));
+    if (!join_real(path, std::string(target.data(), size_t(n)), seen, failed)) {
+      path = py_join(path, rest);
+      return false;
+    }
+    seen[next] = path;
+  }
+  return true;
+}
+
+/// pathlib.Path(path).resolve() (non-strict) for an absolute `path`: os.path.realpath, then normpath; `loop`
+/// set when a symbolic link loop stopped it.
+std::string py_resolve(const std::string& path, bool& loop, const std::string& failed) {
+  std::string resolved;
+  Resolved seen;
+  loop = !join_real(resolved, path, seen, failed);
+  std::string normal = fs::path(resolved).lexically_normal().string();
+  while (normal.size() > 1 && normal.back() == '/') normal.pop_back();
+  return normal;
+}
+
 }  // namespace
 
 bool is_regular_file(const std::string& p) {
@@ -294,21 +371,18 @@ std::string contained_path(const std::string& folder, const std::string& rel, co
   if (rel.find('\0') != std::string::npos || rel[0] == '/' || dotdot)
     fail(where + ": path " + repr_str(rel) + " leaves the pipeline folder " + folder +
          " (paths are relative, without '..')");
+  // Resolved as Python's reader resolves it (pathlib's resolve: dangling links followed, a component it cannot
+  // look at taken as it is, only loops refused), so that both name the same file in what they say.
   std::error_code ec;
-  fs::path base = fs::weakly_canonical(fs::absolute(folder, ec), ec);
-  fs::path path = ec ? fs::path() : fs::weakly_canonical(fs::absolute(joined, ec), ec);
-  if (ec && ec != std::errc::too_many_symbolic_link_levels) {
-    // Python's resolve() takes a component it cannot look at (a name too long, no permission, a name
-    // under a file) as it is and refuses only loops: so does this, and the file's own check then finds
-    // nothing there.
-    ec.clear();
-    path = fs::absolute(joined, ec).lexically_normal();
-  }
+  const std::string failed = where + ": path " + repr_str(rel) + " cannot be resolved in " + folder + ": ";
+  const fs::path absolute_folder = fs::absolute(folder, ec), absolute = fs::absolute(joined, ec);
+  if (ec) fail(failed + ec.message());
+  bool loop = false;
+  const fs::path base = py_resolve(absolute_folder.string(), loop, failed);
+  const fs::path path = py_resolve(absolute.string(), loop, failed);  // at a loop: as far as it resolved
   struct stat st;
-  if (!ec && ::stat(path.c_str(), &st) != 0 && errno == ELOOP) ec = std::make_error_code(std::errc::too_many_symbolic_link_levels);
-  if (ec)  // Python: "Symlink loop from '...'"
-    fail(where + ": path " + repr_str(rel) + " cannot be resolved in " + folder + ": Symlink loop from " +
-         repr_str(joined.string()));
+  if (loop || (::stat(path.c_str(), &st) != 0 && errno == ELOOP))  // Python: "Symlink loop from '...'"
+    fail(failed + "Symlink loop from " + repr_str(path.string()));
   bool inside = false;
   for (fs::path p = path.parent_path(); !p.empty(); p = p.parent_path()) {
     if (p == base) {
