@@ -326,6 +326,22 @@ def test_both_readers_follow_symbolic_links_alike(export, tmp_path, x, d, artifa
     assert text is None or "sha256" not in text, (x, d, artifact, text)
 
 
+def test_a_chain_of_thousands_of_links_is_refused_not_a_crash(export, tmp_path):
+    """A hostile folder with a chain of 1,500 symbolic links as the artifact: both readers refuse it (Python at
+    its recursion limit, C++ at the same bound) and leapp-run does not exhaust its stack."""
+    folder = Path(shutil.copytree(export, tmp_path / "p"))
+    for i in range(1500):
+        (folder / f"l{i}").symlink_to(f"l{i + 1}" if i < 1499 else "policy.onnx")
+    _, desc = read_pipeline(export)
+    bad = copy.deepcopy(desc)
+    bad["nodes"][0]["artifact"] = "l0"
+    _write_both(folder, bad)
+    with pytest.raises(PipelineError, match="cannot be resolved"):
+        leapp.load(folder)
+    r = _leapp_run(folder, "--check")
+    assert r.returncode == 1 and "more than 1000 symbolic links in a chain" in r.stderr, r.stderr
+
+
 def test_random_value_replacements_refused_alike(export, tmp_path):
     """Seeded replacements of any value (or removals of any key): both readers accept, or both refuse with one text."""
     assert _replacements_refused_alike(export, tmp_path, 14, 120, _POOL) > 60  # the mutations do reach the checks

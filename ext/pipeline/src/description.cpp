@@ -284,8 +284,9 @@ using Resolved = std::map<std::string, std::optional<std::string>>;  // a link -
 
 /// posixpath._joinrealpath (CPython 3.10-3.12), non-strict: `rest` resolved onto `path` component by component,
 /// every symbolic link followed also when its target does not exist. False at a loop, `path` then being what
-/// was resolved with the rest as it is. A link that cannot be read throws (Python raises its OSError).
-bool join_real(std::string& path, std::string rest, Resolved& seen, const std::string& failed) {
+/// was resolved with the rest as it is. A link that cannot be read throws (Python raises its OSError), and so
+/// does a chain of more than 1,000 links (Python's recursion limit; a bound on this recursion's stack).
+bool join_real(std::string& path, std::string rest, Resolved& seen, const std::string& failed, int depth = 0) {
   if (!rest.empty() && rest[0] == '/') {
     rest.erase(0, 1);
     path = "/";
@@ -318,12 +319,13 @@ bool join_real(std::string& path, std::string rest, Resolved& seen, const std::s
       path = py_join(next, rest);
       return false;
     }
+    if (depth >= 1000) fail(failed + "more than 1000 symbolic links in a chain at " + repr_str(next));
     seen[next] = std::nullopt;
     std::vector<char> target(4096);
     const ssize_t n = ::readlink(next.c_str(), target.data(), target.size());
     if (n < 0 || size_t(n) == target.size())
       fail(failed + std::strerror(n < 0 ? errno : ENAMETOOLONG) + ": " + repr_str(next));
-    if (!join_real(path, std::string(target.data(), size_t(n)), seen, failed)) {
+    if (!join_real(path, std::string(target.data(), size_t(n)), seen, failed, depth + 1)) {
       path = py_join(path, rest);
       return false;
     }
