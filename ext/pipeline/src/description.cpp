@@ -358,30 +358,31 @@ std::string join_shown(const std::string& folder, const std::string& name) {
 
 std::string contained_path(const std::string& folder, const std::string& rel, const std::string& where) {
   if (rel.empty()) fail(where + ": expected a non-empty relative path, got " + repr_str(rel));
-  // The components as Python's pathlib takes them: '.' and empty ones name nothing ("a/./b", "a//b" and
-  // "a/." are "a/b", "a/b" and "a"), so both readers open the same file for any spelling.
+  // The components as pathlib keeps them before it resolves: '.' and empty ones name nothing ("a/./b", "a//b"
+  // and "a/." are "a/b", "a/b" and "a").
   bool dotdot = false;
-  fs::path joined = folder;
+  std::string normal;
   for (size_t start = 0; start <= rel.size();) {
     size_t end = rel.find('/', start);
     if (end == std::string::npos) end = rel.size();
     const std::string part = rel.substr(start, end - start);
     dotdot = dotdot || part == "..";
-    if (!part.empty() && part != ".") joined /= part;
+    if (!part.empty() && part != ".") normal = py_join(normal, part);
     start = end + 1;
   }
   if (rel.find('\0') != std::string::npos || rel[0] == '/' || dotdot)
     fail(where + ": path " + repr_str(rel) + " leaves the pipeline folder " + folder +
          " (paths are relative, without '..')");
   // Resolved as Python's reader resolves it (pathlib's resolve: dangling links followed, a component it cannot
-  // look at taken as it is, only loops refused), so that both name the same file in what they say.
+  // look at taken as it is, only loops refused), so that both readers open the same file for any spelling and
+  // name the same path in what they say.
   std::error_code ec;
   const std::string failed = where + ": path " + repr_str(rel) + " cannot be resolved in " + folder + ": ";
-  const fs::path absolute_folder = fs::absolute(folder, ec), absolute = fs::absolute(joined, ec);
+  const std::string absolute_folder = fs::absolute(folder, ec).string();
   if (ec) fail(failed + ec.message());
-  bool loop = false;
-  const fs::path base = py_resolve(absolute_folder.string(), loop, failed);
-  const fs::path path = py_resolve(absolute.string(), loop, failed);  // at a loop: as far as it resolved
+  bool folder_loop = false, loop = false;  // the folder exists and is a directory: no loop there
+  const fs::path base = py_resolve(absolute_folder, folder_loop, failed);
+  const fs::path path = py_resolve(py_join(absolute_folder, normal), loop, failed);  // at a loop: as far as it got
   struct stat st;
   if (loop || (::stat(path.c_str(), &st) != 0 && errno == ELOOP))  // Python: "Symlink loop from '...'"
     fail(failed + "Symlink loop from " + repr_str(path.string()));
