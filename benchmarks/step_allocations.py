@@ -23,6 +23,7 @@ where a step's host allocations are made, by call stack (inside libcuda, or whic
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -42,6 +43,8 @@ COUNTER = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <unistd.h>
 extern void* __libc_malloc(size_t);
 extern void* __libc_calloc(size_t, size_t);
 extern void* __libc_realloc(void*, size_t);
@@ -110,8 +113,18 @@ static __attribute__((noinline)) void note(void) {
 void* malloc(size_t n) { note(); return __libc_malloc(n); }
 void* calloc(size_t a, size_t b) { note(); return __libc_calloc(a, b); }
 void* realloc(void* p, size_t n) { note(); return __libc_realloc(p, n); }
+/* Whether this process is the one counted: the child of $LEAPP_COUNTER_PARENT (the measuring script). A
+ * process it starts inherits the preload too, and would report its own counts first. */
+static int counted(void) {
+  const char* parent = getenv("LEAPP_COUNTER_PARENT");
+  return !parent || strtol(parent, 0, 10) == (long)getppid();
+}
 __attribute__((destructor)) static void report(void) {
   busy = 1;
+  if (!counted()) {
+    fprintf(stderr, "LEAPP_OTHER_PROCESS %s %ld\n", program_invocation_short_name, (long)count);
+    return;
+  }
   fprintf(stderr, "LEAPP_ALLOCATIONS %ld\n", (long)count);
   if (mode != 1) return;
   fprintf(stderr, "LEAPP_DRIVER_ALLOCATIONS %ld %ld\n", (long)in_driver, (long)dropped);
@@ -142,6 +155,7 @@ DEVICE_COUNTER = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 typedef struct {
   int callbackSite;  /* CUPTI_API_ENTER = 0 */
   const char* functionName;
@@ -184,7 +198,8 @@ int InitializeInjection(void) {  /* called by the driver in cuInit when CUDA_INJ
   return 1;
 }
 __attribute__((destructor)) static void report(void) {
-  if (ready) fprintf(stderr, "LEAPP_DEVICE_ALLOCATIONS %ld %ld\n", (long)allocations, (long)frees);
+  const char* parent = getenv("LEAPP_COUNTER_PARENT");  /* only the measured process, not one it starts */
+  if (ready && (!parent || strtol(parent, 0, 10) == (long)getppid())) fprintf(stderr, "LEAPP_DEVICE_ALLOCATIONS %ld %ld\n", (long)allocations, (long)frees);
 }
 """
 
@@ -267,7 +282,7 @@ def _run_counted(command: list[str], library: Path, device: Path | None = None, 
     """The ``LEAPP_*`` lines one counted process reports on stderr; ``cuda``: a leapp-run on CUDA (the
     onnxruntime with the CUDA EP), ``device``: with the device counter injected (implies ``cuda``);
     ``sites_after``: the call sites of the allocations after that many."""
-    env = {"LD_PRELOAD": str(library), "PATH": "/usr/bin:/bin"}
+    env = {"LD_PRELOAD": str(library), "PATH": "/usr/bin:/bin", "LEAPP_COUNTER_PARENT": str(os.getpid())}
     if sites_after is not None:
         env["LEAPP_ALLOCATION_SITES"] = str(sites_after)
     if device is not None or cuda:
@@ -405,7 +420,7 @@ def cuda_table(export: Path, steps: tuple[int, int]) -> str:
 
 
 GRAPH_KINDS = ("memset", "d2d", "h2d", "h2d-pinned", "d2h", "d2h-pinned", "kernel", "kernel-4000", "event-record",
-               "event-wait", "alloc-free", "fork", "cluster-kernel", "pdl-kernel")
+               "event-wait", "alloc-free", "fork", "cluster-kernel", "pdl-kernel", "user-object")
 
 
 def graph_kinds_table(steps: tuple[int, int]) -> str:
