@@ -19,6 +19,8 @@
  *   cluster-kernel  the pointer kernel launched in clusters of 2 blocks (cuLaunchKernelEx)
  *   pdl-kernel    the pointer kernel with programmatic stream serialisation (a programmatic dependency on
  *                 the previous kernel, as CUTLASS and cuBLAS launch on sm_90)
+ *   user-object   a memset, and a user object the capturing graph retains (cuGraphRetainUserObject on the
+ *                 graph of cuStreamGetCaptureInfo, as leapp ties a captured segment's scratch to the graph)
  *
  * The driver is opened at run time (no CUDA headers or link-time dependency), as leapp opens it; the kernels
  * are PTX for sm_52, compiled by the driver for the device. */
@@ -40,6 +42,7 @@ static void* sym(const char* name) {
   }
   return p;
 }
+static void nothing(void* p) { (void)p; }
 static void check(CUresult r, const char* what) {
   if (r != 0) {
     fprintf(stderr, "graph_launch_alone: %s failed with CUDA error %d\n", what, r);
@@ -170,6 +173,21 @@ int main(int argc, char** argv) {
             "cuMemsetD8Async");
       check(record(joined[i], branches[i]), "cuEventRecord");
       check(wait(stream, joined[i], 0), "cuStreamWaitEvent");
+    } else if (strcmp(kind, "user-object") == 0) {
+      check(((CUresult(*)(Pointer, unsigned char, size_t, Handle))sym("cuMemsetD8Async"))(buffer, 0, 256, stream),
+            "cuMemsetD8Async");
+      int status = 0;
+      unsigned long long id = 0;
+      Handle capturing = 0, object = 0;
+      check(((CUresult(*)(Handle, int*, unsigned long long*, Handle*, void*, size_t*))sym("cuStreamGetCaptureInfo_v2"))(
+                stream, &status, &id, &capturing, 0, 0),
+            "cuStreamGetCaptureInfo");
+      check(((CUresult(*)(Handle*, void*, void (*)(void*), unsigned, unsigned))sym("cuUserObjectCreate"))(
+                &object, 0, nothing, 1, 1 /* CU_USER_OBJECT_NO_DESTRUCTOR_SYNC */),
+            "cuUserObjectCreate");
+      check(((CUresult(*)(Handle, Handle, unsigned, unsigned))sym("cuGraphRetainUserObject"))(
+                capturing, object, 1, 1 /* CU_GRAPH_USER_OBJECT_MOVE */),
+            "cuGraphRetainUserObject");
     } else if (launch_kernel_ex) {
       check(launch_kernel_ex(&config, one_pointer, pointer_arguments, 0), "cuLaunchKernelEx");
     } else {
