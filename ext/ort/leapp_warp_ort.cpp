@@ -348,6 +348,15 @@ extern "C" __attribute__((visibility("default"))) long long LeappReleaseSegments
   }
 }
 
+/// leapp::adopt_capture / leapp::release_capture for this library's own copy of the runtime: leapp's C++
+/// Pipeline owns its step graphs and says when one is gone (docs/deploy.md, "Allocations in a step").
+extern "C" __attribute__((visibility("default"))) void LeappAdoptCapture(unsigned long long capture_id) {
+  leapp::adopt_capture(capture_id);
+}
+extern "C" __attribute__((visibility("default"))) void LeappReleaseCapture(unsigned long long capture_id) {
+  leapp::release_capture(capture_id);
+}
+
 extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL
 RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
   const OrtApi* api = api_base->GetApi(ORT_API_VERSION);

@@ -94,6 +94,12 @@ void bind_replay(nb::module_& m) {
   m.def("allocation_count", &allocation_count,
         "Device/pinned allocations the runtime made so far; constant once every (segment, device, stream) is warm.");
   m.def("free_count", &free_count, "Device/pinned frees the runtime made so far (release_segments, thread exits).");
+  m.def("adopt_capture", &adopt_capture, nb::arg("capture_id"),
+        "The caller owns the graph of capture `capture_id` (cuStreamGetCaptureInfo's id): calls it records keep "
+        "their scratch here, without a CUDA user object, until release_capture(capture_id).");
+  m.def("release_capture", &release_capture, nb::arg("capture_id"),
+        "The adopted capture's graph and its instances are gone and their launches done: its scratch is freed by "
+        "the next new scratch entry or release_segments().");
   m.def("interned_bundle_count", &interned_bundle_count,
         "Bundles in the process-wide table: those alive (the table holds none alive itself).");
   m.def(

@@ -373,4 +373,13 @@ extern "C" __attribute__((visibility("default"))) int leapp_warp_torch_replays_o
 #endif
 }
 
+/// leapp::adopt_capture / leapp::release_capture for this library's own copy of the runtime: leapp's C++
+/// Pipeline owns its step graphs and says when one is gone (docs/deploy.md, "Allocations in a step").
+extern "C" __attribute__((visibility("default"))) void leapp_warp_torch_adopt_capture(unsigned long long capture_id) {
+  leapp::adopt_capture(capture_id);
+}
+extern "C" __attribute__((visibility("default"))) void leapp_warp_torch_release_capture(unsigned long long capture_id) {
+  leapp::release_capture(capture_id);
+}
+
 TORCH_LIBRARY_IMPL(leapp, CUDA, m) { m.impl("warp_segment", &warp_segment_cuda); }

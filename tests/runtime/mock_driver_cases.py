@@ -653,6 +653,41 @@ def test_a_capture_holds_its_scratch_while_its_graph_lives():
     assert stats()["frees"] == frees + 2  # now this capture's
 
 
+MOCK.mock_capture_id.argtypes = [ctypes.c_void_p]
+MOCK.mock_capture_id.restype = ctypes.c_ulonglong
+
+
+def test_an_adopted_capture_keeps_its_scratch_without_a_user_object_until_released():
+    # leapp's C++ Pipeline owns its step graphs: a graph holding a user object makes the driver track each of
+    # its launches on a thread of its own (a host allocation per launch), so the pipeline adopts its captures
+    # and says when their graphs are gone.
+    n = 32
+    data = example_bundle(n, segment="mock/capture-adopted")
+    s = stream(0)
+    run(data, [np.ones(n, np.float32)], [np.empty(n, np.float32)], s)  # prepared, the stream's own entry
+    objects, allocs, frees = user_objects(), stats()["allocs"], stats()["frees"]
+    MOCK.mock_set_capturing(s, 1)
+    capture = MOCK.mock_capture_id(s)
+    _native.adopt_capture(capture)
+    try:
+        x = np.arange(n, dtype=np.float32)
+        y = np.full(n, np.nan, np.float32)
+        run(data, [x], [y], s)
+        np.testing.assert_array_equal(y, x * scale(n))
+    finally:
+        MOCK.mock_set_capturing(s, 0)  # its graph is destroyed; the owner has not said so yet
+    assert stats()["allocs"] == allocs + 1  # scratch of its own, as an unadopted capture's
+    assert user_objects() == objects  # but no user object was made for it
+    run(data, [x], [y], stream(0))  # a new entry frees only what was released: nothing yet
+    assert stats()["frees"] == frees
+    _native.release_capture(capture)
+    _native.release_capture(capture)  # twice, or an id never adopted: nothing
+    _native.release_capture(capture + 1000)
+    run(data, [x], [y], stream(0))
+    assert stats()["frees"] == frees + 1
+    assert _native.release_segments(_native.Bundle(data).digest) == 1
+
+
 def _driver_variant(tmp_path, env_name: str) -> str:
     """Runs two captures of one stream in a process whose fake driver has ``env_name``=1; prints counts."""
     import subprocess

@@ -24,6 +24,8 @@
 // repeat), so replaying them at once on two streams cannot race. The entry is tied to the captured
 // graph by a CUDA user object; once the graph and its instances are gone and their launches done,
 // the driver's callback queues the entry, and the next new entry (or release_segments()) frees it.
+// A caller that owns the graph (leapp's C++ Pipeline) adopts the capture instead (adopt_capture): no
+// user object, whose per-launch tracking allocates in the driver; release_capture queues the entries.
 //
 // Lifetimes: the table owns PreparedSegments, each owns its StreamScratch
 // entries. release_segments() takes them out of the table, waits for calls
@@ -312,11 +314,26 @@ void capture_graph_gone(void* p) {
   orphans().push_back(std::move(tag));
 }
 
+/// Captures whose graphs a caller owns (adopt_capture), with the entries made in each; guarded by
+/// orphan_mutex().
+std::map<uint64_t, std::vector<std::unique_ptr<CaptureTag>>>& adopted() {
+  static auto* m = new std::map<uint64_t, std::vector<std::unique_ptr<CaptureTag>>>();
+  return *m;
+}
+
 /// Ties the scratch entry `key` (made inside the caller's capture into `graph`) to that graph: the
-/// driver reports when the graph is gone (capture_graph_gone). Without that the entry stays until
-/// release_segments().
+/// caller that adopted the capture reports when the graph is gone (release_capture), else the driver
+/// does (capture_graph_gone). Without either the entry stays until release_segments().
 void attach_to_capture(const CudaDriver& d, CUgraph graph, CUcontext ctx, const std::string& digest,
                        const StreamKey& key) {
+  {
+    std::lock_guard<std::mutex> lock(orphan_mutex());
+    auto owned = adopted().find(key.capture);
+    if (owned != adopted().end()) {
+      owned->second.push_back(std::make_unique<CaptureTag>(CaptureTag{ctx, digest, key}));
+      return;
+    }
+  }
   auto* tag = new CaptureTag{ctx, digest, key};
   CUuserObject object = nullptr;
   if (d.cuUserObjectCreate(&object, tag, capture_graph_gone, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC) != CUDA_SUCCESS) {
@@ -453,6 +470,19 @@ void count_free() { g_frees.fetch_add(1, std::memory_order_relaxed); }
 }  // namespace detail
 
 uint64_t allocation_count() { return detail::g_allocations.load(std::memory_order_relaxed); }
+
+void adopt_capture(uint64_t capture_id) {
+  std::lock_guard<std::mutex> lock(detail::orphan_mutex());
+  detail::adopted()[capture_id];
+}
+
+void release_capture(uint64_t capture_id) {
+  std::lock_guard<std::mutex> lock(detail::orphan_mutex());
+  auto owned = detail::adopted().find(capture_id);
+  if (owned == detail::adopted().end()) return;
+  for (auto& tag : owned->second) detail::orphans().push_back(std::move(tag));
+  detail::adopted().erase(owned);
+}
 
 uint64_t free_count() { return detail::g_frees.load(std::memory_order_relaxed); }
 

@@ -5,6 +5,8 @@
 // nodes live in buffers owned here, in the caller's memory kind: a consumer's input is bound to its
 // producer's output buffer (no copy; on the device, no host round trip), a pipeline output that no
 // edge reads is bound straight to the caller's buffer.
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -208,6 +210,17 @@ struct Node {
   int64_t bound_batch = -1;
 };
 
+/// dlopen references, closed on destruction.
+struct LibraryReferences {
+  std::vector<void*> handles;
+  LibraryReferences() = default;
+  LibraryReferences(const LibraryReferences&) = delete;
+  LibraryReferences& operator=(const LibraryReferences&) = delete;
+  ~LibraryReferences() {
+    for (void* h : handles) dlclose(h);
+  }
+};
+
 struct Pipeline::Impl {
   Description description;
   PipelineOptions options;
@@ -226,6 +239,7 @@ struct Pipeline::Impl {
   CUstream own_stream = nullptr;  // kDevice without PipelineOptions::stream: the pipeline's (see pipeline.h)
   int64_t batch = 0;  // set_batch: 0 = the traced shapes
   std::unique_ptr<CaptureResources> graph_pool;  // PT2 nodes: torch's pool while a step is captured
+  LibraryReferences scratch_owners;  // the op libraries graphs release scratch to; outlive `graphs`
   StepGraphs graphs;  // run() as CUDA graphs (step_graph.h); destroyed before graph_pool (it releases pools)
 
   // Never throws: device buffers exist only once the driver gave a context, and a destructor that threw
@@ -271,6 +285,7 @@ struct Pipeline::Impl {
 
   void open_node(size_t index, const NodeDescription& d);
   std::string graph_off_reason() const;
+  void adopt_captures();
   void run_nodes(const std::map<std::string, const void*>& inputs, const std::map<std::string, void*>& outputs);
   void refresh_plan();
   void run_one(Node& node, const std::vector<void*>& in, const std::vector<void*>& out);
@@ -662,6 +677,7 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& export_dir, const Pi
     for (const Node& node : impl->nodes)
       if (node.aoti.plugin && !impl->graph_pool) impl->graph_pool = aoti_graph_pool(node.aoti.plugin, options.device_index);
     impl->graphs.set_resources(impl->graph_pool.get());
+    impl->adopt_captures();
     impl->graphs.turn_on(impl->inputs.size() + impl->outputs.size() + 1);
   } else {
     impl->graphs.turn_off(off);
@@ -678,6 +694,33 @@ const std::vector<double>& Pipeline::last_node_seconds() const { return impl_->s
 const std::string& Pipeline::graph_reason() const { return impl_->graphs.reason(); }
 int64_t Pipeline::graph_captures() const { return impl_->graphs.captures(); }
 int64_t Pipeline::graph_replays() const { return impl_->graphs.replays(); }
+
+/// The op libraries this pipeline loaded (each links its own copy of leapp's runtime) keep the scratch of the
+/// segments a step capture records for the step's graph, which releases it when the graph goes: no CUDA user
+/// object ties it to the graph, whose tracking would make the driver allocate at every launch (step_graph.h).
+/// A library that is not loaded, or predates these entry points, keeps its user objects.
+void Pipeline::Impl::adopt_captures() {
+  struct Library {
+    std::string path;
+    const char *adopt, *release;
+  };
+  const Library libraries[] = {
+      {ort_op_library(options.ort_op_library), "LeappAdoptCapture", "LeappReleaseCapture"},
+      {torch_op_library(options.torch_op_library), "leapp_warp_torch_adopt_capture", "leapp_warp_torch_release_capture"}};
+  for (const Library& library : libraries) {
+    void* handle = library.path.empty() ? nullptr : dlopen(library.path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+    if (!handle) continue;
+    ScratchOwner owner;
+    owner.adopt = reinterpret_cast<void (*)(unsigned long long)>(dlsym(handle, library.adopt));
+    owner.release = reinterpret_cast<void (*)(unsigned long long)>(dlsym(handle, library.release));
+    if (!owner.adopt || !owner.release) {
+      dlclose(handle);
+      continue;
+    }
+    scratch_owners.handles.push_back(handle);
+    graphs.add_scratch_owner(owner);
+  }
+}
 
 /// Why steps are not CUDA graphs ("" when they can be), checked once at open.
 std::string Pipeline::Impl::graph_off_reason() const {

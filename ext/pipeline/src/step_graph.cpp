@@ -15,6 +15,12 @@ void StepGraphs::drop(Graph& g) noexcept {
   } catch (...) {  // no driver left to free it with
   }
   if (resources_ && g.held) resources_->release(g.held);
+  release_capture(g.capture);
+}
+
+void StepGraphs::release_capture(unsigned long long capture) noexcept {
+  if (capture == 0) return;
+  for (const ScratchOwner& o : owners_) o.release(capture);
 }
 
 void StepGraphs::turn_on(size_t key_size) {
@@ -51,11 +57,21 @@ bool StepGraphs::begin_capture(CUstream stream) {
   }
   // thread-local: only this thread's calls that capture forbids (a cudaMalloc, a synchronisation) break the
   // capture, so other threads of the process keep working while a step is captured
-  const CUresult r = driver().cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+  const CudaDriver& d = driver();
+  const CUresult r = d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
   if (r != CUDA_SUCCESS) {
     give_back();
     turn_off("cannot capture the pipeline's stream (" + cu_error_text(r) + ")");
     return false;
+  }
+  int status = 0;
+  unsigned long long id = 0;
+  capture_ = 0;
+  if (!owners_.empty() && d.cuStreamGetCaptureInfo &&
+      d.cuStreamGetCaptureInfo(stream, &status, &id, nullptr, nullptr, nullptr) == CUDA_SUCCESS &&
+      status == CU_STREAM_CAPTURE_STATUS_ACTIVE && id != 0) {
+    for (const ScratchOwner& o : owners_) o.adopt(id);
+    capture_ = id;
   }
   return true;
 }
@@ -68,6 +84,8 @@ void StepGraphs::give_back() noexcept {
 void StepGraphs::release_held() noexcept {
   if (resources_ && held_) resources_->release(held_);
   held_ = nullptr;
+  release_capture(capture_);  // its graph is gone and was never launched
+  capture_ = 0;
 }
 
 void StepGraphs::abandon_capture(CUstream stream, const std::string& why) {
@@ -110,8 +128,9 @@ bool StepGraphs::end_capture(CUstream stream) {
     drop(*lru);
     graphs_.erase(lru);
   }
-  graphs_.push_back(Graph{key_, exec, held_, ++tick_});
+  graphs_.push_back(Graph{key_, exec, held_, ++tick_, capture_});
   held_ = nullptr;
+  capture_ = 0;
   ++captures_;
   LEAPP_CHECK_CU(d.cuGraphLaunch(exec, stream));  // the captured work did not run: this is the step
   ++replays_;

@@ -29,6 +29,15 @@ class CaptureResources {
   virtual void release(void* held) noexcept = 0;
 };
 
+/// A copy of leapp's runtime that replays Warp segments inside the step (each op library links its own: ONNX
+/// Runtime's libleapp_warp_ort.so, torch's libleapp_warp_torch.so): its adopt_capture and release_capture
+/// (leapp/runtime.h). The step's captures are adopted, so the scratch of the segments they record belongs to
+/// the pipeline's graph without a CUDA user object, whose tracking makes the driver allocate at every launch.
+struct ScratchOwner {
+  void (*adopt)(unsigned long long capture_id) = nullptr;
+  void (*release)(unsigned long long capture_id) = nullptr;
+};
+
 class StepGraphs {
  public:
   /// Graphs kept per pipeline (the least recently used goes): a loop alternating two sets of buffers (double
@@ -50,6 +59,8 @@ class StepGraphs {
 
   /// What captures hold besides their graphs (not owned; outlives this), or null.
   void set_resources(CaptureResources* resources) { resources_ = resources; }
+  /// A runtime copy whose captured scratch the step graphs own (set at open; each added once).
+  void add_scratch_owner(ScratchOwner owner) { owners_.push_back(owner); }
 
   /// The run's key, filled in place by the caller before run() (sized once: no allocation per step).
   std::vector<const void*>& key() { return key_; }
@@ -82,10 +93,12 @@ class StepGraphs {
     CUgraphExec exec = nullptr;
     void* held = nullptr;  // CaptureResources::begin's
     uint64_t used = 0;
+    unsigned long long capture = 0;  // its capture's id, adopted by owners_ (0: none)
   };
   bool launch_known(CUstream stream);
   void drop(Graph& g) noexcept;
   bool begin_capture(CUstream stream);
+  void release_capture(unsigned long long capture) noexcept;  // owners_ free what that capture recorded
   void give_back() noexcept;     // ends and releases held_ (a capture that did not happen)
   void release_held() noexcept;  // releases held_ (its capture ended, its graph was refused)
   void abandon_capture(CUstream stream, const std::string& why);
@@ -96,6 +109,8 @@ class StepGraphs {
   std::vector<Graph> graphs_;
   CaptureResources* resources_ = nullptr;
   void* held_ = nullptr;  // the capture in progress's
+  unsigned long long capture_ = 0;  // the capture in progress's id, when owners_ adopted it
+  std::vector<ScratchOwner> owners_;
   uint64_t tick_ = 0;
   int64_t captures_ = 0, replays_ = 0;
 };

@@ -39,12 +39,15 @@
 // reports it and a graph handle); mock_set_capturing(s, 0) ends it and destroys its graph at once,
 // which releases the user objects the graph holds (their destructors run then). MOCK_NO_CAPTURE_INFO=1
 // hides cuStreamGetCaptureInfo and the user object entry points (an older driver); MOCK_RETAIN_FAILS=1
-// makes cuGraphRetainUserObject fail.
+// makes cuGraphRetainUserObject fail. A capture begun with cuStreamBeginCapture has an id too; its graph
+// takes the user objects retained during it, each instance holds another reference, and launches of an
+// instance holding any are counted (a real driver tracks those launches on a thread of its own).
 //
 // Environment: MOCK_CC (default 90), MOCK_MAX_PTX (ISA * 10; default: what MOCK_DRIVER_VERSION reads, 9.0),
 // MOCK_DRIVER_VERSION (default 13000), MOCK_DEVICES (default 1), MOCK_STREAM_DELAY_US (default 0: see below).
 // Test hooks (ctypes): mock_stats, mock_resources, mock_last_loaded, mock_current_ctx, mock_set_capturing,
-// mock_set_stream_delay, mock_graph_stats.
+// mock_set_stream_delay, mock_graph_stats, mock_user_object_stats, mock_user_object_launches,
+// mock_capture_id.
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
@@ -226,12 +229,14 @@ static void user_object_release(MockUserObject* o, int count) {
   atomic_fetch_add(&g_user_objects[1], 1);
   free(o);
 }
+static MockCapture* recording_capture(MockGraph* g);
 static CUresult m_cuStreamGetCaptureInfo(void* s, int* status, unsigned long long* id, MockCapture** graph,
                                          const void** deps, size_t* ndeps) {
   MockStream* ms = (uintptr_t)s > 2 ? (MockStream*)s : NULL;
   *status = ms && (ms->capturing || ms->recording) ? 1 : 0;
-  if (id) *id = ms && ms->capture ? ms->capture->id : 0;
-  if (graph) *graph = ms ? ms->capture : NULL;
+  MockCapture* c = ms ? (ms->recording ? recording_capture(ms->recording) : ms->capture) : NULL;
+  if (id) *id = c ? c->id : 0;
+  if (graph) *graph = c;
   if (deps) *deps = NULL;
   if (ndeps) *ndeps = 0;
   return 0;
@@ -649,8 +654,10 @@ typedef struct MockNode {
   size_t n;
   unsigned char value;
 } MockNode;
-struct MockGraph { MockNode* nodes; int count, cap; };
+struct MockGraph { MockNode* nodes; int count, cap; MockCapture* capture; };
 static atomic_llong g_graph[5];  // live graphs, live execs, graph launches, instantiations, updates
+static atomic_llong g_user_object_launches;  // launches of an instance that holds user objects
+static MockCapture* recording_capture(MockGraph* g) { return g->capture; }
 
 /// The parameter sizes of the kernels emulated above (Warp 1.19's ABI: bounds 24 B, array 56 B).
 static int kernel_param_sizes(const char* name, size_t* sizes) {
@@ -694,9 +701,22 @@ static MockGraph* graph_copy(const MockGraph* g) {
   c->count = c->cap = g->count;
   c->nodes = malloc(sizeof(MockNode) * (size_t)(g->count ? g->count : 1));
   memcpy(c->nodes, g->nodes, sizeof(MockNode) * (size_t)g->count);
+  if (g->capture && g->capture->count) {  // an instance holds a reference to each of its graph's user objects
+    c->capture = calloc(1, sizeof(MockCapture));
+    c->capture->count = g->capture->count;
+    c->capture->objects = malloc(sizeof(MockUserObject*) * (size_t)g->capture->count);
+    pthread_mutex_lock(&g_mutex);
+    for (int i = 0; i < g->capture->count; ++i) c->capture->objects[i] = g->capture->objects[i], c->capture->objects[i]->refs++;
+    pthread_mutex_unlock(&g_mutex);
+  }
   return c;
 }
 static void graph_free(MockGraph* g) {
+  if (g->capture) {
+    for (int i = 0; i < g->capture->count; ++i) user_object_release(g->capture->objects[i], 1);
+    free(g->capture->objects);
+    free(g->capture);
+  }
   free(g->nodes);
   free(g);
 }
@@ -706,6 +726,8 @@ static CUresult m_cuStreamBeginCapture(MockStream* s, int mode) {
   if ((uintptr_t)s <= 2) return 906;  // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: not on a default stream
   if (s->recording || s->capturing) return 900;
   s->recording = calloc(1, sizeof(MockGraph));
+  s->recording->capture = calloc(1, sizeof(MockCapture));
+  s->recording->capture->id = (unsigned long long)atomic_fetch_add(&g_capture_ids, 1) + 1;
   atomic_fetch_add(&g_graph[0], 1);
   return 0;
 }
@@ -738,6 +760,7 @@ static CUresult m_cuGraphExecUpdate(MockGraph* exec, MockGraph* graph, int* info
 static CUresult m_cuGraphLaunch(MockGraph* exec, void* stream) {
   if (!stream_ctx(stream)) return 201;
   atomic_fetch_add(&g_graph[2], 1);
+  if (exec->capture && exec->capture->count) atomic_fetch_add(&g_user_object_launches, 1);
   for (int i = 0; i < exec->count; ++i) {
     MockNode* n = &exec->nodes[i];
     CUresult r = 0;
@@ -852,4 +875,13 @@ __attribute__((visibility("default"))) void mock_set_capturing(void* stream, int
 /// live user objects, destructors run.
 __attribute__((visibility("default"))) void mock_user_object_stats(long long* out) {
   for (int i = 0; i < 2; ++i) out[i] = atomic_load(&g_user_objects[i]);
+}
+/// The id of the caller capture mock_set_capturing began on `stream` (0: none).
+__attribute__((visibility("default"))) unsigned long long mock_capture_id(void* stream) {
+  MockStream* s = stream;
+  return s->capture ? s->capture->id : 0;
+}
+/// Launches of a graph instance that holds user objects.
+__attribute__((visibility("default"))) long long mock_user_object_launches(void) {
+  return atomic_load(&g_user_object_launches);
 }

@@ -330,6 +330,16 @@ uint64_t free_count();
 /// could not be freed; without a driver it returns 0.
 size_t release_segments(std::string_view digest = {});
 
+/// A caller that owns the graph of capture `capture_id` (cuStreamGetCaptureInfo's id) and says when it is
+/// gone: calls recorded in that capture keep their scratch in this runtime's table, without the CUDA user
+/// object that otherwise ties it to the graph. A graph holding user objects makes the driver track every
+/// launch on a thread of its own, which allocates host memory at each launch; leapp's C++ Pipeline adopts
+/// the captures of its step graphs (docs/deploy.md, "Allocations in a step"). Call before the capture
+/// records a call; release_capture(capture_id) once the graph and its instances are destroyed and their
+/// launches done (the next new scratch entry, or release_segments(), then frees that scratch).
+void adopt_capture(uint64_t capture_id);
+void release_capture(uint64_t capture_id);
+
 /// Whether `stream` is being captured into a CUDA graph (false without a driver).
 bool stream_is_capturing(CUstream stream);
 
