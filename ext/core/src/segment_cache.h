@@ -84,8 +84,9 @@ struct PreparedSegment {
 CUdeviceptr allocate(const CudaDriver& d, uint64_t bytes, const std::string& what);
 
 /// The scratch entry of (ctx, digest, key), made on first use (with the prepared segment). A key
-/// with a capture id is tied to `capture_graph`, the caller's graph; making one frees the entries
-/// of captures whose graphs are gone.
+/// with a capture id is tied to `capture_graph`, the caller's graph (by a user object, or kept for
+/// the caller when it adopted the capture: adopt_capture); making one frees the entries of captures
+/// whose graphs are gone.
 std::shared_ptr<StreamScratch> find_or_create(const CudaDriver& d, const Bundle& bundle, CUcontext ctx,
                                               int ctx_device, const StreamKey& key, CUgraph capture_graph);
 
