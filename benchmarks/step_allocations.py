@@ -33,6 +33,16 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+# Both counters report only in the process the script started: one it starts inherits the preload (and the
+# injection), and would report its own counts first.
+COUNTED = r"""
+#include <stdlib.h>
+#include <unistd.h>
+static int counted(void) { /* the child of $LEAPP_COUNTER_PARENT, the measuring script */
+  const char* parent = getenv("LEAPP_COUNTER_PARENT");
+  return !parent || strtol(parent, 0, 10) == (long)getppid();
+}
+"""
 COUNTER = r"""
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -44,7 +54,6 @@ COUNTER = r"""
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
-#include <unistd.h>
 extern void* __libc_malloc(size_t);
 extern void* __libc_calloc(size_t, size_t);
 extern void* __libc_realloc(void*, size_t);
@@ -113,12 +122,7 @@ static __attribute__((noinline)) void note(void) {
 void* malloc(size_t n) { note(); return __libc_malloc(n); }
 void* calloc(size_t a, size_t b) { note(); return __libc_calloc(a, b); }
 void* realloc(void* p, size_t n) { note(); return __libc_realloc(p, n); }
-/* Whether this process is the one counted: the child of $LEAPP_COUNTER_PARENT (the measuring script). A
- * process it starts inherits the preload too, and would report its own counts first. */
-static int counted(void) {
-  const char* parent = getenv("LEAPP_COUNTER_PARENT");
-  return !parent || strtol(parent, 0, 10) == (long)getppid();
-}
+/* COUNTED */
 __attribute__((destructor)) static void report(void) {
   busy = 1;
   if (!counted()) {
@@ -155,7 +159,6 @@ DEVICE_COUNTER = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 typedef struct {
   int callbackSite;  /* CUPTI_API_ENTER = 0 */
   const char* functionName;
@@ -197,9 +200,9 @@ int InitializeInjection(void) {  /* called by the driver in cuInit when CUDA_INJ
   ready = 1;
   return 1;
 }
+/* COUNTED */
 __attribute__((destructor)) static void report(void) {
-  const char* parent = getenv("LEAPP_COUNTER_PARENT");  /* only the measured process, not one it starts */
-  if (ready && (!parent || strtol(parent, 0, 10) == (long)getppid())) fprintf(stderr, "LEAPP_DEVICE_ALLOCATIONS %ld %ld\n", (long)allocations, (long)frees);
+  if (ready && counted()) fprintf(stderr, "LEAPP_DEVICE_ALLOCATIONS %ld %ld\n", (long)allocations, (long)frees);
 }
 """
 
@@ -213,7 +216,7 @@ def counter(folder: Path) -> Path:
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         raise Unavailable("needs a C compiler (cc) for the allocation counter")
-    (folder / "count.c").write_text(COUNTER)
+    (folder / "count.c").write_text(COUNTER.replace("/* COUNTED */", COUNTED))
     subprocess.run([cc, "-O2", "-shared", "-fPIC", str(folder / "count.c"), "-o", str(folder / "count.so"), "-ldl"],
                    check=True)
     return folder / "count.so"
@@ -240,7 +243,7 @@ def device_counter(folder: Path) -> Path:
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         raise Unavailable("needs a C compiler (cc) for the device allocation counter")
-    (folder / "device_count.c").write_text(DEVICE_COUNTER)
+    (folder / "device_count.c").write_text(DEVICE_COUNTER.replace("/* COUNTED */", COUNTED))
     subprocess.run([cc, "-O2", "-shared", "-fPIC", str(folder / "device_count.c"), "-o",
                     str(folder / "device_count.so"), "-ldl"], check=True)
     return folder / "device_count.so"
