@@ -100,7 +100,7 @@ class StepGraphs {
   bool begin_capture(CUstream stream);
   void release_capture(unsigned long long capture) noexcept;  // owners_ free what that capture recorded
   void give_back() noexcept;     // ends and releases held_ (a capture that did not happen)
-  void release_held() noexcept;  // releases held_ (its capture ended, its graph was refused)
+  void release_held() noexcept;  // releases held_ and capture_ (its capture ended, its graph was refused)
   void abandon_capture(CUstream stream, const std::string& why);
   bool end_capture(CUstream stream);
 
