@@ -3,29 +3,24 @@
 The export is examples/cpu_policy.py's (an Imu orientation and a JointState in, a JointState of joint
 targets out, 50 Hz in its metadata). A "robot" node publishes recorded inputs (joints in another order, with
 an extra joint, as a robot driver sends them) and receives the actions; each action must equal, byte for
-byte, what ``leapp.load`` computes on the same inputs. DDS stays on this machine: discovery is limited to
-localhost and every test process takes its own random domain id.
+byte, what ``leapp.load`` computes on the same inputs. DDS stays on this machine (conftest.py): discovery is
+limited to localhost and every test process takes its own random domain id.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import random
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"  # before rclpy starts DDS: no multicast to the LAN
-os.environ["ROS_DOMAIN_ID"] = str(random.SystemRandom().randrange(1, 100))
-
 rclpy = pytest.importorskip("rclpy", reason="ROS 2's Python packages are not installed (pip install 'leapp[ros2]')")
+import cpu_policy  # noqa: E402 - examples/, on sys.path from conftest.py
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from sensor_msgs.msg import Imu, JointState  # noqa: E402
 from std_msgs.msg import Float32MultiArray  # noqa: E402
 
@@ -33,66 +28,9 @@ import leapp  # noqa: E402
 from leapp.ros2.messages import MessageError, codec_for  # noqa: E402
 from leapp.ros2.node import PolicyNode, control_rate  # noqa: E402
 from leapp.runtime.io import IOSpec  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "examples"))
-import cpu_policy  # noqa: E402
+from ros2_helpers import Robot, connected  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
-
-
-@pytest.fixture(scope="module")
-def export(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("ros2")
-    with leapp.trace("go2_cpu", save_path=str(out)) as session, torch.no_grad():
-        for seed in range(3):
-            cpu_policy.step(*cpu_policy.random_state(1, seed))
-    session.compile(validate=False)
-    return out / "go2_cpu"
-
-
-@pytest.fixture
-def ros():
-    """An rclpy context, an executor on it, and `spin_until(predicate)`."""
-    context = rclpy.Context()
-    rclpy.init(context=context)
-    executor = SingleThreadedExecutor(context=context)
-
-    def spin_until(predicate, timeout: float = 20.0) -> None:
-        end = time.monotonic() + timeout
-        while not predicate():
-            assert time.monotonic() < end, "timed out waiting on ROS 2 messages"
-            executor.spin_once(timeout_sec=0.02)
-
-    yield context, executor, spin_until
-    executor.shutdown()
-    context.shutdown()
-
-
-class Robot:
-    """The other side: publishes quat / joints the way a robot driver would, collects the actions."""
-
-    def __init__(self, context, executor):
-        self.node = rclpy.create_node("robot", context=context)
-        self.quat = self.node.create_publisher(Imu, "quat", 10)
-        self.joints = self.node.create_publisher(JointState, "joints", 10)
-        self.actions: list[JointState] = []
-        self.node.create_subscription(JointState, "action", self.actions.append, 10)
-        executor.add_node(self.node)
-
-    def send(self, quat: torch.Tensor, joints: torch.Tensor, names=None) -> None:
-        q = Imu()
-        q.orientation.x, q.orientation.y, q.orientation.z, q.orientation.w = map(float, quat.reshape(-1))
-        self.quat.publish(q)
-        names = list(cpu_policy.JOINTS)[::-1] + ["gripper"] if names is None else names  # another order, one more
-        by_name = dict(zip(cpu_policy.JOINTS, joints.reshape(-1).tolist()))
-        self.joints.publish(JointState(name=names, position=[by_name.get(n, 7.0) for n in names]))
-
-
-def connected(node, robot) -> bool:
-    """Both sides discovered each other (the robot's publishers, its subscription to the actions)."""
-    return (node.count_publishers("joints") > 0 and node.count_publishers("quat") > 0
-            and robot.node.count_publishers("action") > 0)
 
 
 def test_actions_equal_leapp_load_byte_for_byte(export, ros):
@@ -187,11 +125,11 @@ def test_arrays_carry_any_other_value_row_major_with_their_dtype():
 def test_quaternion_order_and_imu_vectors():
     wxyz = codec_for("q", spec((1, 4), kind="base_quat", order="wxyz"))
     msg = Imu()
-    msg.orientation.x, msg.orientation.y, msg.orientation.z, msg.orientation.w = 0.1, 0.2, 0.3, 0.9
-    assert wxyz.to_tensor(msg, "/q").tolist() == [[np.float32(0.9), np.float32(0.1), np.float32(0.2),
+    msg.orientation.x, msg.orientation.y, msg.orientation.z, msg.orientation.w = 0.1, 0.3, 0.3, 0.9  # unit norm
+    assert wxyz.to_tensor(msg, "/q").tolist() == [[np.float32(0.9), np.float32(0.1), np.float32(0.3),
                                                    np.float32(0.3)]]
     back = wxyz.to_message(wxyz.to_tensor(msg, "/q")).orientation
-    assert (back.x, back.y, back.z, back.w) == tuple(float(np.float32(v)) for v in (0.1, 0.2, 0.3, 0.9))
+    assert (back.x, back.y, back.z, back.w) == tuple(float(np.float32(v)) for v in (0.1, 0.3, 0.3, 0.9))
     assert codec_for("w", spec((3,), kind="base_ang_vel")).field == "angular_velocity"
     with pytest.raises(MessageError, match=r"metadata.order 'xyzw' or 'wxyz'"):
         codec_for("q", spec((4,), kind="base_quat", order="zyxw"))
