@@ -74,7 +74,9 @@ def _parser() -> argparse.ArgumentParser:
     ros2.add_argument("--trigger", metavar="INPUT", default=None,
                       help="step on every message of this input (default: a timer)")
     ros2.add_argument("--rate", metavar="HZ", type=float, default=None,
-                      help="the timer's rate (default: metadata control_rate_hz)")
+                      help="the timer's rate, 0.1 to 10000 (default: metadata control_rate_hz)")
+    ros2.add_argument("--quat-tolerance", metavar="TOL", type=float, default=None,
+                      help="how far an orientation's norm may be from 1 (default: 1e-3)")
     ros2.add_argument("--name", default="leapp", help="the node's name (default: leapp)")
     ros2.add_argument("--dry-run", action="store_true", help="print the topics, types and step mode, then exit")
     return parser
@@ -114,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             return write_json(args.export_dir)
         if args.command == "ros2":
             return ros2(args.export_dir, trigger=args.trigger, rate=args.rate, name=args.name, dry_run=args.dry_run,
-                        ros_args=["--ros-args", *ros_args] if ros_args else [])
+                        ros_args=["--ros-args", *ros_args] if ros_args else [], quat_tolerance=args.quat_tolerance)
         return 1 if doctor() else 0
     except BrokenPipeError:  # `leapp inspect x | head`: stop quietly, as other command-line tools do
         import os

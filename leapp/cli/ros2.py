@@ -8,10 +8,11 @@ __all__ = ["ros2"]
 
 
 def ros2(export_dir: str, *, trigger: str | None, rate: float | None, name: str, dry_run: bool,
-         ros_args: list[str]) -> int:
+         ros_args: list[str], quat_tolerance: float | None = None) -> int:
     """Loads EXPORT_DIR and spins its ``PolicyNode`` until interrupted; ``dry_run`` prints the topics and exits.
 
-    Returns 0, or 2 (a message on stderr) when rclpy is missing or the export cannot be put on topics.
+    Returns 0, or 2 (a message on stderr) when rclpy is missing or the export cannot be served: metadata that
+    contradicts its value, a dynamic batch that excludes 1, a rate or tolerance out of range (docs/ros2.md).
     """
     try:
         import rclpy  # ROS 2 is an optional extra
@@ -29,6 +30,8 @@ def ros2(export_dir: str, *, trigger: str | None, rate: float | None, name: str,
     rclpy.init(args=["leapp-ros2", *ros_args], context=context)
     try:
         options = {"node_name": name, "trigger": trigger, "rate_hz": rate}
+        if quat_tolerance is not None:
+            options["quat_tolerance"] = quat_tolerance
         if dry_run:
             node = PolicyNode(pipeline, context=context, **options)
             print("\n".join(node.plan()))

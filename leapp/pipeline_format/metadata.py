@@ -8,18 +8,24 @@ mappings of those; no null. Its size is bounded so that metadata stays a label, 
 payload. The recorder checks it where the user declares it, the writer before writing,
 the Python reader on load; the C++ reader (ext/pipeline/src/description.cpp) checks the
 types, the depth and the size alike, with the same texts.
+
+One key is leapp's own: ``abs_max``, the largest magnitude the tensor's values may
+hold, read by the ROS 2 node (docs/ros2.md), must be a positive finite number. Python
+checks it; the C++ reader, which does not read it, does not.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any
 
-__all__ = ["MAX_METADATA_BYTES", "MAX_METADATA_DEPTH", "metadata_problem"]
+__all__ = ["ABS_MAX_KEY", "MAX_METADATA_BYTES", "MAX_METADATA_DEPTH", "metadata_problem"]
 
 MAX_METADATA_BYTES = 16 << 10  # one tensor's metadata as compact JSON
 MAX_METADATA_DEPTH = 8  # nesting of lists and mappings, the metadata mapping being 1
+ABS_MAX_KEY = "abs_max"  # the largest |x| of the tensor's values (leapp.ros2.limits): a positive finite number
 
 
 def _kind(value: Any) -> str:
@@ -57,6 +63,10 @@ def metadata_problem(metadata: Any, where: str = "metadata") -> str | None:
     problem = _problem(metadata, where, 1)
     if problem:
         return problem
+    if ABS_MAX_KEY in metadata:
+        bound = metadata[ABS_MAX_KEY]
+        if isinstance(bound, bool) or not isinstance(bound, int | float) or not 0 < bound <= sys.float_info.max:
+            return f"{where}.{ABS_MAX_KEY}: {bound!r:.60} is not a positive finite number (the largest magnitude of a value)"
     size = len(json.dumps(metadata, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
     if size > MAX_METADATA_BYTES:
         return f"{where}: {size} bytes as JSON, more than {MAX_METADATA_BYTES} (metadata labels a tensor)"

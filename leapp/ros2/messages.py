@@ -22,6 +22,10 @@ policy:
   as ``UInt8``), row-major, with one layout dimension per tensor dimension.
 
 A topic carries one robot: a value with a dynamic batch is sent with batch 1.
+
+Every value, both ways, must also pass ``leapp.ros2.limits``: finite, within
+its ``abs_max``, an orientation of unit norm. Refusals name at most a few
+joints (a message may carry any number of names).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import numpy as np
 import torch
 
 from leapp.errors import LeappError
+from leapp.ros2.limits import QUAT_NORM_TOLERANCE, abs_max_of, shown, shown_list, value_problem
 from leapp.runtime.io import IOSpec
 
 __all__ = ["Codec", "MessageError", "codec_for"]
@@ -50,7 +55,7 @@ _ARRAYS = {torch.float32: ("Float32MultiArray", np.float32), torch.float16: ("Fl
 
 
 class MessageError(LeappError, ValueError):
-    """A message that does not fit the pipeline value it feeds (name, length or order): what, where, and why."""
+    """A message that does not fit the pipeline value it feeds (name, length, order or values): what, where, why."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,8 @@ class Codec:
     shape: tuple[int, ...]
     joints: tuple[str, ...] = ()
     order: str = "xyzw"
+    abs_max: float | None = None  # the largest |x| (leapp.ros2.limits.abs_max_of); None: no bound (integers)
+    quat_tolerance: float = QUAT_NORM_TOLERANCE  # an orientation's | ||q|| - 1 |
 
     @functools.cached_property
     def message_type(self) -> type:
@@ -79,7 +86,8 @@ class Codec:
         """The tensor ``msg`` carries, in the value's dtype and ``shape``.
 
         Raises:
-            MessageError: the message names other joints, holds another number of values, or repeats a name.
+            MessageError: the message names other joints, holds another number of values, repeats a name, or
+                holds a value that ``problem`` refuses (non-finite, beyond ``abs_max``, a non-unit quaternion).
         """
         if self.message == "sensor_msgs/JointState":
             values = self._joint_values(msg, topic)
@@ -93,28 +101,55 @@ class Codec:
             if values.size != self.count:
                 raise MessageError(f"{topic}: {self.message} holds {values.size} values; input '{self.name}' takes "
                                    f"{self.count} (shape {list(self.shape)}, row-major)")
-        array = np.asarray(values, dtype=_numpy_dtype(self.spec.dtype))
+        floats = np.asarray(values, dtype=np.float64).reshape(-1)
+        problem = self.problem(floats)
+        numpy_dtype = np.dtype(_numpy_dtype(self.spec.dtype))
+        if problem is None and numpy_dtype.kind in "iu":
+            info = np.iinfo(numpy_dtype)
+            if floats.size and not (info.min <= floats.min() and floats.max() <= info.max):
+                problem = f"a value lies outside {self.spec.dtype}'s range [{info.min}, {info.max}]"
+        if problem is None:
+            with np.errstate(over="ignore", invalid="ignore"):
+                array = np.asarray(values, dtype=numpy_dtype)
+            if array.dtype.kind == "f" and not np.isfinite(array).all():  # within abs_max, beyond float16/float32
+                problem = f"a value overflows {self.spec.dtype} ({self.problem(array.astype(np.float64).ravel())})"
+        if problem is not None:
+            raise MessageError(f"{topic}: {self.message} refused for input '{self.name}': {problem}")
         return torch.from_numpy(array.reshape(self.shape)).to(self.spec.dtype)
 
-    def _joint_values(self, msg: Any, topic: str) -> list[float]:
+    def problem(self, values: np.ndarray) -> str | None:
+        """Why the flat ``values`` (float64, in the value's order) may not pass (leapp.ros2.limits), else None."""
+        tolerance = self.quat_tolerance if self.field == "orientation" else None
+        return value_problem(values, abs_max=self.abs_max, labels=self.joints, quat_tolerance=tolerance)
+
+    def output_problem(self, tensor: torch.Tensor) -> str | None:
+        """Why pipeline output ``tensor`` may not be published (the checks of ``problem``), else None."""
+        flat = tensor.detach().to("cpu").reshape(-1)
+        if flat.dtype == torch.bool:
+            return None
+        problem = self.problem(flat.to(torch.float64).numpy())
+        return None if problem is None else f"output '{self.name}': {problem}"
+
+    def _joint_values(self, msg: Any, topic: str) -> np.ndarray:
         names = list(msg.name)
-        values = list(getattr(msg, self.field))
+        values = np.asarray(getattr(msg, self.field), dtype=np.float64)  # an array.array('d'): no copy per value
         if not names:
             raise MessageError(f"{topic}: JointState has no names; input '{self.name}' needs them to put its "
                                f"{len(self.joints)} joints in order (metadata.joints)")
         if len(values) != len(names):
             raise MessageError(f"{topic}: JointState names {len(names)} joints but holds {len(values)} "
                                f"{self.field} values")
-        where = {}
-        for i, n in enumerate(names):
-            if n in where:
-                raise MessageError(f"{topic}: JointState names joint '{n}' twice")
-            where[n] = i
+        where = dict(zip(names, range(len(names))))  # a driver may name a whole robot: no Python loop per name
+        if len(where) != len(names):
+            seen: set[str] = set()
+            twice = next(n for n in names if n in seen or seen.add(n))
+            raise MessageError(f"{topic}: JointState names joint {shown(twice)} twice")
         missing = [j for j in self.joints if j not in where]
-        if missing:
-            raise MessageError(f"{topic}: JointState lacks joint(s) {missing} of input '{self.name}' "
-                               f"(metadata.joints: {list(self.joints)}; the message names {names})")
-        return [values[where[j]] for j in self.joints]
+        if missing:  # lists cut (leapp.ros2.limits.shown_list): a refusal is kept, the message may be huge
+            raise MessageError(f"{topic}: JointState lacks joint(s) {shown_list(missing)} of input '{self.name}' "
+                               f"(metadata.joints: {shown_list(self.joints)}; the message names "
+                               f"{shown_list(names)})")
+        return values[[where[j] for j in self.joints]]
 
     def to_message(self, tensor: torch.Tensor, stamp: Any = None) -> Any:
         """The message carrying ``tensor`` (one robot: batch 1), stamped with ``stamp`` where the type has a header.
@@ -153,8 +188,9 @@ class Codec:
         return msg
 
 
-def codec_for(name: str, spec: IOSpec) -> Codec:
-    """The message type and conversions of pipeline value ``name`` (module docstring).
+def codec_for(name: str, spec: IOSpec, *, quat_tolerance: float = QUAT_NORM_TOLERANCE) -> Codec:
+    """The message type and conversions of pipeline value ``name`` (module docstring); an orientation's norm
+    must be 1 within ``quat_tolerance``.
 
     Raises:
         MessageError: the metadata contradicts the value (joint count against its size, an unknown quaternion
@@ -165,6 +201,7 @@ def codec_for(name: str, spec: IOSpec) -> Codec:
     count = math.prod(shape)
     kind = str(meta.get("kind", ""))
     where = f"'{name}' ({spec.describe()}, metadata {dict(meta)})"
+    abs_max = abs_max_of(meta, spec.dtype.is_floating_point)
     if "joints" in meta:
         joints = meta["joints"]
         if not isinstance(joints, list) or not all(isinstance(j, str) for j in joints) or len(set(joints)) != len(joints):
@@ -173,21 +210,24 @@ def codec_for(name: str, spec: IOSpec) -> Codec:
             raise MessageError(f"{where}: metadata.joints names {len(joints)} joints, the value holds {count} per robot")
         low = kind.lower()
         field = "velocity" if "velocit" in low else "effort" if ("effort" in low or "torque" in low) else "position"
-        return Codec(name, spec, "sensor_msgs/JointState", field, shape, tuple(joints))
+        return Codec(name, spec, "sensor_msgs/JointState", field, shape, tuple(joints), abs_max=abs_max,
+                     quat_tolerance=quat_tolerance)
     if kind in ORIENTATION_KINDS:
         order = str(meta.get("order", "xyzw"))
         if order not in ("xyzw", "wxyz") or count != 4:
             raise MessageError(f"{where}: an orientation is sent as sensor_msgs/Imu, which needs 4 values per robot "
                                "and metadata.order 'xyzw' or 'wxyz'")
-        return Codec(name, spec, "sensor_msgs/Imu", "orientation", shape, order=order)
+        return Codec(name, spec, "sensor_msgs/Imu", "orientation", shape, order=order, abs_max=abs_max,
+                     quat_tolerance=quat_tolerance)
     if kind in IMU_VECTORS:
         if count != 3:
             raise MessageError(f"{where}: kind '{kind}' is sent as sensor_msgs/Imu.{IMU_VECTORS[kind]}, which holds "
                                f"3 values per robot")
-        return Codec(name, spec, "sensor_msgs/Imu", IMU_VECTORS[kind], shape)
+        return Codec(name, spec, "sensor_msgs/Imu", IMU_VECTORS[kind], shape, abs_max=abs_max)
     if spec.dtype not in _ARRAYS:
         raise MessageError(f"{where}: no std_msgs array carries dtype {spec.dtype}")
-    return Codec(name, spec, f"std_msgs/{_ARRAYS[spec.dtype][0]}", "data", shape)
+    return Codec(name, spec, f"std_msgs/{_ARRAYS[spec.dtype][0]}", "data", shape,
+                 abs_max=None if spec.dtype == torch.bool else abs_max)
 
 
 def _numpy_dtype(dtype: torch.dtype):

@@ -9,7 +9,11 @@ given). A step uses the latest valid message of every input; it waits until
 each input has one. A message that does not fit its input is refused: it is
 logged (throttled) and kept in ``errors``, and that input counts as missing
 until a valid one arrives, so the policy never runs on a value it could not
-check. A failing step raises out of the executor.
+check. A step whose outputs fail the same checks (a NaN joint target) is
+skipped: nothing is published on any output, ``skipped_steps`` counts it.
+``errors`` keeps the latest refusals, each cut (``leapp.ros2.limits``). An
+export the node cannot serve (a dynamic batch that excludes 1, a rate out of
+range) is refused at start. A failing step raises out of the executor.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile
 from rclpy.validate_topic_name import validate_topic_name
 
+from leapp.ros2.limits import MAX_ERRORS, QUAT_NORM_TOLERANCE, check_rate, check_tolerance, cut
 from leapp.ros2.messages import Codec, MessageError, codec_for
 
 __all__ = ["PolicyNode", "control_rate", "spin"]
@@ -32,15 +37,13 @@ def control_rate(pipeline) -> float | None:
     """The ``control_rate_hz`` the metadata of the pipeline's inputs and outputs records (one value), or None.
 
     Raises:
-        ValueError: two values disagree, or one is not a positive number.
+        ValueError: two values disagree, or one is not a rate in [MIN_RATE_HZ, MAX_RATE_HZ] (leapp.ros2.limits).
     """
     found = {}
     for name, spec in [*pipeline.inputs.items(), *pipeline.outputs.items()]:
         rate = (spec.metadata or {}).get("control_rate_hz")
         if rate is not None:
-            if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
-                raise ValueError(f"'{name}': metadata.control_rate_hz {rate!r} is not a positive number")
-            found[name] = float(rate)
+            found[name] = check_rate(rate, f"'{name}': metadata.control_rate_hz")
     if len(set(found.values())) > 1:
         raise ValueError(f"metadata.control_rate_hz differs between values: {found}")
     return next(iter(found.values()), None)
@@ -54,19 +57,27 @@ class PolicyNode(Node):
         node_name: the ROS node's name.
         trigger: the input whose every (valid) message starts a step; None steps on a timer.
         rate_hz: the timer's rate; default the metadata's ``control_rate_hz``.
+        quat_tolerance: how far an orientation's norm may be from 1 (inputs and outputs).
         qos_depth: the history depth of every subscription and publisher (1: the latest value only).
         context: the rclpy context (default: the global one).
 
     Raises:
-        ValueError: a name that is not a valid topic, an unknown trigger, no trigger and no rate.
+        ValueError: a name that is not a valid topic, an unknown trigger, no trigger and no rate, a rate or
+            tolerance out of range (``rate_hz`` is checked even with a trigger, the metadata's rate always), a
+            value whose dynamic batch excludes 1 (a topic carries one robot).
         MessageError: metadata that contradicts its value (leapp.ros2.messages.codec_for).
     """
 
     def __init__(self, pipeline, *, node_name: str = "leapp", trigger: str | None = None,
-                 rate_hz: float | None = None, qos_depth: int = 1, context: Any = None):
+                 rate_hz: float | None = None, quat_tolerance: float = QUAT_NORM_TOLERANCE, qos_depth: int = 1,
+                 context: Any = None):
         self.pipeline = pipeline
-        self.inputs: dict[str, Codec] = {n: codec_for(n, spec) for n, spec in pipeline.inputs.items()}
-        self.outputs: dict[str, Codec] = {n: codec_for(n, spec) for n, spec in pipeline.outputs.items()}
+        _check_one_robot(pipeline)
+        tolerance = check_tolerance(quat_tolerance, "quat_tolerance")
+        self.inputs: dict[str, Codec] = {n: codec_for(n, spec, quat_tolerance=tolerance)
+                                         for n, spec in pipeline.inputs.items()}
+        self.outputs: dict[str, Codec] = {n: codec_for(n, spec, quat_tolerance=tolerance)
+                                          for n, spec in pipeline.outputs.items()}
         for name in [*self.inputs, *self.outputs]:
             try:
                 validate_topic_name(name)
@@ -76,9 +87,12 @@ class PolicyNode(Node):
         if trigger is not None and trigger not in self.inputs:
             raise ValueError(f"trigger '{trigger}' is not an input of pipeline '{pipeline.name}' "
                              f"(inputs: {list(self.inputs)})")
+        recorded = control_rate(pipeline)  # checked even when a trigger or rate_hz makes it unused
+        if rate_hz is not None:
+            rate_hz = check_rate(rate_hz, "rate_hz (--rate)")
         if trigger is None:
-            rate_hz = rate_hz or control_rate(pipeline)
-            if not rate_hz or rate_hz <= 0:
+            rate_hz = recorded if rate_hz is None else rate_hz
+            if rate_hz is None:
                 raise ValueError(f"pipeline '{pipeline.name}': no trigger input and no rate: step on an input's "
                                  "messages (--trigger NAME), at a rate (--rate HZ), or record metadata "
                                  "control_rate_hz at trace time")
@@ -86,8 +100,10 @@ class PolicyNode(Node):
         self.trigger, self.rate_hz = trigger, (None if trigger else float(rate_hz))
         self.devices = _input_devices(pipeline)
         self.latest: dict[str, torch.Tensor] = {}
-        self.errors: collections.deque[str] = collections.deque(maxlen=100)
-        self.steps = 0
+        self.errors: collections.deque[str] = collections.deque(maxlen=MAX_ERRORS)  # the latest, each cut
+        self.refused = 0  # messages refused, all of them
+        self.steps = 0  # steps published
+        self.skipped_steps = 0  # steps whose outputs were refused: nothing published
         self._waiting_for: tuple[str, ...] = ()
         qos = QoSProfile(depth=qos_depth)
         self._input_subscriptions = [
@@ -120,13 +136,16 @@ class PolicyNode(Node):
             self.latest[name] = self.inputs[name].to_tensor(msg, self._input_topics[name])
         except MessageError as e:
             self.latest.pop(name, None)  # never step on a value older than a refused one
-            self._error(str(e))
+            self.refused += 1
+            self.errors.append(cut(str(e)))
+            self.get_logger().error(self.errors[-1], throttle_duration_sec=1.0)
             return
         if name == self.trigger:
             self.step()
 
     def step(self) -> bool:
-        """One pipeline call on the latest inputs, its outputs published; False while an input has none."""
+        """One pipeline call on the latest inputs, its outputs published; False while an input has none, or when
+        an output is refused (non-finite, beyond abs_max: the step is skipped, nothing is published)."""
         missing = tuple(n for n in self.inputs if n not in self.latest)
         if missing:
             if missing != self._waiting_for:
@@ -136,15 +155,33 @@ class PolicyNode(Node):
         self._waiting_for = ()
         values = {n: t.to(self.devices[n]) for n, t in self.latest.items()}
         outputs = self.pipeline(**values)
+        problems = [p for name, codec in self.outputs.items() if (p := codec.output_problem(outputs[name]))]
+        if problems:  # a robot never sees NaN: no message on any output this step, its own timeout applies
+            self.skipped_steps += 1
+            self.errors.append(cut(f"step skipped, nothing published ({self.skipped_steps} skipped so far): "
+                                   + "; ".join(problems)))
+            self.get_logger().error(self.errors[-1], throttle_duration_sec=1.0)
+            return False
         stamp = self.get_clock().now().to_msg()
         for name, codec in self.outputs.items():
             self._output_publishers[name].publish(codec.to_message(outputs[name], stamp))
         self.steps += 1
         return True
 
-    def _error(self, text: str) -> None:
-        self.errors.append(text)
-        self.get_logger().error(text, throttle_duration_sec=1.0)
+
+def _check_one_robot(pipeline) -> None:
+    """Refuses a pipeline value whose dynamic batch excludes 1: its topic carries one robot, batch 1.
+
+    Raises:
+        ValueError: naming the value and its range.
+    """
+    for role, specs in (("input", pipeline.inputs), ("output", pipeline.outputs)):
+        for name, spec in specs.items():
+            if spec.batch is not None and spec.batch[0] > 1:
+                low, high = spec.batch
+                raise ValueError(f"pipeline '{pipeline.name}': {role} '{name}' ({spec.describe()}) takes a batch of "
+                                 f"{low}..{high}, and a ROS 2 topic carries one robot (batch 1): export it with a "
+                                 f"dynamic batch from 1 (dynamic_batch=(1, {high}))")
 
 
 def _input_devices(pipeline) -> dict[str, torch.device]:
