@@ -66,7 +66,8 @@ def metadata_problem(metadata: Any, where: str = "metadata") -> str | None:
     if ABS_MAX_KEY in metadata:
         bound = metadata[ABS_MAX_KEY]
         if isinstance(bound, bool) or not isinstance(bound, int | float) or not 0 < bound <= sys.float_info.max:
-            return f"{where}.{ABS_MAX_KEY}: {bound!r:.60} is not a positive finite number (the largest magnitude of a value)"
+            return (f"{where}.{ABS_MAX_KEY}: {bound!r:.60} is not a positive finite number (the largest magnitude "
+                    "of a value)")
     size = len(json.dumps(metadata, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
     if size > MAX_METADATA_BYTES:
         return f"{where}: {size} bytes as JSON, more than {MAX_METADATA_BYTES} (metadata labels a tensor)"
