@@ -261,6 +261,7 @@ class WarpSegmentKernel {
       dev_in.push_back({leapp::CUdeviceptr(reinterpret_cast<uintptr_t>(p)), bytes_at(spec)});
       host_in.push_back({const_cast<void*>(p), bytes_at(spec)});
     }
+    leapp::check_segment_memory(*bundle, batch);  // before ONNX Runtime allocates outputs sized by the file
     for (size_t j = 0; j < m.outputs.size(); ++j) {
       const leapp::TensorSpec& spec = m.outputs[j];
       const std::vector<int64_t> want = shape_at(spec);

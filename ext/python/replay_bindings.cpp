@@ -88,6 +88,19 @@ void bind_replay(nb::module_& m) {
       "Runs the segment's CPU code on host memory (addresses and sizes in signature order) on this thread; "
       "RuntimeError (cpu_code_refusal) when the bundle has none for this machine.");
   m.def(
+      "check_segment_memory", [](const PyBundle& b, int64_t batch) { check_segment_memory(*b.bundle, batch); },
+      nb::arg("bundle"), nb::arg("batch") = 0,
+      "RuntimeError naming the segment and the sizes when a call at `batch` would take more than "
+      "segment_memory_limit() (LEAPP_MAX_SEGMENT_BYTES; docs/runtime.md, \"Memory\").");
+  m.def(
+      "segment_memory",
+      [](const PyBundle& b, int64_t batch) {
+        SegmentMemory need = segment_memory(*b.bundle, batch);
+        return nb::make_tuple(need.outputs, need.scratch, need.constants);
+      },
+      nb::arg("bundle"), nb::arg("batch") = 0, "(outputs, scratch, constants) bytes a call at `batch` takes.");
+  m.def("segment_memory_limit", &segment_memory_limit, "The most one segment call may take, in bytes.");
+  m.def(
       "cpu_code_refusal", [](const PyBundle& b) { return cpu_code_refusal(*b.bundle); }, nb::arg("bundle"),
       "Why the bundle's segment cannot run on this machine's CPU (\"\" when it can).");
 

@@ -290,6 +290,11 @@ std::vector<at::Tensor> warp_segment_impl(const std::vector<at::Tensor>& inputs,
     dense.push_back(t.contiguous());
     in.push_back({leapp::CUdeviceptr(reinterpret_cast<uintptr_t>(dense.back().data_ptr())), bytes_at(spec)});
   }
+  try {
+    leapp::check_segment_memory(*b, batch);  // before the outputs, sized by the file, are allocated
+  } catch (const std::runtime_error& e) {
+    TORCH_CHECK(false, e.what());
+  }
   std::vector<at::Tensor> outputs;
   outputs.reserve(m.outputs.size());
   for (const leapp::TensorSpec& spec : m.outputs) {

@@ -157,8 +157,11 @@ def _prepared(inputs: list[torch.Tensor], bundle: torch.Tensor, signature: str, 
                 f"got {str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
             )
         dense.append(t.contiguous())
-    from leapp.runtime.segment_signature import output_shapes
+    from leapp import _native
+    from leapp.runtime.segment_signature import output_shapes, segment_batch
 
+    # before the outputs, sized by the file, are allocated (docs/runtime.md, "Memory")
+    _native.check_segment_memory(parsed, segment_batch(dense, sig) if "batch" in sig else 0)
     outputs = [torch.empty(tuple(shape), dtype=dtype, device=device) for shape, dtype in output_shapes(dense, signature)]
     return parsed, dense, outputs, device
 

@@ -340,15 +340,19 @@ def test_missing_entry_and_launch_errors_name_the_op():
 # --- host staging and ONNX Runtime's CPU execution provider ------------------------------------------------------
 
 
-def test_allocation_beyond_the_device_is_a_clear_error():
-    """A bundle within the format's size caps (docs/bundle-format.md) that the device cannot hold fails by name."""
+def test_allocation_beyond_the_limit_is_a_clear_error_before_cuda_is_asked():
+    """A bundle within the format's size caps (docs/bundle-format.md) asking for more than a call may take is refused
+    by name before any cuMemAlloc (docs/runtime.md, "Memory")."""
     manifest, blobs = example_manifest_and_blobs(4)
     manifest["buffers"][2]["bytes"] = 2**40 - 16  # scratch + the 16-byte constant: exactly the format's cap
     data = write_bundle(manifest, blobs)
     x, y = np.ones(4, np.float32), np.zeros(4, np.float32)
-    with pytest.raises(RuntimeError, match=r"^leapp segment 'example/warp_segment_0': scratch: cuMemAlloc of "
-                                           r"1099511627776 bytes failed: "):
+    before = _native.allocation_count()
+    with pytest.raises(RuntimeError, match=r"^leapp segment 'example/warp_segment_0' needs 1099511628048 bytes "
+                                           r"\(1024.0 GiB\): outputs 16, scratch 1099511627776, constants 256; more "
+                                           r"than the 4294967296 bytes"):
         run(data, [x], [y], stream(0))
+    assert _native.allocation_count() == before
     run(example_bundle(4), [x], [y], stream(0))  # the runtime is still usable
     np.testing.assert_array_equal(y, x * scale(4))
 

@@ -271,11 +271,13 @@ detail::StreamScratch& locked_scratch(const CudaDriver& d, const Bundle& bundle,
 /// Dynamic batch: this batch's scratch layout in `offsets`; the stream's scratch grows (never shrinks) when it
 /// needs more, so a steady batch allocates nothing. The smaller allocation stays until the entry is freed: work
 /// queued on this stream may still use it.
-void fit_scratch(const CudaDriver& d, const Manifest& m, int64_t batch, detail::StreamScratch& sc,
+void fit_scratch(const CudaDriver& d, const Bundle& bundle, int64_t batch, detail::StreamScratch& sc,
                  std::vector<uint64_t>& offsets) {
   using namespace detail;
+  const Manifest& m = bundle.manifest();
   const uint64_t need = scratch_layout(m, batch, offsets);
   if (need <= sc.memory.capacity) return;
+  check_segment_memory(bundle, batch);
   RelaxedCaptureMode relaxed(d);
   uint64_t grow = std::max(need, sc.memory.capacity + sc.memory.capacity / 2);
   uint64_t most = scratch_layout(m, m.batch_max, offsets);
@@ -331,7 +333,7 @@ void run_segment(const Bundle& bundle, const std::vector<DeviceSpan>& inputs, co
   const StreamKey key{stream, stream == cu_stream_per_thread() ? this_thread_serial() : 0, capture.id};
   std::unique_lock<std::mutex> hold;
   StreamScratch& sc = locked_scratch(d, bundle, ctx, ctx_device, key, capture.graph, state.last, hold);
-  if (m.dynamic) fit_scratch(d, m, batch, sc, state.scratch_offsets);
+  if (m.dynamic) fit_scratch(d, bundle, batch, sc, state.scratch_offsets);
   buffer_addresses(m, inputs, outputs, sc, state.scratch_offsets, state.addr);
 
   // One graph launch when the segment has one for these addresses and this batch (or can make one), else the ops.

@@ -434,6 +434,9 @@ std::shared_ptr<StreamScratch> find_or_create(const CudaDriver& d, const Bundle&
     auto sit = it->second->scratch.find(key);
     if (sit != it->second->scratch.end()) return sit->second;
   }
+  // before the constants and the first scratch are allocated (a dynamic segment's scratch starts at the traced
+  // batch; fit_scratch checks each larger one): a size from the file never reaches cuMemAlloc unchecked
+  check_segment_memory(bundle, bundle.manifest().dynamic ? bundle.manifest().batch_traced : 0);
   RelaxedCaptureMode relaxed(d);  // one-time setup is legal even while a stream is captured
   std::vector<Pending> gone;
   take_orphans(gone);

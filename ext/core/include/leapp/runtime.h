@@ -286,6 +286,20 @@ int64_t segment_batch(const Bundle& bundle, uint64_t batch_input_bytes);
 void run_segment_host(const Bundle& bundle, const std::vector<HostSpan>& inputs,
                       const std::vector<HostSpan>& outputs, int device);
 
+/// The bytes one call of a segment takes beyond its inputs, as the runtime lays them out (docs/runtime.md, "Memory").
+struct SegmentMemory {
+  uint64_t outputs = 0;    ///< its outputs at the batch (allocated by the op, ONNX Runtime or the caller)
+  uint64_t scratch = 0;    ///< its scratch buffers, 256-byte aligned (allocated by the runtime, per stream or thread)
+  uint64_t constants = 0;  ///< its constant buffers, 256-byte aligned (allocated by the runtime once per segment)
+};
+/// What a call of `bundle` at `batch` takes (the batch is ignored without a dynamic batch). Allocates nothing.
+SegmentMemory segment_memory(const Bundle& bundle, int64_t batch);
+/// The most one segment call may take: env LEAPP_MAX_SEGMENT_BYTES (bytes, read once), default 4 GiB.
+uint64_t segment_memory_limit();
+/// Throws std::runtime_error naming the segment, the batch and each size when a call at `batch` would take more
+/// than segment_memory_limit(). The op libraries call it before they allocate outputs, the runtime before scratch.
+void check_segment_memory(const Bundle& bundle, int64_t batch);
+
 /// The bundle's CPU code for the machine this library was built for (docs/bundle-format.md, "CPU code"), or
 /// nullptr when it holds none.
 const CpuCodeSpec* cpu_code_for_this_machine(const Bundle& bundle);
