@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "json.h"
 #include "manifest.h"
 #include "replay_internal.h"
 #include "segment_cache.h"
@@ -79,7 +80,7 @@ std::map<std::string, std::shared_ptr<const CpuSegment>>& table() {
   return *t;
 }
 
-std::string where(const Manifest& m) { return "leapp segment '" + m.segment + "'"; }
+std::string where(const Manifest& m) { return "leapp segment '" + detail::shown(m.segment) + "'"; }
 
 /// dlopen's name for a memfd. glibc matches an open request against loaded objects by name first, so a name
 /// must never be one an object still loaded was opened under: the fd stays open (its number taken) while the
@@ -197,8 +198,10 @@ std::shared_ptr<const CpuSegment> prepare(const Bundle& bundle, const CpuCodeSpe
     total = detail::round_up(total + m.buffers[i].bytes, detail::kSubAlignment);
   }
   if (total) {
+    check_segment_memory(bundle, m.dynamic ? m.batch_traced : 0);  // before allocating: sizes from a file
     seg->constants.reset(static_cast<uint8_t*>(std::aligned_alloc(detail::kSubAlignment, total)));
-    if (!seg->constants) throw std::bad_alloc();
+    if (!seg->constants)
+      throw std::runtime_error(where(m) + ": cannot allocate its " + std::to_string(total) + " bytes of constants");
     for (size_t i = 0; i < m.buffers.size(); ++i) {
       const BufferSpec& b = m.buffers[i];
       if (b.role != BufferRole::kConstant) continue;
@@ -232,14 +235,20 @@ struct CpuCallState {
   std::unique_ptr<uint8_t, FreeDeleter> scratch;
   uint64_t scratch_capacity = 0;
   std::vector<uint64_t> scratch_offsets;
-  std::shared_ptr<const CpuSegment> last;  // the last segment run, kept for the next call's lookup
+  // The last segment run, for the next call's lookup without the table's lock. Weak: release_cpu_code unloads the
+  // code (and closes its memfd) once no call is running it, whatever this thread ran last.
+  std::weak_ptr<const CpuSegment> last;
 };
 
-uint8_t* scratch_for(CpuCallState& s, uint64_t need) {
+uint8_t* scratch_for(CpuCallState& s, const Bundle& bundle, int64_t batch, uint64_t need) {
   if (need > s.scratch_capacity) {
+    check_segment_memory(bundle, batch);  // before allocating: the sizes come from a file
     s.scratch.reset(static_cast<uint8_t*>(std::aligned_alloc(detail::kSubAlignment, need)));
     s.scratch_capacity = s.scratch ? need : 0;
-    if (!s.scratch) throw std::bad_alloc();
+    if (!s.scratch)
+      throw std::runtime_error(where(bundle.manifest()) + ": cannot allocate its " + std::to_string(need) +
+                               " bytes of scratch" +
+                               (bundle.manifest().dynamic ? " at batch " + std::to_string(batch) : std::string()));
   }
   return s.scratch.get();
 }
@@ -270,10 +279,14 @@ void run_segment_cpu(const Bundle& bundle, const std::vector<HostSpan>& inputs, 
   thread_local CpuCallState s;
   const int64_t batch = detail::checked_host_batch(bundle, inputs, outputs);
 
-  if (!s.last || s.last->digest != bundle.digest()) s.last = cpu_segment(bundle, *code);
-  const CpuSegment& seg = *s.last;
+  std::shared_ptr<const CpuSegment> held = s.last.lock();  // held for this call: a release cannot unload it
+  if (!held || held->digest != bundle.digest()) {
+    held = cpu_segment(bundle, *code);
+    s.last = held;
+  }
+  const CpuSegment& seg = *held;
   const uint64_t need = detail::scratch_layout(m, batch, s.scratch_offsets);
-  uint8_t* scratch = need ? scratch_for(s, need) : nullptr;
+  uint8_t* scratch = need ? scratch_for(s, bundle, batch, need) : nullptr;
 
   s.addr.resize(m.buffers.size());
   for (size_t i = 0; i < m.buffers.size(); ++i) {
