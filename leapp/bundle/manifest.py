@@ -203,7 +203,23 @@ class _ManifestCheck:
             self.check_init(buffer, i)
         for i, op in enumerate(self.ops):
             self.check_op(op, f"ops[{i}]")
+        self.check_outputs_written()
         _DynamicCheck(self).run()
+
+    def check_outputs_written(self) -> None:
+        """Every output is written by an op (a launch's relocation into it, a memset or a copy onto it) or filled by
+        its init: a segment writing none of an output would hand the caller memory nothing wrote."""
+        written = set()
+        for op in self.ops:
+            if op["op"] == "memset":
+                written.add(op["buffer"])
+            elif op["op"] == "copy":
+                written.add(op["dst"])
+            written.update(reloc["buffer"] for reloc in op.get("relocs", ()))
+        for i, buffer in enumerate(self.buffers):
+            if buffer["role"] == "output" and buffer["init"] == "none" and i not in written:
+                self.fail(f"buffers[{i}] is signature.outputs[{buffer['io']}], which no op writes and no init fills "
+                          "(a call would return memory nothing wrote)")
 
     def check_module(self, module: Any, path: str) -> None:
         module = self.obj(module, path)

@@ -116,7 +116,7 @@ Bundle.__module__ = "leapp.bundle"
 def decode_manifest(raw: bytes | memoryview) -> Any:
     """Strict UTF-8 JSON decoding (leapp.bundle.strict_json): no BOM, NaN/Infinity, duplicate key or lone
     surrogate; depth <= 512, at most 2^20 values; errors are BundleErrors."""
-    return decode_strict_json(raw, "bundle manifest")
+    return decode_strict_json(raw, "bundle manifest", refuse_nul=True)
 
 
 def _as_bytes(data: Any) -> bytes:

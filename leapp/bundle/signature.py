@@ -98,7 +98,7 @@ def parse_signature(text: str) -> dict[str, Any]:
     """The signature as a dict, after checking every field; BundleError names the bad one."""
     if not isinstance(text, str):
         raise _fail(f"expected a JSON string, got {type(text).__name__}")
-    sig = decode_strict_json(text, "signature")  # the JSON rules of the manifest, as the C++ reader applies them
+    sig = decode_strict_json(text, "signature", refuse_nul=True)  # the JSON rules of the manifest, as the C++ reader applies them
     if not isinstance(sig, dict):
         raise _fail(f"must be a JSON object, got {type(sig).__name__}")
     digest = sig.get("digest")

@@ -23,6 +23,7 @@ __all__ = ["decode_strict_json", "measure_json"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_NUL_ESCAPE = re.compile(r"\\u0000")  # a raw NUL byte is a control character, refused by json itself
 _NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
 _DEPTH_STEP = [0] * 256
 _DEPTH_STEP[ord("[")] = _DEPTH_STEP[ord("{")] = 1
@@ -32,11 +33,12 @@ _EMPTY_CONTAINER = re.compile(rb"\[[ \t\n\r]*\]|\{[ \t\n\r]*\}")
 
 def decode_strict_json(raw: bytes | bytearray | memoryview | str, what: str, *,
                        error: type[Exception] = BundleError, max_depth: int = MAX_JSON_DEPTH,
-                       max_values: int = MAX_JSON_VALUES) -> Any:
+                       max_values: int = MAX_JSON_VALUES, refuse_nul: bool = False) -> Any:
     """The decoded document; ``error("<what>: ...")`` for anything the C++ reader refuses too.
 
     ``raw`` is UTF-8 bytes (a bundle's manifest) or a str (an op's signature string). ``error`` and the
-    bounds are the bundle's by default; leapp.pipeline_format reads pipeline.json with its own.
+    bounds are the bundle's by default; leapp.pipeline_format reads pipeline.json with its own. ``refuse_nul``:
+    no string or key may hold U+0000 (a bundle's manifest and signature, whose names reach C APIs).
     """
     if isinstance(raw, str):
         text = raw
@@ -86,8 +88,9 @@ def decode_strict_json(raw: bytes | bytearray | memoryview | str, what: str, *,
         raise error(too_deep)
     if values > max_values:
         raise error(f"{what}: not readable JSON: more than {max_values} values")
-    if _SURROGATE_ESCAPE.search(text):  # only then can a decoded string hold a surrogate
-        _check_strings(value, what, error)
+    nul = refuse_nul and _NUL_ESCAPE.search(text) is not None
+    if nul or _SURROGATE_ESCAPE.search(text):  # only then can a decoded string hold a NUL or a surrogate
+        _check_strings(value, what, error, nul)
     return value
 
 
@@ -112,23 +115,26 @@ def measure_json(text: str) -> tuple[int, int]:
     return depth, values
 
 
-def _check_strings(value: Any, what: str, error: type[Exception]) -> None:
+def _check_strings(value: Any, what: str, error: type[Exception], refuse_nul: bool) -> None:
     """Every key and string, in document order, without recursion; a path is kept as linked
     (parent, step) pairs and rendered only for a message."""
     stack: list[tuple[Any, Any]] = [(value, None)]
     while stack:
         item, path = stack.pop()
         if isinstance(item, str):
-            _check_text(item, what, _render(path), error)
+            _check_text(item, what, _render(path), error, refuse_nul)
         elif isinstance(item, dict):
             for key in item:
-                _check_text(key, what, f"a key of {_render(path) or 'the top-level object'}", error)
+                _check_text(key, what, f"a key of {_render(path) or 'the top-level object'}", error, refuse_nul)
             stack.extend((child, (path, key)) for key, child in reversed(item.items()))
         elif isinstance(item, list):
             stack.extend((item[i], (path, i)) for i in range(len(item) - 1, -1, -1))
 
 
-def _check_text(text: str, what: str, where: str, error: type[Exception]) -> None:
+def _check_text(text: str, what: str, where: str, error: type[Exception], refuse_nul: bool) -> None:
+    if refuse_nul and "\0" in text:
+        raise error(f"{what}: {where or 'the top-level value'}: \\u0000 is a NUL character, which no string here "
+                    "may hold (a name ends at it in C)")
     if text.isascii():
         return
     bad = _SURROGATE.search(text)

@@ -9,7 +9,13 @@ from hypothesis import strategies as st
 
 from leapp.bundle.format import DTYPE_ITEMSIZE
 
-NAMES = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=8)
+NAMES = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",), exclude_characters="\0"), min_size=1,
+                max_size=8)
+
+
+def texts(max_size: int):
+    """Manifest strings: any text but NUL, which both readers refuse (a name ends at it in C)."""
+    return st.text(alphabet=st.characters(exclude_categories=("Cs",), exclude_characters="\0"), max_size=max_size)
 SMALL = st.integers(min_value=0, max_value=64)
 
 
@@ -41,7 +47,7 @@ def manifests(draw) -> tuple[dict, list[bytes]]:
                       "block_dim": draw(st.sampled_from([1, 32, 64, 128, 256, 1024])),
                       "smem_bytes": draw(st.integers(0, 2**32 - 1))}
             if draw(st.booleans()):
-                kernel["key"] = draw(st.text(max_size=8))
+                kernel["key"] = draw(texts(8))
             kernels.append(kernel)
 
     def tensors(count: int) -> list[dict]:
@@ -126,13 +132,18 @@ def manifests(draw) -> tuple[dict, list[bytes]]:
             ops.append({"op": "copy", "dst": dst, "dst_offset": dst_offset, "src": src, "src_offset": src_offset,
                         "bytes": count})
 
+    written = {op.get("buffer", op.get("dst")) for op in ops} | {r["buffer"] for op in ops for r in op.get("relocs", ())}
+    for i, buffer in enumerate(buffers):  # every output is written or filled: both readers refuse one that is not
+        if buffer["role"] == "output" and buffer["init"] == "none" and i not in written:
+            ops.append({"op": "memset", "buffer": i, "offset": 0, "bytes": buffer["bytes"], "value": draw(st.integers(0, 255))})
+
     for _ in range(draw(st.integers(0, 2))):  # unreferenced blobs, possibly empty
         add_blob(draw(st.binary(max_size=24)))
     manifest = {
         "format": "leapp.warp.bundle",
-        "segment": draw(st.text(max_size=20)),
-        "source": draw(st.text(max_size=20)),
-        "producer": draw(st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=3)),
+        "segment": draw(texts(20)),
+        "source": draw(texts(20)),
+        "producer": draw(st.dictionaries(texts(8), texts(8), max_size=3)),
         "modules": modules,
         "kernels": kernels,
         "buffers": buffers,

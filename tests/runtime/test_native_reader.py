@@ -206,21 +206,25 @@ def test_a_surrogate_pair_is_one_character():
 
 
 def test_odd_segment_names_keep_messages_whole():
-    """A NUL or control character in a name is shown escaped: the message reaches Python whole."""
-    manifest = _set(MANIFEST, ("segment",), "a\x00b\nc")
+    """A control character in a name is shown escaped, a long name cut: the message reaches Python whole."""
+    manifest = _set(MANIFEST, ("segment",), "a\x01b\nc")
     manifest = _set(manifest, ("ops", 0, "value"), 256)
     assert cpp_error(write_unchecked(manifest, BLOBS)) == (
-        "leapp bundle 'a\\u0000b\\u000ac': ops[0].value 256 out of range [0, 255]"
+        "leapp bundle 'a\\u0001b\\u000ac': ops[0].value 256 out of range [0, 255]"
     )
     long_name = "\u00e9" * 100  # 200 bytes: cut at a character boundary
     error = cpp_error(write_unchecked(_set(manifest, ("segment",), long_name), BLOBS))
     assert error == "leapp bundle '" + "\u00e9" * 60 + "...': ops[0].value 256 out of range [0, 255]"
 
 
-def test_producer_keys_keep_every_character():
-    """Found by tests/bundle/test_bundle_fuzz.py: a key holding \\u0000 was cut at the NUL."""
-    manifest = _set(MANIFEST, ("producer", "a\x00b"), "v")
-    assert _native.Bundle(write_unchecked(manifest, BLOBS)).producer == manifest["producer"]
+@pytest.mark.parametrize("path", [("segment",), ("producer", "a\x00b"), ("kernels", 0, "entry"), ("source",)],
+                         ids=["segment", "producer-key", "entry", "source"])
+def test_a_nul_in_any_manifest_string_is_refused_by_both_readers(path):
+    """A name is cut at a NUL by every C API it reaches (dlsym would look up "X" for "X\\0evil"): refused at read."""
+    manifest = _set(MANIFEST, path, "v") if path[0] == "producer" else _set(MANIFEST, path, "X\x00evil")
+    data = write_unchecked(manifest, BLOBS)
+    assert "NUL character" in cpp_error(data)
+    assert not python_accepts(data)
 
 
 def test_json_errors_name_the_path():

@@ -373,6 +373,11 @@ class Parser {
                         "\\udc00-\\udfff)",
                     is_key ? key_of_path() : path());
           }
+          if (cp == 0 && limits_.refuse_nul) {
+            pos_ = escape;
+            fail_in("\\u0000 is a NUL character, which no string here may hold (a name ends at it in C)",
+                    is_key ? key_of_path() : path());
+          }
           append_utf8(out, cp);
           break;
         }

@@ -50,6 +50,7 @@ struct JsonLimits {
   int max_depth = kJsonMaxDepth;        ///< nesting of arrays/objects, the top level being 1
   size_t max_values = kJsonMaxValues;   ///< values in the document, keys not counted
   const char* document = "docs/bundle-format.md";  ///< named in the error when a bound is exceeded
+  bool refuse_nul = false;  ///< refuse \u0000 in strings and keys (a bundle's manifest and signature: names reach C APIs)
 };
 
 /// Parses `text` within `limits`; throws as below.

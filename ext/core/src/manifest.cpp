@@ -21,6 +21,9 @@ namespace {
 
 using Type = JsonValue::Type;
 
+/// A manifest's and a signature's JSON: the bundle's bounds, and no NUL in any string (docs/bundle-format.md §2).
+const JsonLimits kBundleJsonLimits{kJsonMaxDepth, kJsonMaxValues, "docs/bundle-format.md", true};
+
 constexpr int64_t kMaxI64 = std::numeric_limits<int64_t>::max();
 constexpr int64_t kMaxU32 = std::numeric_limits<uint32_t>::max();
 constexpr uint64_t kTooManyBytes = std::numeric_limits<uint64_t>::max();  // prod(shape) * itemsize overflowed
@@ -771,10 +774,27 @@ void launch_grid(uint64_t size, uint32_t block_dim, bool grid_stride, uint32_t m
 namespace {
 }  // namespace
 
+/// Every output is written by an op (a launch's relocation into it, a memset or a copy onto it) or filled by its init:
+/// a segment writing none of an output would hand the caller memory nothing wrote (docs/bundle-format.md §2).
+void check_outputs_written(const Checker& c, const Manifest& m) {
+  std::vector<bool> written(m.buffers.size(), false);
+  for (const OpSpec& op : m.ops) {
+    if (op.kind != OpKind::kLaunch) written[op.dst] = true;
+    for (const RelocSpec& r : op.relocs) written[r.buffer] = true;
+  }
+  for (size_t i = 0; i < m.buffers.size(); ++i) {
+    const BufferSpec& b = m.buffers[i];
+    if (b.role == BufferRole::kOutput && b.init == BufferInit::kNone && !written[i])
+      c.fail(Checker::at("buffers", i), "is signature.outputs[" + std::to_string(b.io) +
+                                            "], which no op writes and no init fills (a call would return memory "
+                                            "nothing wrote)");
+  }
+}
+
 Manifest read_manifest(std::string_view json, const std::vector<std::string_view>& blobs,
                        uint32_t min_reader_version) {
   Checker c("leapp bundle: manifest ");
-  JsonValue root = parse_json(json, "leapp bundle: manifest");
+  JsonValue root = parse_json(json, "leapp bundle: manifest", kBundleJsonLimits);
   Manifest m;
   c.typed(root, "(root)", Type::kObject, "an object");
   const std::string format = c.string(root, "", "format");
@@ -806,6 +826,7 @@ Manifest read_manifest(std::string_view json, const std::vector<std::string_view
       c.fail(p, std::to_string(buf.init_index) + " has " + std::to_string(m.inputs[buf.init_index].bytes) +
                     " bytes, the buffer " + std::to_string(buf.bytes));
   }
+  check_outputs_written(c, m);
   read_dynamic(c, root, blobs, min_reader_version, m);
   return m;
 }
@@ -813,7 +834,7 @@ Manifest read_manifest(std::string_view json, const std::vector<std::string_view
 Signature read_signature(std::string_view json) {
   // Mirrors leapp.bundle.parse_signature (docs/bundle-format.md section 5).
   Checker c("leapp signature: ");
-  JsonValue root = parse_json(json, "leapp signature");
+  JsonValue root = parse_json(json, "leapp signature", kBundleJsonLimits);
   c.typed(root, "(root)", Type::kObject, "an object");
   Signature sig;
   sig.digest = c.string(root, "", "digest");
