@@ -401,6 +401,13 @@ def _nested(levels: int):
      "nodes[1].outputs[0].metadata: 16511 bytes as JSON, more than 16384 (metadata labels a tensor)"),
     (("inputs", 0), {"names": "x" * 16372}, None),  # 16384 bytes exactly: allowed
     (("inputs", 0), {"names": "x" * 16373}, "inputs[0].metadata: 16385 bytes as JSON, more than 16384"),
+    (("inputs", 0), {"abs_max": 2.5}, None),  # the ROS 2 node's magnitude limit (docs/ros2.md)
+    (("inputs", 0), {"abs_max": 10**300}, None),
+    (("inputs", 0), {"abs_max": 0}, "inputs[0].metadata.abs_max: 0 is not a positive finite number"),
+    (("inputs", 0), {"abs_max": -1.5}, "inputs[0].metadata.abs_max: -1.5 is not a positive finite number"),
+    (("inputs", 0), {"abs_max": True}, "inputs[0].metadata.abs_max: True is not a positive finite number"),
+    (("outputs", 0), {"abs_max": "x" * 80}, "outputs[0].metadata.abs_max: '" + "x" * 59 + " is not a positive"),
+    (("outputs", 0), {"abs_max": 10**400}, "outputs[0].metadata.abs_max: 1000000000"),
 ])
 def test_metadata_limits_refused_with_leapp_loads_text(export, tmp_path, where, metadata, message):
     """Tensors' metadata deeper than 8 levels or larger than 16 KiB as JSON: leapp-run refuses pipeline.json

@@ -511,6 +511,28 @@ std::string too_deep(const JsonValue& v, const std::string& path, int depth) {
   return {};
 }
 
+/// metadata.ABS_MAX_KEY's rule: a number (not a bool), 0 < value <= the largest double, as Python compares it.
+bool positive_finite(const JsonValue& v) {
+  if (v.type == T::kFloat) return v.number > 0.0;  // the parser refuses infinities and NaN
+  if (v.type != T::kInt) return false;
+  if (!v.int_overflow) return v.integer > 0;
+  if (v.string.empty() || v.string[0] == '-') return false;
+  errno = 0;
+  std::strtod(v.string.c_str(), nullptr);  // beyond the largest double: ERANGE
+  return errno != ERANGE;
+}
+
+/// The first `n` code points of UTF-8 text (Python's f"{text:.60}").
+std::string cut_code_points(const std::string& text, size_t n) {
+  size_t i = 0, points = 0;
+  while (i < text.size() && points < n) {
+    ++points;
+    ++i;
+    while (i < text.size() && (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80) ++i;
+  }
+  return text.substr(0, i);
+}
+
 /// Tensors' metadata within its limits: depth, then size as compact JSON (the text TensorInfo::metadata
 /// hands out). Python's pipeline_format.reader._check_metadata: the same order and texts.
 void check_metadata(const JsonValue& root, const std::string& file) {
@@ -520,6 +542,11 @@ void check_metadata(const JsonValue& root, const std::string& file) {
     const std::string where = field + ".metadata";
     std::string deep = too_deep(*metadata, where, 1);
     if (!deep.empty()) fail(file + ": " + deep + ": nested deeper than " + std::to_string(kMaxMetadataDepth) + " levels");
+    if (const JsonValue* bound = metadata->type == T::kObject ? metadata->find("abs_max") : nullptr) {
+      if (!positive_finite(*bound))
+        fail(file + ": " + where + ".abs_max: " + cut_code_points(repr(*bound, false), 60) +
+             " is not a positive finite number (the largest magnitude of a value)");
+    }
     const size_t size = json_text(*metadata).size();
     if (size > kMaxMetadataBytes)
       fail(file + ": " + where + ": " + std::to_string(size) + " bytes as JSON, more than " +
