@@ -76,6 +76,18 @@ TensorInfo tensor_info(const Spec& s) {
   return t;
 }
 
+/// `host` sized for `bytes` (8-byte aligned): the buffer of node `node`'s output `t`. The reader bounded its size
+/// (MAX_TENSOR_BYTES); a machine that still cannot give it gets a PipelineError naming what, not std::bad_alloc.
+void host_buffer(std::vector<uint64_t>& host, size_t bytes, const std::string& pipeline, const std::string& node,
+                 const TensorInfo& t) {
+  try {
+    host.resize((bytes + 7) / 8 + 1);
+  } catch (const std::bad_alloc&) {
+    throw PipelineError("pipeline '" + pipeline + "' node '" + node + "': cannot allocate " + std::to_string(bytes) +
+                        " bytes for its output " + repr_str(t.name) + " (" + spec_text(t) + "): out of memory");
+  }
+}
+
 /// NodeInfo::execution of a node PipelineOptions::only_node left unopened: no runtime, no buffers.
 constexpr const char* kUnopened = "unopened";
 
@@ -669,7 +681,7 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& export_dir, const Pi
       if (options.memory == Memory::kDevice)
         LEAPP_CHECK_CU(driver().cuMemAlloc(&b.device, std::max<size_t>(t.byte_size(), 1)));
       else
-        b.host.resize((t.byte_size() + 7) / 8 + 1);
+        host_buffer(b.host, t.byte_size(), d.name, impl->nodes[n].info.name, t);
     }
   impl->refresh_plan();
   const std::string off = impl->graph_off_reason();
@@ -874,7 +886,7 @@ void Pipeline::set_batch(int64_t batch) {
         driver().cuMemFree(b.device);
         b.device = grown;
       } else {
-        b.host.resize((need + 7) / 8 + 1);
+        host_buffer(b.host, need, p.description.name, p.nodes[n].info.name, t);
       }
       b.bytes = need;
     }
