@@ -88,27 +88,6 @@ Spec spec_of(const JsonValue& v) {
 }
 
 /// The description's fields, after the schema has accepted it (every required key is there, typed).
-/// Whether a segment's producer.cpu_code ("x86_64" or "x86_64, aarch64") names the machine this was built for.
-bool lists_this_machine(const std::string& machines) {
-#if defined(__x86_64__)
-  const std::string self = "x86_64";
-#elif defined(__aarch64__)
-  const std::string self = "aarch64";
-#else
-  const std::string self = "?";
-#endif
-  size_t start = 0;
-  while (start <= machines.size()) {
-    size_t end = machines.find(',', start);
-    if (end == std::string::npos) end = machines.size();
-    std::string item = machines.substr(start, end - start);
-    item.erase(0, item.find_first_not_of(' '));
-    if (item == self) return true;
-    start = end + 1;
-  }
-  return false;
-}
-
 Description convert(const JsonValue& root) {
   Description d;
   d.name = root.find("name")->string;
@@ -123,10 +102,10 @@ Description convert(const JsonValue& root) {
     for (const JsonValue& s : n.find("inputs")->array) node.inputs.push_back(spec_of(s));
     for (const JsonValue& s : n.find("outputs")->array) node.outputs.push_back(spec_of(s));
     node.segments = n.find("segments")->array.size();
-    for (const JsonValue& seg : n.find("segments")->array) {  // producer.cpu_code: "x86_64, aarch64" or "none: why"
-      const JsonValue* producer = seg.find("producer");
-      const JsonValue* cpu = producer && producer->type == JsonValue::Type::kObject ? producer->find("cpu_code") : nullptr;
-      if (cpu && cpu->type == JsonValue::Type::kString && lists_this_machine(cpu->string)) ++node.cpu_code_segments;
+    for (const JsonValue& seg : n.find("segments")->array) {  // the schema checked the keys and their types
+      SegmentDescription entry{seg.find("id")->string, seg.find("digest")->string};
+      if (const JsonValue* cpu = seg.find("producer")->find("cpu_code")) entry.cpu_code = cpu->string;
+      node.segment_list.push_back(std::move(entry));
     }
     if (const JsonValue* aoti = n.find("aoti")) {  // optional; the schema has checked its keys
       node.has_aoti = true;

@@ -24,6 +24,7 @@
 #include "onnx_external.h"
 #include "ort_runtime.h"
 #include "pyrepr.h"
+#include "segment_check.h"
 #include "sha256.h"
 #include "step_graph.h"
 
@@ -412,13 +413,28 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
     nodes.push_back(std::move(node));
     return;
   }
+  size_t cpu_code_segments = 0;  // the segments with CPU code for this machine
+  if (d.backend == "pt2") {  // the claims: the bundles inside an AOTInductor package are out of this reader's reach
+    for (const SegmentDescription& s : d.segment_list) cpu_code_segments += claims_this_machine(s.cpu_code);
+  }
+  const std::string cannot_open =
+      where + ": cannot open " + node.info.artifact + " (onnx; is the file corrupt or truncated?): PipelineError: ";
+  if (d.backend == "onnx") {  // the entries against the bundles the model holds, as leapp.load checks them
+    std::vector<std::pair<std::string, const std::string*>> files;
+    for (const CheckedFile& file : checked) files.emplace_back(file.path, &file.data);
+    try {
+      cpu_code_segments = check_onnx_segments(description, index, node.info.artifact, model.data, files);
+    } catch (const std::invalid_argument& e) {
+      throw PipelineError(cannot_open + std::filesystem::path(node.info.artifact).filename().string() + " is " + e.what());
+    }
+  }
   if (d.backend == "pt2" && d.has_aoti) {
     const bool device = options.memory == Memory::kDevice;
     const std::string op_library = torch_op_library(options.torch_op_library);
     node.aoti = open_aoti_node(description, index, aoti_plugin_path(options.aoti_plugin), op_library,
                                device ? options.device_index : -1);
-    if (!device && d.cpu_code_segments < d.segments && !op_library_replays_on_cpu(op_library))
-      throw PipelineError(where + ": " + std::to_string(d.segments - d.cpu_code_segments) + " of its " +
+    if (!device && cpu_code_segments < d.segments && !op_library_replays_on_cpu(op_library))
+      throw PipelineError(where + ": " + std::to_string(d.segments - cpu_code_segments) + " of its " +
                           std::to_string(d.segments) + " Warp segment(s) hold no CPU code for this machine and replay "
                           "on CUDA devices only, and its AOTInductor package (" + d.aoti_path + ") runs on the CPU: "
                           "export the node with CPU code (trace it on the CPU, or LEAPP_CPU_CODE=1; "
@@ -438,7 +454,7 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
     throw PipelineError(where + ": a " + d.backend + " node (" + d.artifact + "); leapp's C++ runner runs ONNX nodes "
                         "and PT2 nodes with an AOTInductor package (`leapp aoti`, docs/aoti.md). Export the node "
                         "with export_with='onnx' or 'pt2'");
-  if (d.segments > d.cpu_code_segments && options.memory != Memory::kDevice) {
+  if (d.segments > cpu_code_segments && options.memory != Memory::kDevice) {
     // segments without CPU code: the op stages host tensors onto a CUDA device; without one, say so now, not from
     // inside a run (segments with CPU code for this machine run on the CPU, docs/export-cpu.md)
     std::string why;
@@ -450,7 +466,7 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
       why = e.what();
     }
     if (!why.empty())
-      throw PipelineError(where + ": " + std::to_string(d.segments - d.cpu_code_segments) + " of its " +
+      throw PipelineError(where + ": " + std::to_string(d.segments - cpu_code_segments) + " of its " +
                           std::to_string(d.segments) + " Warp segment(s) hold no CPU code for this machine and replay "
                           "on a CUDA device (on ONNX Runtime's CPU EP through pinned host memory), and this machine "
                           "has none: " + why);
@@ -460,8 +476,6 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
     throw PipelineError(where + ": the node has Warp segments and leapp's ONNX Runtime op library "
                         "libleapp_warp_ort.so was not found (next to libleapp_pipeline.so, or "
                         "$LEAPP_WARP_ONNX_CUSTOM_OP_LIBRARY)");
-  const std::string cannot_open =
-      where + ": cannot open " + node.info.artifact + " (onnx; is the file corrupt or truncated?): PipelineError: ";
   std::string problem;
   try {
     problem = external_data_problem(node.info.artifact, model.data, checked);
