@@ -119,7 +119,7 @@ def test_the_export_itself_runs_in_both(onnx_export):
     ([("claim", "", "none: edited")], ".producer.cpu_code: segment 'obs/warp_segment_0' of node 'obs' claims CPU "
                                       "code for 'none: edited', but its bundle holds CPU code for x86_64"),
     ([("drop claim", "", "")], "claims CPU code for 'none', but its bundle holds CPU code for x86_64"),
-    ([("claim", "", "x86_64, aarch64")], "claims CPU code for 'x86_64, aarch64', but its bundle holds CPU code for"),
+    ([("claim", "", "x86_64, riscv64")], "claims CPU code for 'x86_64, riscv64', but its bundle holds CPU code for"),
     ([("add", "", "")], ".segments: 2 Warp segment(s) listed, but obs.onnx holds 1 (leapp.warp WarpSegment nodes)"),
     ([("remove", "", "")], ".segments: 0 Warp segment(s) listed, but obs.onnx holds 1"),
 ])
