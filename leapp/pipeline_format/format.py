@@ -25,6 +25,9 @@ __all__ = [
     "MAX_FILE_BYTES",
     "MAX_DEPTH",
     "MAX_VALUES",
+    "MAX_TENSOR_BYTES",
+    "MAX_PIPELINE_BYTES",
+    "DTYPE_BYTES",
     "schema",
     "dtype_name",
     "sha256_file",
@@ -46,6 +49,21 @@ SCHEMA_FILE = Path(__file__).with_name("pipeline.schema.json")
 MAX_FILE_BYTES = 16 << 20
 MAX_DEPTH = 32  # nesting of mappings and sequences, the top-level mapping being 1
 MAX_VALUES = 200_000  # scalars, mappings and sequences in the document (leapp writes about 60 per node)
+
+# Bounds on the tensors it describes (docs/pipeline-format.md, "Tensor sizes"): a runner allocates buffers
+# from these shapes (leapp-run: every node output, pipeline input and output), so both readers refuse, at read
+# time, a tensor above MAX_TENSOR_BYTES (a dynamic-batch tensor at its batch maximum) and a file whose tensor
+# entries hold more than MAX_PIPELINE_BYTES in all. A policy at 65536 environments holds a few hundred MiB.
+MAX_TENSOR_BYTES = 1 << 30
+MAX_PIPELINE_BYTES = 1 << 32
+MAX_INT = 2**63 - 1  # a byte count past it is shown as "more than" this (the C++ reader counts in 128 bits)
+
+# Bytes per element of each dtype the schema allows (torch's names); the C++ reader's table is description.cpp's.
+DTYPE_BYTES = {
+    "bool": 1, "uint8": 1, "int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint16": 2, "uint32": 4, "uint64": 8,
+    "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "complex32": 4, "complex64": 8, "complex128": 16,
+    "float8_e4m3fn": 1, "float8_e4m3fnuz": 1, "float8_e5m2": 1, "float8_e5m2fnuz": 1,
+}
 
 _CHUNK = 1 << 20
 

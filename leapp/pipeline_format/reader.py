@@ -33,7 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from .format import (
+    DTYPE_BYTES,
     MAX_DEPTH,
+    MAX_INT,
+    MAX_PIPELINE_BYTES,
+    MAX_TENSOR_BYTES,
     MAX_FILE_BYTES,
     MAX_VALUES,
     PIPELINE_FILE,
@@ -201,6 +205,7 @@ def validate_description(description: Any, file: str | Path = PIPELINE_FILE) -> 
     _check_references(description, file)
     _check_metadata(description, file)
     _check_batches(description, file)
+    _check_sizes(description, file)
 
 
 # --- YAML --------------------------------------------------------------------------------------------
@@ -469,6 +474,50 @@ def _check_batches(desc: dict, file) -> None:
             raise PipelineError(f"{file}: {field}.batch: min {lo} must be below max {hi}")
         if not entry["shape"] or not lo <= entry["shape"][0] <= hi:
             raise PipelineError(f"{file}: {field}.batch: dim 0 of shape {entry['shape']} must lie in [{lo}, {hi}]")
+
+
+def tensor_bytes(dtype: str, shape: list[int]) -> int:
+    """The bytes of a ``dtype`` tensor of ``shape``; above ``MAX_INT``, ``MAX_INT + 1`` (the C++ reader's count
+    stops there too: a hostile shape's product can have thousands of digits)."""
+    if 0 in shape:
+        return 0
+    n = DTYPE_BYTES[dtype]
+    for d in shape:
+        n *= d
+        if n > MAX_INT:
+            return MAX_INT + 1
+    return n
+
+
+def _bytes_text(n: int) -> str:
+    return f"more than {MAX_INT} bytes" if n > MAX_INT else f"{n} bytes"
+
+
+def _check_sizes(desc: dict, file) -> None:
+    """What a runner allocates from the file, bounded before it allocates (docs/pipeline-format.md, "Tensor
+    sizes"): each tensor at most MAX_TENSOR_BYTES (a dynamic batch at its maximum), all of them at most
+    MAX_PIPELINE_BYTES. The C++ reader (ext/pipeline/src/description.cpp) checks the same, with these texts."""
+    entries = [(f"nodes[{n}].{side}[{i}]", f"node {node['name']!r} {side[:-1]} {e['name']!r}", e)
+               for n, node in enumerate(desc["nodes"]) for side in ("inputs", "outputs") for i, e in enumerate(node[side])]
+    entries += [(f"{side}[{i}]", f"pipeline {side[:-1]} {e['name']!r}", e)
+                for side in ("inputs", "outputs") for i, e in enumerate(desc[side])]
+    total = 0
+    for field, what, entry in entries:
+        shape = list(entry["shape"])
+        batch = entry.get("batch")
+        if batch and shape:
+            shape[0] = batch[1]
+        n = tensor_bytes(entry["dtype"], shape)
+        if n > MAX_TENSOR_BYTES:
+            at = f" at its batch maximum {batch[1]}" if batch and shape else ""
+            raise PipelineError(f"{file}: {field} ({what}): {entry['dtype']}{shape}{at} is {_bytes_text(n)}, more "
+                                f"than the {MAX_TENSOR_BYTES} bytes a tensor may hold (MAX_TENSOR_BYTES, "
+                                "docs/pipeline-format.md)")
+        total += n
+    if total > MAX_PIPELINE_BYTES:
+        raise PipelineError(f"{file}: its {len(entries)} tensor entries hold {total} bytes in all, more than the "
+                            f"{MAX_PIPELINE_BYTES} bytes a pipeline's tensors may hold (MAX_PIPELINE_BYTES, "
+                            "docs/pipeline-format.md)")
 
 
 def _check_metadata(desc: dict, file) -> None:

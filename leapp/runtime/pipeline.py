@@ -38,6 +38,7 @@ from leapp.runtime.artifact_safety import UnsafeArtifact
 from leapp.runtime.onnx_runner import OnnxRunner
 from leapp.runtime.open_artifact import make_runner, onnx_ep_device
 from leapp.runtime.runners import NodeRunner, Pt2Runner
+from leapp.runtime.segment_check import check_onnx_segments, check_pt2_segments
 
 __all__ = ["PIPELINE_GRAPH_ENV", "NodeDescription", "Pipeline", "load", "plain_call_graph", "read_description",
            "whole_pipeline_graph"]
@@ -257,6 +258,8 @@ def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = N
         inputs = [IOSpec.from_yaml(e, where) for e in entry["inputs"]]
         outputs = [IOSpec.from_yaml(e, where) for e in entry["outputs"]]
         segments = list(entry["segments"])
+        if entry["backend"] == "onnx":  # the entries against the model's bundles, as leapp-run checks them
+            check_onnx_segments(yaml_file, index, entry, artifact, checked.data, files)
         try:
             runner = make_runner(
                 entry["backend"], checked, inputs, outputs, entry["device"], has_segments=bool(segments),
@@ -271,6 +274,8 @@ def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = N
                 f"{where}: cannot open {artifact} ({entry['backend']}; is the file corrupt or truncated?): "
                 f"{type(e).__name__}: {e}"
             ) from e
+        if isinstance(runner, Pt2Runner):
+            check_pt2_segments(yaml_file, index, entry, artifact, runner.program.program)
         nodes[node_name] = PipelineNode(node_name, entry["backend"], artifact, inputs, outputs, segments, runner)
         if log.isEnabledFor(logging.INFO):
             log.info("pipeline '%s' node '%s': %s runner for %s on %s; %s", name, node_name, entry["backend"],

@@ -88,27 +88,6 @@ Spec spec_of(const JsonValue& v) {
 }
 
 /// The description's fields, after the schema has accepted it (every required key is there, typed).
-/// Whether a segment's producer.cpu_code ("x86_64" or "x86_64, aarch64") names the machine this was built for.
-bool lists_this_machine(const std::string& machines) {
-#if defined(__x86_64__)
-  const std::string self = "x86_64";
-#elif defined(__aarch64__)
-  const std::string self = "aarch64";
-#else
-  const std::string self = "?";
-#endif
-  size_t start = 0;
-  while (start <= machines.size()) {
-    size_t end = machines.find(',', start);
-    if (end == std::string::npos) end = machines.size();
-    std::string item = machines.substr(start, end - start);
-    item.erase(0, item.find_first_not_of(' '));
-    if (item == self) return true;
-    start = end + 1;
-  }
-  return false;
-}
-
 Description convert(const JsonValue& root) {
   Description d;
   d.name = root.find("name")->string;
@@ -123,10 +102,10 @@ Description convert(const JsonValue& root) {
     for (const JsonValue& s : n.find("inputs")->array) node.inputs.push_back(spec_of(s));
     for (const JsonValue& s : n.find("outputs")->array) node.outputs.push_back(spec_of(s));
     node.segments = n.find("segments")->array.size();
-    for (const JsonValue& seg : n.find("segments")->array) {  // producer.cpu_code: "x86_64, aarch64" or "none: why"
-      const JsonValue* producer = seg.find("producer");
-      const JsonValue* cpu = producer && producer->type == JsonValue::Type::kObject ? producer->find("cpu_code") : nullptr;
-      if (cpu && cpu->type == JsonValue::Type::kString && lists_this_machine(cpu->string)) ++node.cpu_code_segments;
+    for (const JsonValue& seg : n.find("segments")->array) {  // the schema checked the keys and their types
+      SegmentDescription entry{seg.find("id")->string, seg.find("digest")->string};
+      if (const JsonValue* cpu = seg.find("producer")->find("cpu_code")) entry.cpu_code = cpu->string;
+      node.segment_list.push_back(std::move(entry));
     }
     if (const JsonValue* aoti = n.find("aoti")) {  // optional; the schema has checked its keys
       node.has_aoti = true;
@@ -574,6 +553,82 @@ void check_batches(const JsonValue& root, const std::string& file) {
   }
 }
 
+// leapp/pipeline_format/format.py: MAX_TENSOR_BYTES, MAX_PIPELINE_BYTES, MAX_INT, DTYPE_BYTES
+constexpr uint64_t kMaxTensorBytes = uint64_t(1) << 30;
+constexpr uint64_t kMaxPipelineBytes = uint64_t(1) << 32;
+constexpr uint64_t kMaxInt = (uint64_t(1) << 63) - 1;
+
+size_t dtype_bytes(const std::string& dtype) {
+  static const std::map<std::string, size_t> sizes = {
+      {"bool", 1},      {"uint8", 1},      {"int8", 1},        {"int16", 2},          {"int32", 4},
+      {"int64", 8},     {"uint16", 2},     {"uint32", 4},      {"uint64", 8},         {"float16", 2},
+      {"bfloat16", 2},  {"float32", 4},    {"float64", 8},     {"complex32", 4},      {"complex64", 8},
+      {"complex128", 16}, {"float8_e4m3fn", 1}, {"float8_e4m3fnuz", 1}, {"float8_e5m2", 1}, {"float8_e5m2fnuz", 1}};
+  auto it = sizes.find(dtype);
+  return it == sizes.end() ? 0 : it->second;  // the schema's enum has refused any other name
+}
+
+/// reader.tensor_bytes: the bytes of the tensor, kMaxInt + 1 past kMaxInt (counted in 128 bits, so no product of a
+/// count up to 2^63 and a dimension up to 2^63 - 1 wraps).
+uint64_t tensor_bytes(const std::string& dtype, const std::vector<int64_t>& shape) {
+  for (int64_t d : shape)
+    if (d == 0) return 0;
+  unsigned __int128 n = dtype_bytes(dtype);
+  for (int64_t d : shape) {
+    n *= static_cast<unsigned __int128>(d);
+    if (n > kMaxInt) return kMaxInt + 1;
+  }
+  return uint64_t(n);
+}
+
+std::string bytes_text(uint64_t n) {
+  return n > kMaxInt ? "more than " + std::to_string(kMaxInt) + " bytes" : std::to_string(n) + " bytes";
+}
+
+/// Python's pipeline_format.reader._check_sizes: every tensor at most kMaxTensorBytes (a dynamic batch at its
+/// maximum), all of them at most kMaxPipelineBytes; the same order and texts. Before Pipeline::open allocates
+/// anything from these shapes.
+void check_sizes(const Description& d, const std::string& file) {
+  struct Entry {
+    std::string field, what;
+    const Spec* spec;
+  };
+  std::vector<Entry> entries;
+  for (size_t n = 0; n < d.nodes.size(); ++n)
+    for (const bool inputs : {true, false}) {
+      const auto& list = inputs ? d.nodes[n].inputs : d.nodes[n].outputs;
+      const std::string side = inputs ? "inputs" : "outputs";
+      for (size_t i = 0; i < list.size(); ++i)
+        entries.push_back({"nodes[" + std::to_string(n) + "]." + side + "[" + std::to_string(i) + "]",
+                           "node " + repr_str(d.nodes[n].name) + " " + side.substr(0, side.size() - 1) + " " +
+                               repr_str(list[i].name),
+                           &list[i]});
+    }
+  for (size_t i = 0; i < d.inputs.size(); ++i)
+    entries.push_back({"inputs[" + std::to_string(i) + "]", "pipeline input " + repr_str(d.inputs[i].spec.name),
+                       &d.inputs[i].spec});
+  for (size_t i = 0; i < d.outputs.size(); ++i)
+    entries.push_back({"outputs[" + std::to_string(i) + "]", "pipeline output " + repr_str(d.outputs[i].spec.name),
+                       &d.outputs[i].spec});
+  uint64_t total = 0;
+  for (const Entry& e : entries) {
+    Spec at = *e.spec;
+    const bool batched = at.batch_max > 0 && !at.shape.empty();
+    if (batched) at.shape[0] = at.batch_max;
+    const uint64_t n = tensor_bytes(at.dtype, at.shape);
+    if (n > kMaxTensorBytes)
+      fail(file + ": " + e.field + " (" + e.what + "): " + spec_text(at) +
+           (batched ? " at its batch maximum " + std::to_string(at.batch_max) : std::string()) + " is " + bytes_text(n) +
+           ", more than the " + std::to_string(kMaxTensorBytes) + " bytes a tensor may hold (MAX_TENSOR_BYTES, "
+           "docs/pipeline-format.md)");
+    total += n;  // at most 200,000 entries of at most 2^30 bytes: no wrap
+  }
+  if (total > kMaxPipelineBytes)
+    fail(file + ": its " + std::to_string(entries.size()) + " tensor entries hold " + std::to_string(total) +
+         " bytes in all, more than the " + std::to_string(kMaxPipelineBytes) + " bytes a pipeline's tensors may hold "
+         "(MAX_PIPELINE_BYTES, docs/pipeline-format.md)");
+}
+
 Description read_description(const std::string& arg) {
   std::string folder = shown_path(arg);
   if (is_regular_file(folder)) {  // Python: a file's parent (pipeline.yaml given instead of its folder)
@@ -627,6 +682,7 @@ Description read_description(const std::string& arg) {
   check_references(d, file);
   check_metadata(root, file);
   check_batches(root, file);
+  check_sizes(d, file);
   d.folder = folder;
   d.yaml_file = yaml_file;
   d.file = file;

@@ -15,12 +15,18 @@ struct Spec {
   int64_t batch_min = 0, batch_max = 0;  ///< dynamic batch: dim 0 in [batch_min, batch_max]; (0, 0): static
 };
 
+/// One entry of a node's `segments`: what the readers check against the bundles the artifact holds.
+struct SegmentDescription {
+  std::string id, digest;
+  std::string cpu_code = "none";  ///< producer.cpu_code: "x86_64, aarch64" or "none: why" (a claim)
+};
+
 struct NodeDescription {
   std::string name, backend, artifact, sha256, device;
   std::vector<std::pair<std::string, std::string>> files;  ///< (path, sha256): ONNX external data
   std::vector<Spec> inputs, outputs;
   size_t segments = 0;
-  size_t cpu_code_segments = 0;  ///< segments whose producer.cpu_code names this machine (a claim: checked at run)
+  std::vector<SegmentDescription> segment_list;
   bool has_aoti = false;  ///< the node's `aoti` entry: the AOTInductor package `leapp aoti` recorded (PT2 nodes)
   std::string aoti_path, aoti_sha256, aoti_torch;
 };

@@ -2,6 +2,7 @@
 #include "onnx_external.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "pyrepr.h"
@@ -214,6 +215,63 @@ void onnx_external_locations(std::string_view model, const LocationVisitor& visi
     graph(merged(info, 1), where + ".initialization", out, 2);
     graph(merged(info, 2), where + ".algorithm", out, 2);
   }
+}
+
+// NodeProto: input 1, name 3, op_type 4, attribute 5 (AttributeProto: name 1, s 4), domain 7. TensorProto: data_type 2
+// (UINT8 = 2), name 8, raw_data 9, external_data 13, data_location 14.
+std::vector<WarpSegmentNode> onnx_warp_segments(std::string_view model) {
+  const std::vector<Field> fs = fields(model);
+  const Merged graph_bytes = merged(fs, 7);
+  const std::vector<Field> graph = fields(graph_bytes);
+  std::vector<WarpSegmentNode> out;
+  std::vector<std::string> bundle_inputs;
+  for (const Field& f : graph) {
+    if (f.number != 1 || f.wire != 2) continue;
+    const std::vector<Field> node = fields(f.bytes);
+    if (text_of(node, 7) != "leapp.warp" || text_of(node, 4) != "WarpSegment") continue;
+    WarpSegmentNode seg;
+    seg.name = text_of(node, 3);
+    std::string last;
+    for (const Field& n : node) {
+      if (n.number == 1 && n.wire == 2) last.assign(n.bytes);
+      if (n.number != 5 || n.wire != 2) continue;
+      const std::vector<Field> attr = fields(n.bytes);
+      if (text_of(attr, 1) == "signature") seg.signature = text_of(attr, 4);
+    }
+    bundle_inputs.push_back(last);
+    out.push_back(std::move(seg));
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    for (const Field& f : graph) {  // the last initializer of that name, as a protobuf map of names would keep
+      if (f.number != 5 || f.wire != 2 || bundle_inputs[i].empty()) continue;
+      const std::vector<Field> t = fields(f.bytes);
+      if (text_of(t, 8) != bundle_inputs[i]) continue;
+      WarpSegmentNode& seg = out[i];
+      uint64_t type = 0, kind = 0;
+      for (const Field& g : t) {
+        if (g.number == 2 && g.wire == 0) type = g.value;
+        if (g.number == 14 && g.wire == 0) kind = g.value;
+      }
+      seg.has_bundle = type == 2;
+      seg.external = kind == 1;
+      seg.raw.clear();
+      for (const Field& g : t)
+        if (g.number == 9 && g.wire == 2) seg.raw.assign(g.bytes);
+      seg.location.clear();
+      seg.offset = 0;
+      seg.length = -1;
+      for (const Field& g : t) {
+        if (g.number != 13 || g.wire != 2) continue;
+        const std::vector<Field> entry = fields(g.bytes);
+        const std::string key = text_of(entry, 1), value = text_of(entry, 2);
+        char* end = nullptr;
+        if (key == "location") seg.location = value;
+        else if (key == "offset") seg.offset = std::strtoull(value.c_str(), &end, 10);
+        else if (key == "length") seg.length = int64_t(std::strtoull(value.c_str(), &end, 10));
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace leapp::pipeline_detail

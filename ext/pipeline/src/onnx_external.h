@@ -10,6 +10,8 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
+#include <cstdint>
 
 namespace leapp::pipeline_detail {
 
@@ -22,5 +24,21 @@ using LocationVisitor = std::function<void(const std::string& place, const std::
 /// initializers, sparse initializers, then its nodes' attributes (tensors, sparse tensors, subgraphs).
 /// Throws std::invalid_argument for bytes that are not well-formed protobuf along that walk.
 void onnx_external_locations(std::string_view model, const LocationVisitor& visit);
+
+/// One leapp.warp WarpSegment node of a model's top-level graph and the initializer its last input names.
+struct WarpSegmentNode {
+  std::string name;       ///< the node's name
+  std::string signature;  ///< its `signature` attribute (compact JSON with the bundle's digest)
+  bool has_bundle = false;  ///< the last input names a uint8 initializer of the graph
+  std::string raw;          ///< that initializer's raw_data when stored inline
+  bool external = false;    ///< stored as external data: location, offset and length below
+  std::string location;
+  uint64_t offset = 0;
+  int64_t length = -1;  ///< -1: to the end of the file
+};
+
+/// The WarpSegment nodes of the model's graph (not of subgraphs or functions: leapp writes them at the top), in
+/// graph order. leapp/runtime/segment_check.py walks the same. Throws std::invalid_argument like the walk above.
+std::vector<WarpSegmentNode> onnx_warp_segments(std::string_view model);
 
 }  // namespace leapp::pipeline_detail

@@ -24,6 +24,7 @@
 #include "onnx_external.h"
 #include "ort_runtime.h"
 #include "pyrepr.h"
+#include "segment_check.h"
 #include "sha256.h"
 #include "step_graph.h"
 
@@ -74,6 +75,18 @@ TensorInfo tensor_info(const Spec& s) {
   TensorInfo t{s.name, s.dtype, s.shape, dtype_info(s.dtype).size, s.metadata, s.batch_min, s.batch_max};
   checked_bytes(t, t.shape_at(t.batch_max > 0 ? t.batch_max : 0));  // refused when the description is read
   return t;
+}
+
+/// `host` sized for `bytes` (8-byte aligned): the buffer of node `node`'s output `t`. The reader bounded its size
+/// (MAX_TENSOR_BYTES); a machine that still cannot give it gets a PipelineError naming what, not std::bad_alloc.
+void host_buffer(std::vector<uint64_t>& host, size_t bytes, const std::string& pipeline, const std::string& node,
+                 const TensorInfo& t) {
+  try {
+    host.resize((bytes + 7) / 8 + 1);
+  } catch (const std::bad_alloc&) {
+    throw PipelineError("pipeline '" + pipeline + "' node '" + node + "': cannot allocate " + std::to_string(bytes) +
+                        " bytes for its output " + repr_str(t.name) + " (" + spec_text(t) + "): out of memory");
+  }
 }
 
 /// NodeInfo::execution of a node PipelineOptions::only_node left unopened: no runtime, no buffers.
@@ -400,13 +413,28 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
     nodes.push_back(std::move(node));
     return;
   }
+  size_t cpu_code_segments = 0;  // the segments with CPU code for this machine
+  if (d.backend == "pt2") {  // the claims: the bundles inside an AOTInductor package are out of this reader's reach
+    for (const SegmentDescription& s : d.segment_list) cpu_code_segments += claims_this_machine(s.cpu_code);
+  }
+  const std::string cannot_open =
+      where + ": cannot open " + node.info.artifact + " (onnx; is the file corrupt or truncated?): PipelineError: ";
+  if (d.backend == "onnx") {  // the entries against the bundles the model holds, as leapp.load checks them
+    std::vector<std::pair<std::string, const std::string*>> files;
+    for (const CheckedFile& file : checked) files.emplace_back(file.path, &file.data);
+    try {
+      cpu_code_segments = check_onnx_segments(description, index, node.info.artifact, model.data, files);
+    } catch (const std::invalid_argument& e) {
+      throw PipelineError(cannot_open + std::filesystem::path(node.info.artifact).filename().string() + " is " + e.what());
+    }
+  }
   if (d.backend == "pt2" && d.has_aoti) {
     const bool device = options.memory == Memory::kDevice;
     const std::string op_library = torch_op_library(options.torch_op_library);
     node.aoti = open_aoti_node(description, index, aoti_plugin_path(options.aoti_plugin), op_library,
                                device ? options.device_index : -1);
-    if (!device && d.cpu_code_segments < d.segments && !op_library_replays_on_cpu(op_library))
-      throw PipelineError(where + ": " + std::to_string(d.segments - d.cpu_code_segments) + " of its " +
+    if (!device && cpu_code_segments < d.segments && !op_library_replays_on_cpu(op_library))
+      throw PipelineError(where + ": " + std::to_string(d.segments - cpu_code_segments) + " of its " +
                           std::to_string(d.segments) + " Warp segment(s) hold no CPU code for this machine and replay "
                           "on CUDA devices only, and its AOTInductor package (" + d.aoti_path + ") runs on the CPU: "
                           "export the node with CPU code (trace it on the CPU, or LEAPP_CPU_CODE=1; "
@@ -426,7 +454,7 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
     throw PipelineError(where + ": a " + d.backend + " node (" + d.artifact + "); leapp's C++ runner runs ONNX nodes "
                         "and PT2 nodes with an AOTInductor package (`leapp aoti`, docs/aoti.md). Export the node "
                         "with export_with='onnx' or 'pt2'");
-  if (d.segments > d.cpu_code_segments && options.memory != Memory::kDevice) {
+  if (d.segments > cpu_code_segments && options.memory != Memory::kDevice) {
     // segments without CPU code: the op stages host tensors onto a CUDA device; without one, say so now, not from
     // inside a run (segments with CPU code for this machine run on the CPU, docs/export-cpu.md)
     std::string why;
@@ -438,7 +466,7 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
       why = e.what();
     }
     if (!why.empty())
-      throw PipelineError(where + ": " + std::to_string(d.segments - d.cpu_code_segments) + " of its " +
+      throw PipelineError(where + ": " + std::to_string(d.segments - cpu_code_segments) + " of its " +
                           std::to_string(d.segments) + " Warp segment(s) hold no CPU code for this machine and replay "
                           "on a CUDA device (on ONNX Runtime's CPU EP through pinned host memory), and this machine "
                           "has none: " + why);
@@ -448,8 +476,6 @@ void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
     throw PipelineError(where + ": the node has Warp segments and leapp's ONNX Runtime op library "
                         "libleapp_warp_ort.so was not found (next to libleapp_pipeline.so, or "
                         "$LEAPP_WARP_ONNX_CUSTOM_OP_LIBRARY)");
-  const std::string cannot_open =
-      where + ": cannot open " + node.info.artifact + " (onnx; is the file corrupt or truncated?): PipelineError: ";
   std::string problem;
   try {
     problem = external_data_problem(node.info.artifact, model.data, checked);
@@ -669,7 +695,7 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& export_dir, const Pi
       if (options.memory == Memory::kDevice)
         LEAPP_CHECK_CU(driver().cuMemAlloc(&b.device, std::max<size_t>(t.byte_size(), 1)));
       else
-        b.host.resize((t.byte_size() + 7) / 8 + 1);
+        host_buffer(b.host, t.byte_size(), d.name, impl->nodes[n].info.name, t);
     }
   impl->refresh_plan();
   const std::string off = impl->graph_off_reason();
@@ -874,7 +900,7 @@ void Pipeline::set_batch(int64_t batch) {
         driver().cuMemFree(b.device);
         b.device = grown;
       } else {
-        b.host.resize((need + 7) / 8 + 1);
+        host_buffer(b.host, need, p.description.name, p.nodes[n].info.name, t);
       }
       b.bytes = need;
     }

@@ -74,6 +74,17 @@ std::string file_for(const fs::path& dir, const std::string& name) {
   return (dir / (name + ".bin")).string();
 }
 
+/// `data` resized to `bytes` for input or output `t`: leapp.pipeline_format bounds every tensor (MAX_TENSOR_BYTES),
+/// and a machine that still cannot give the bytes gets an error naming them, not a bare std::bad_alloc.
+void sized(std::vector<char>& data, size_t bytes, const char* what, const leapp::TensorInfo& t) {
+  try {
+    data.resize(bytes);
+  } catch (const std::bad_alloc&) {
+    throw leapp::PipelineError(std::string("cannot allocate ") + std::to_string(bytes) + " bytes for " + what + " '" +
+                               t.name + "': out of memory");
+  }
+}
+
 std::vector<char> read_input(const std::string& path, const leapp::TensorInfo& t, int64_t batch) {
   const size_t expected = t.byte_size(batch);
   std::error_code ec;
@@ -84,7 +95,7 @@ std::vector<char> read_input(const std::string& path, const leapp::TensorInfo& t
   std::vector<char> data;
   if (!ec && size == expected) {
     std::ifstream f(path, std::ios::binary);
-    data.resize(expected);
+    sized(data, expected, "input", t);
     if (!f.read(data.data(), std::streamsize(expected)) || f.peek() != std::char_traits<char>::eof())
       data.resize(0);  // changed while read: reported as the size found below
   }
@@ -247,7 +258,7 @@ int run(int argc, char** argv) {
     host_in.push_back(read_input(file_for(in_dir, t.name), t, batch));
   for (const leapp::TensorInfo& t : *out_specs) {
     file_for(out_dir, t.name);
-    host_out.emplace_back(t.byte_size(batch));
+    sized(host_out.emplace_back(), t.byte_size(batch), "output", t);
   }
   std::map<std::string, const void*> ins;
   std::map<std::string, void*> outs;
@@ -343,6 +354,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "leapp-run: %s\n", e.text.c_str());
     if (e.text.find("input '") != 0) std::fputs(kUsage, stderr);
     return 2;
+  } catch (const std::bad_alloc&) {  // what no check above named (ONNX Runtime's own allocations, say)
+    std::fprintf(stderr, "leapp-run: out of memory (std::bad_alloc) while opening or running %s\n",
+                 argc > 1 ? argv[1] : "the export");
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "leapp-run: %s\n", e.what());
     return 1;
