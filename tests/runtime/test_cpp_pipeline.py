@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import leapp
+from leapp import _native
 from leapp.pipeline_format import PipelineError, read_pipeline, sha256_file, twin_text, yaml_text
 
 LEAPP_RUN = Path(sys.executable).with_name("leapp-run")
@@ -688,3 +689,15 @@ def test_fixed_rate_loop_reports_latency_percentiles_and_deadlines(export, tmp_p
         flat = [v for pair in args for v in pair]
         r = _leapp_run(export, "--in", tmp_path / "in", "--out", tmp_path / "out2", *flat)
         assert r.returncode == 2 and text in r.stderr, (args, r.stderr)
+
+
+@pytest.mark.skipif(_native.driver_status()["available"], reason="a CUDA driver is present (this is about a machine without one)")
+def test_device_buffers_without_a_driver_name_the_driver_first(export, tmp_path):
+    """Without a driver, onnxruntime-gpu would not help: leapp-run --device cuda names the missing driver, whatever
+    ONNX Runtime build is installed."""
+    pipeline = leapp.load(export)
+    _write_inputs(pipeline, tmp_path / "in")
+    r = _leapp_run(export, "--in", tmp_path / "in", "--out", tmp_path / "out", "--device", "cuda")
+    assert r.returncode != 0
+    assert "libcuda.so.1" in r.stdout + r.stderr or "cuInit" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "onnxruntime-gpu" not in r.stdout + r.stderr

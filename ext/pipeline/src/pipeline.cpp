@@ -643,12 +643,13 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& export_dir, const Pi
   impl->env = std::make_unique<Ort::Env>(ORT_LOGGING_LEVEL_WARNING, "leapp");
   impl->run_options = std::make_unique<Ort::RunOptions>();
   if (options.memory == Memory::kDevice) {
+    // The driver first: without one, onnxruntime-gpu would not help, and the message must not suggest it.
+    const CudaDriver& drv = driver();  // throws DriverUnavailable with the reason
     std::vector<std::string> providers = Ort::GetAvailableProviders();
     if (std::find(providers.begin(), providers.end(), "CUDAExecutionProvider") == providers.end())
       throw PipelineError("pipeline '" + d.name + "': device buffers need ONNX Runtime's CUDA execution provider, "
                           "which " + load_onnxruntime("") + " does not have (providers: " + repr_names(providers) +
                           "); install onnxruntime-gpu, or open with host buffers (CPU EP)");
-    const CudaDriver& drv = driver();  // throws DriverUnavailable with the reason
     CUdevice device = 0;
     LEAPP_CHECK_CU(drv.cuInit(0));
     LEAPP_CHECK_CU(drv.cuDeviceGet(&device, options.device_index));
