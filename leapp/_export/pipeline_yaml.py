@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from leapp._contract.records import NodeRecord, SessionRecord, TensorSpec
+from leapp._export.source_paths import recorded_source
 from leapp.errors import ExportError
 from leapp.pipeline_format import (
     PIPELINE_FILE,
@@ -129,14 +130,14 @@ def _node_entry(art: NodeArtifact, folder: Path) -> dict:
         "artifact": art.path.relative_to(folder).as_posix(),
         "sha256": sha256_file(art.path),
         "files": [{"path": p.relative_to(folder).as_posix(), "sha256": sha256_file(p)} for p in art.extra_files],
-        "source": record.source,
+        "source": recorded_source(record.source),
         "device": _device(record),
         "inputs": [_spec(s, record.dynamic_batch) for s in record.inputs],
         "outputs": [_spec(s, record.dynamic_batch) for s in record.outputs],
         "segments": [
             {
                 "id": seg.id,
-                "source": seg.source,
+                "source": recorded_source(seg.source),
                 "device": seg.device,
                 "digest": seg.digest,
                 "kernels": [k.get("key") or k.get("entry") for k in seg.manifest.get("kernels", [])],
@@ -238,8 +239,16 @@ def describe_pipeline(record: SessionRecord, artifacts: list[NodeArtifact], fold
         ],
         "inputs": _pipeline_inputs(record),
         "outputs": _pipeline_outputs(record),
-        "constants": [str(line) for line in record.constants_report],
+        "constants": [_recorded_line(str(line), artifacts) for line in record.constants_report],
     }
+
+
+def _recorded_line(line: str, artifacts) -> str:
+    """A constants report line (``obs/warp_segment_0 (/abs/f.py:45): ...``) with its segment's source as recorded."""
+    for art in artifacts:
+        for seg in art.segments:
+            line = line.replace(f"{seg.id} ({seg.source})", f"{seg.id} ({recorded_source(seg.source)})")
+    return line
 
 
 def dump_pipeline_yaml(description: dict) -> str:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from leapp import _warp_private as wpp
 from leapp._export import cpu_code, cuda_code
+from leapp._export.source_paths import recorded_source
 from leapp._export.warp_abi import WarpABI, abi_for_version
 from leapp._apic.wrp import (
     RELOC_DATA_PTR,
@@ -557,7 +558,7 @@ class _Builder:
         return {
             "format": "leapp.warp.bundle",
             "segment": self.segment_id,
-            "source": self.source,
+            "source": recorded_source(self.source),
             "producer": producer,
             "modules": self.modules,
             "kernels": self.kernels,

@@ -94,3 +94,25 @@ def test_no_temporary_or_export_paths_leak(exports):
             data = (folder / name).read_bytes()
             assert b"leapp-segment-" not in data  # capture_save's temporary folder
             assert str(folder.parent).encode() not in data  # where it was exported
+
+
+def test_exports_from_two_checkouts_are_byte_identical(tmp_path):
+    """The same code exported from checkouts at different paths gives the same bytes: recorded sources are relative
+    to the working directory (leapp/_export/source_paths.py), so no checkout path reaches the files."""
+    module = Path(reproducible_pipeline.__file__)
+    folders = []
+    for checkout in (tmp_path / "alice" / "robot", tmp_path / "bob" / "src" / "robot-copy"):
+        checkout.mkdir(parents=True)
+        (checkout / module.name).write_bytes(module.read_bytes())
+        out = subprocess.run([sys.executable, "-c", _FRESH_PROCESS, str(checkout), "exports"], cwd=checkout,
+                             capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "LEAPP_CUDA_ARCHS": "90"})
+        assert out.returncode == 0, out.stderr[-3000:]
+        folders.append(checkout / "exports" / "go2")
+    for name in FILES:
+        data = (folders[0] / name).read_bytes()
+        assert data == (folders[1] / name).read_bytes(), name
+        assert str(tmp_path).encode() not in data, name
+    desc = yaml.safe_load((folders[0] / "pipeline.yaml").read_text())
+    sources = [desc_node["source"] for desc_node in desc["nodes"]]
+    assert all(s.startswith(f"{module.name}:") for s in sources), sources
