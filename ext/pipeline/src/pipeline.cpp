@@ -1,7 +1,7 @@
-// ext/pipeline/src/pipeline.cpp: Pipeline::open and run (see leapp/pipeline.h).
+// ext/pipeline/src/pipeline.cpp: Pipeline::open's wiring and buffers, and the steps: run, run_node, set_batch.
 //
 // Mirrors leapp/runtime/pipeline.py::load: wiring read and checked (description.cpp), then per node:
-// artifact and extra files contained and digested, the node opened by its runtime. Values between
+// artifact and extra files contained and digested, the node opened by its runtime (open_node.cpp). Values between
 // nodes live in buffers owned here, in the caller's memory kind: a consumer's input is bound to its
 // producer's output buffer (no copy; on the device, no host round trip), a pipeline output that no
 // edge reads is bound straight to the caller's buffer.
@@ -13,69 +13,19 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <set>
+#include <new>
 
-#include "aoti_host.h"
-#include "description.h"
-#include "leapp/cuda_driver.h"
-#include "leapp/pipeline.h"
-#include "onnx_external.h"
-#include "ort_runtime.h"
+#include "artifact_check.h"
+#include "pipeline_internal.h"
 #include "pyrepr.h"
-#include "segment_check.h"
-#include "sha256.h"
-#include "step_graph.h"
+#include "tensor_info.h"
 
 namespace leapp {
 
 using namespace pipeline_detail;
 
 namespace {
-
-struct DtypeInfo {
-  const char* name;
-  size_t size;
-  int onnx;  ///< ONNXTensorElementDataType, 0: cannot cross an ONNX boundary (leapp/runtime/onnx_runner.py)
-};
-
-constexpr DtypeInfo kDtypes[] = {
-    {"bool", 1, 9},         {"uint8", 1, 2},     {"int8", 1, 3},        {"int16", 2, 5},         {"int32", 4, 6},
-    {"int64", 8, 7},        {"uint16", 2, 0},    {"uint32", 4, 0},      {"uint64", 8, 0},        {"float16", 2, 10},
-    {"bfloat16", 2, 16},    {"float32", 4, 1},   {"float64", 8, 11},    {"complex32", 4, 0},     {"complex64", 8, 0},
-    {"complex128", 16, 0},  {"float8_e4m3fn", 1, 0}, {"float8_e4m3fnuz", 1, 0}, {"float8_e5m2", 1, 0},
-    {"float8_e5m2fnuz", 1, 0}};
-
-const DtypeInfo& dtype_info(const std::string& name) {
-  for (const DtypeInfo& d : kDtypes)
-    if (name == d.name) return d;
-  throw PipelineError("unknown dtype " + repr_str(name));  // the schema's enum has refused it already
-}
-
-std::string spec_text(const TensorInfo& t) {
-  std::string out = t.dtype + "[";
-  for (size_t i = 0; i < t.shape.size(); ++i) out += (i ? ", " : "") + std::to_string(t.shape[i]);
-  return out + "]";
-}
-
-/// The bytes of `shape` (dim 0 replaced by `batch` when given) of `element_size`-byte elements; throws
-/// PipelineError when the count overflows (a hostile shape such as [2^62 + 1, 5] must not wrap to 20).
-size_t checked_bytes(const TensorInfo& t, const std::vector<int64_t>& shape) {
-  size_t n = t.element_size;
-  for (int64_t d : shape) {
-    if (d < 0 || __builtin_mul_overflow(n, size_t(d), &n) || n > size_t(PTRDIFF_MAX))
-      throw PipelineError("tensor " + repr_str(t.name) + ": " + spec_text(t) + " holds more bytes than this "
-                          "machine can address");
-  }
-  return n;
-}
-
-TensorInfo tensor_info(const Spec& s) {
-  TensorInfo t{s.name, s.dtype, s.shape, dtype_info(s.dtype).size, s.metadata, s.batch_min, s.batch_max};
-  checked_bytes(t, t.shape_at(t.batch_max > 0 ? t.batch_max : 0));  // refused when the description is read
-  return t;
-}
 
 /// `host` sized for `bytes` (8-byte aligned): the buffer of node `node`'s output `t`. The reader bounded its size
 /// (MAX_TENSOR_BYTES); a machine that still cannot give it gets a PipelineError naming what, not std::bad_alloc.
@@ -88,17 +38,6 @@ void host_buffer(std::vector<uint64_t>& host, size_t bytes, const std::string& p
                         " bytes for its output " + repr_str(t.name) + " (" + spec_text(t) + "): out of memory");
   }
 }
-
-/// NodeInfo::execution of a node PipelineOptions::only_node left unopened: no runtime, no buffers.
-constexpr const char* kUnopened = "unopened";
-
-/// A buffer owned by the pipeline: host memory or device memory from the driver.
-struct OwnedBuffer {
-  std::vector<uint64_t> host;  // 8-byte aligned
-  CUdeviceptr device = 0;
-  size_t bytes = 0;  // capacity (dynamic batch: grows with set_batch)
-  void* data() { return device ? reinterpret_cast<void*>(device) : host.data(); }
-};
 
 void check_names(const std::vector<TensorInfo>& specs, const std::vector<std::string>& given, const std::string& where,
                  const char* what) {
@@ -132,178 +71,9 @@ std::vector<std::string> keys(const std::map<std::string, V>& m) {
   return out;
 }
 
-/// A file a node names, as read once: `data` is what was hashed and what ONNX Runtime gets.
-struct CheckedFile {
-  std::string path;
-  std::string data;
-};
-
-/// The steps read_checked and verify_file share: the path contained and present, before anything reads it.
-std::string present_path(const Description& d, const std::string& where, const std::string& rel,
-                         const std::string& field) {
-  std::string path = contained_path(d.folder, rel, field + " (" + where + ")");
-  if (!is_regular_file(path)) throw PipelineError(where + ": artifact " + path + " is missing");
-  return path;
-}
-
-void check_digest(const std::string& where, const std::string& path, const std::string& actual,
-                  const std::string& expected) {
-  if (actual != expected)
-    throw PipelineError(where + ": artifact " + path + " has sha256 " + actual + " but pipeline.yaml records " +
-                        expected + "; the file changed after export");
-}
-
-/// leapp.pipeline_format.read_checked, same order and texts: contained, present, at most
-/// LEAPP_MAX_ARTIFACT_BYTES (checked before reading), same sha256 over the bytes read.
-CheckedFile read_checked(const Description& d, const std::string& where, const std::string& rel,
-                         const std::string& expected, const std::string& field) {
-  std::string path = present_path(d, where, rel, field);
-  std::string data = read_artifact(path, where);
-  const auto digest = leapp::detail::sha256(data.data(), data.size());
-  check_digest(where, path, leapp::detail::to_hex(digest.data(), digest.size()), expected);
-  return {path, std::move(data)};
-}
-
-/// read_checked without keeping the bytes (--check, the PT2 beside an AOTInductor package): the size limit
-/// first, then the sha256 over the file read in chunks.
-std::string verify_file(const Description& d, const std::string& where, const std::string& rel,
-                        const std::string& expected, const std::string& field) {
-  std::string path = present_path(d, where, rel, field);
-  std::error_code ec;
-  const uintmax_t size = std::filesystem::file_size(path, ec);
-  if (!ec) check_artifact_size(path, size, where);
-  check_digest(where, path, sha256_file(path), expected);
-  return path;
-}
-
-/// Every artifact and extra file of every node, as leapp.load checks them before opening a node.
-void verify_files(const Description& d) {
-  for (size_t i = 0; i < d.nodes.size(); ++i) {
-    const NodeDescription& n = d.nodes[i];
-    const std::string where = "pipeline '" + d.name + "' node '" + n.name + "'";
-    const std::string field = d.file + ": nodes[" + std::to_string(i) + "]";
-    verify_file(d, where, n.artifact, n.sha256, field + ".artifact");
-    for (size_t f = 0; f < n.files.size(); ++f)
-      verify_file(d, where, n.files[f].first, n.files[f].second, field + ".files[" + std::to_string(f) + "].path");
-    if (n.backend == "pt2" && n.has_aoti) verify_aoti_package(d, i);
-  }
-}
-
 }  // namespace
 
 void Pipeline::check(const std::string& export_dir) { verify_files(read_description(export_dir)); }
-
-size_t TensorInfo::byte_size() const { return checked_bytes(*this, shape); }
-
-std::vector<int64_t> TensorInfo::shape_at(int64_t batch) const {
-  std::vector<int64_t> out = shape;
-  if (batch > 0 && batch_max > 0 && !out.empty()) out[0] = batch;
-  return out;
-}
-
-size_t TensorInfo::byte_size(int64_t batch) const { return checked_bytes(*this, shape_at(batch)); }
-
-struct Node {
-  NodeInfo info;
-  AotiModel aoti;  // a PT2 node: its AOTInductor package, run by the plugin
-  std::unique_ptr<Ort::Session> session;
-  std::unique_ptr<Ort::IoBinding> binding;
-  std::vector<std::string> input_names, output_names;  // the model's, bound by position as leapp.load does
-  std::vector<int> output_types, input_types;
-  std::vector<std::pair<int, std::string>> sources;  // per input: (producer node, output) or (-1, pipeline input)
-  // run()'s plan, made once (refresh_plan): each input's and output's buffer when it is the pipeline's own,
-  // and where the caller's goes; `direct_out[i]` is the pipeline output written straight into the caller's
-  // buffer (-1: the pipeline's). Filled in place each run, so a step allocates nothing here.
-  std::vector<void*> call_in, call_out;
-  std::vector<void*> alone_in, alone_out;  // run_node's: the caller's buffers, in place (sized at open)
-  std::vector<int> direct_out;
-  // What the IoBinding holds (ONNX nodes): rebound only when a buffer or the batch changes, since binding
-  // makes new OrtValues (heap allocations) and a control loop passes the same buffers every step.
-  std::vector<void*> bound_in, bound_out;
-  int64_t bound_batch = -1;
-};
-
-/// dlopen references, closed on destruction.
-struct LibraryReferences {
-  std::vector<void*> handles;
-  LibraryReferences() = default;
-  LibraryReferences(const LibraryReferences&) = delete;
-  LibraryReferences& operator=(const LibraryReferences&) = delete;
-  ~LibraryReferences() {
-    for (void* h : handles) dlclose(h);
-  }
-};
-
-struct Pipeline::Impl {
-  Description description;
-  PipelineOptions options;
-  std::unique_ptr<Ort::Env> env;
-  std::vector<TensorInfo> inputs, outputs;
-  std::vector<NodeInfo> node_infos;
-  std::vector<Node> nodes;
-  std::map<std::pair<int, std::string>, OwnedBuffer> values;  // (node, output) -> buffer
-  std::set<std::pair<int, std::string>> read_by_edges;
-  std::unique_ptr<Ort::MemoryInfo> memory;
-  std::unique_ptr<Ort::RunOptions> run_options;  // made once ORT is loaded (its constructor calls the API)
-  std::unique_ptr<Ort::RunOptions> capture_run_options;  // device runs while the stream is captured: no host wait
-  bool timing = false;
-  std::vector<double> seconds;
-  CUcontext context = nullptr;
-  CUstream own_stream = nullptr;  // kDevice without PipelineOptions::stream: the pipeline's (see pipeline.h)
-  int64_t batch = 0;  // set_batch: 0 = the traced shapes
-  std::unique_ptr<CaptureResources> graph_pool;  // PT2 nodes: torch's pool while a step is captured
-  LibraryReferences scratch_owners;  // the op libraries graphs release scratch to; outlive `graphs`
-  StepGraphs graphs;  // run() as CUDA graphs (step_graph.h); destroyed before graph_pool (it releases pools)
-
-  // Never throws: device buffers exist only once the driver gave a context, and a destructor that threw
-  // while an error from open() unwinds would end the process (exit 134) instead of reporting that error.
-  ~Impl() {
-    try {
-      graphs.clear(stream());  // before the nodes: a graph's release goes to the PT2 nodes' plugin
-    } catch (...) {
-    }
-    nodes.clear();
-    if (options.memory != Memory::kDevice || context == nullptr) return;
-    try {
-      const CudaDriver& d = driver();
-      for (auto& kv : values)
-        if (kv.second.device) d.cuMemFree(kv.second.device);
-      if (own_stream) d.cuStreamDestroy(own_stream);
-    } catch (...) {  // the driver failed after the buffers were made: nothing left to free them with
-    }
-  }
-
-  /// The pipeline's context current on this thread; set only when it is not already (a step calls this twice,
-  /// run and synchronize, and the driver may allocate on a switch).
-  void make_current() const {
-    if (!context) return;
-    CUcontext current = nullptr;
-    if (driver().cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == context) return;
-    LEAPP_CHECK_CU(driver().cuCtxSetCurrent(context));
-  }
-
-  CUstream stream() const {
-    if (options.stream) return reinterpret_cast<CUstream>(options.stream);
-    return own_stream ? own_stream : cu_stream_legacy();
-  }
-
-  Ort::Value tensor(const TensorInfo& t, int onnx_type, void* data) const {
-    const std::vector<int64_t> shape = t.shape_at(batch);
-    return Ort::Value::CreateTensor(*memory, data, t.byte_size(batch), shape.data(), shape.size(),
-                                    ONNXTensorElementDataType(onnx_type));
-  }
-
-  // Pipeline outputs that edges also read: (output index, the pipeline's buffer), copied after the nodes run.
-  std::vector<std::pair<size_t, void*>> copied_outputs;
-
-  void open_node(size_t index, const NodeDescription& d);
-  std::string graph_off_reason() const;
-  void adopt_captures();
-  void run_nodes(const std::map<std::string, const void*>& inputs, const std::map<std::string, void*>& outputs);
-  void refresh_plan();
-  void run_one(Node& node, const std::vector<void*>& in, const std::vector<void*>& out);
-  void run_aoti(Node& node, const std::vector<void*>& in, const std::vector<void*>& out);
-};
 
 /// A PT2 node: the plugin wraps the input buffers as tensors (no copy) and runs the package on the stream;
 /// AOTInductor allocates the outputs, copied here into the pipeline's or the caller's buffers (same stream).
@@ -333,233 +103,6 @@ void Pipeline::Impl::run_aoti(Node& node, const std::vector<void*>& in, const st
     else
       std::memcpy(out[i], outputs[i].data, bytes);
   }
-}
-
-namespace {
-
-/// leapp/runtime/artifact_safety.py::check_onnx_external_data, same walk and texts: every external-data
-/// location of the model must be one of the node's verified `files` (ORT keeps it in the model's folder
-/// only from 1.24 on). Returns "" when the model is fine, else the refusal (after `where: `); a model
-/// whose bytes are not well-formed protobuf along the walk throws std::invalid_argument.
-std::string external_data_problem(const std::string& model, const std::string& bytes,
-                                  const std::vector<CheckedFile>& files) {
-  namespace fs = std::filesystem;
-  std::set<fs::path> allowed;
-  for (const CheckedFile& file : files) {
-    std::error_code ec;
-    fs::path p = fs::weakly_canonical(file.path, ec);
-    if (!ec) allowed.insert(p);
-  }
-  const fs::path model_path(model);
-  const std::string name = model_path.filename().string();
-  struct Refused {
-    std::string text;
-  };
-  try {  // each location is checked as the walk finds it: the first refusal ends the walk
-    onnx_external_locations(bytes, [&](const std::string& place, const std::string& location) {
-      const auto head = [&] { return name + ": " + place + ": external data location " + short_repr_str(location); };
-      bool dotdot = false;
-      for (const auto& part : fs::path(location)) dotdot = dotdot || part == "..";
-      if (location.empty() || location.find('\0') != std::string::npos || location[0] == '/' || dotdot)
-        throw Refused{head() + " is not a plain relative path inside the export folder"};
-      std::error_code ec;
-      fs::path target = fs::weakly_canonical(model_path.parent_path() / location, ec);
-      if (ec || !allowed.count(target))
-        throw Refused{head() + " is not one of the node's files in pipeline.yaml (files: the external data leapp "
-                               "exported, each with its sha256); ONNX Runtime before 1.24 would read it wherever "
-                               "it points"};
-    });
-  } catch (const Refused& refused) {
-    return refused.text;
-  }
-  return "";
-}
-
-}  // namespace
-
-void Pipeline::Impl::open_node(size_t index, const NodeDescription& d) {
-  const std::string where = "pipeline '" + description.name + "' node '" + d.name + "'";
-  const std::string field = description.file + ": nodes[" + std::to_string(index) + "]";
-  auto verify = [&](const std::string& rel, const std::string& expected, const std::string& what) {
-    return verify_file(description, where, rel, expected, what);
-  };
-  Node node;
-  node.info.name = d.name;
-  node.info.backend = d.backend;
-  node.info.device = d.device;
-  // An ONNX model and its files are read once: the bytes hashed are the bytes ONNX Runtime opens. Other
-  // artifacts are only checked here (a PT2 node runs from its AOTInductor package, checked when opened), and
-  // so are the files of a node PipelineOptions::only_node leaves unopened.
-  const bool opened = options.only_node.empty() || options.only_node == d.name;
-  CheckedFile model;
-  std::vector<CheckedFile> checked;
-  if (opened && d.backend == "onnx") {
-    model = read_checked(description, where, d.artifact, d.sha256, field + ".artifact");
-    node.info.artifact = model.path;
-    for (size_t i = 0; i < d.files.size(); ++i) {
-      checked.push_back(read_checked(description, where, d.files[i].first, d.files[i].second,
-                                     field + ".files[" + std::to_string(i) + "].path"));
-    }
-  } else {
-    node.info.artifact = verify(d.artifact, d.sha256, field + ".artifact");
-    for (size_t i = 0; i < d.files.size(); ++i)
-      verify(d.files[i].first, d.files[i].second, field + ".files[" + std::to_string(i) + "].path");
-  }
-  for (const Spec& s : d.inputs) node.info.inputs.push_back(tensor_info(s));
-  for (const Spec& s : d.outputs) node.info.outputs.push_back(tensor_info(s));
-  if (!opened) {
-    node.info.execution = kUnopened;
-    node_infos.push_back(node.info);
-    nodes.push_back(std::move(node));
-    return;
-  }
-  size_t cpu_code_segments = 0;  // the segments with CPU code for this machine
-  if (d.backend == "pt2") {  // the claims: the bundles inside an AOTInductor package are out of this reader's reach
-    for (const SegmentDescription& s : d.segment_list) cpu_code_segments += claims_this_machine(s.cpu_code);
-  }
-  const std::string cannot_open =
-      where + ": cannot open " + node.info.artifact + " (onnx; is the file corrupt or truncated?): PipelineError: ";
-  if (d.backend == "onnx") {  // the entries against the bundles the model holds, as leapp.load checks them
-    std::vector<std::pair<std::string, const std::string*>> files;
-    for (const CheckedFile& file : checked) files.emplace_back(file.path, &file.data);
-    try {
-      cpu_code_segments = check_onnx_segments(description, index, node.info.artifact, model.data, files);
-    } catch (const std::invalid_argument& e) {
-      throw PipelineError(cannot_open + std::filesystem::path(node.info.artifact).filename().string() + " is " + e.what());
-    }
-  }
-  if (d.backend == "pt2" && d.has_aoti) {
-    const bool device = options.memory == Memory::kDevice;
-    const std::string op_library = torch_op_library(options.torch_op_library);
-    node.aoti = open_aoti_node(description, index, aoti_plugin_path(options.aoti_plugin), op_library,
-                               device ? options.device_index : -1);
-    if (!device && cpu_code_segments < d.segments && !op_library_replays_on_cpu(op_library))
-      throw PipelineError(where + ": " + std::to_string(d.segments - cpu_code_segments) + " of its " +
-                          std::to_string(d.segments) + " Warp segment(s) hold no CPU code for this machine and replay "
-                          "on CUDA devices only, and its AOTInductor package (" + d.aoti_path + ") runs on the CPU: "
-                          "export the node with CPU code (trace it on the CPU, or LEAPP_CPU_CODE=1; "
-                          "docs/export-cpu.md), or make its package on a CUDA device (`leapp aoti`) and open the "
-                          "pipeline with device buffers (leapp-run --device cuda)");
-    node.info.execution = device ? "aoti-cuda" : "aoti-cpu";
-    node_infos.push_back(node.info);
-    nodes.push_back(std::move(node));
-    return;
-  }
-  if (d.backend == "pt2")
-    throw PipelineError(where + ": a pt2 node (" + d.artifact + ") without an AOTInductor package; leapp's C++ runner "
-                        "runs a PT2 node from the package that `leapp aoti " + description.folder + " " + d.name +
-                        "` makes and records in pipeline.yaml (docs/aoti.md), or export the node with "
-                        "export_with='onnx'");
-  if (d.backend != "onnx")
-    throw PipelineError(where + ": a " + d.backend + " node (" + d.artifact + "); leapp's C++ runner runs ONNX nodes "
-                        "and PT2 nodes with an AOTInductor package (`leapp aoti`, docs/aoti.md). Export the node "
-                        "with export_with='onnx' or 'pt2'");
-  if (d.segments > cpu_code_segments && options.memory != Memory::kDevice) {
-    // segments without CPU code: the op stages host tensors onto a CUDA device; without one, say so now, not from
-    // inside a run (segments with CPU code for this machine run on the CPU, docs/export-cpu.md)
-    std::string why;
-    try {
-      int count = 0;
-      const CudaDriver& drv = driver();
-      if (drv.cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) why = "the CUDA driver reports no device";
-    } catch (const std::exception& e) {
-      why = e.what();
-    }
-    if (!why.empty())
-      throw PipelineError(where + ": " + std::to_string(d.segments - cpu_code_segments) + " of its " +
-                          std::to_string(d.segments) + " Warp segment(s) hold no CPU code for this machine and replay "
-                          "on a CUDA device (on ONNX Runtime's CPU EP through pinned host memory), and this machine "
-                          "has none: " + why);
-  }
-  std::string library = ort_op_library(options.ort_op_library);
-  if (library.empty() && d.segments)
-    throw PipelineError(where + ": the node has Warp segments and leapp's ONNX Runtime op library "
-                        "libleapp_warp_ort.so was not found (next to libleapp_pipeline.so, or "
-                        "$LEAPP_WARP_ONNX_CUSTOM_OP_LIBRARY)");
-  std::string problem;
-  try {
-    problem = external_data_problem(node.info.artifact, model.data, checked);
-  } catch (const std::invalid_argument& e) {
-    throw PipelineError(cannot_open + std::filesystem::path(node.info.artifact).filename().string() + " is " + e.what());
-  }
-  if (!problem.empty()) throw PipelineError(where + ": " + problem);
-  try {
-    Ort::SessionOptions so;
-    so.SetExecutionMode(ORT_SEQUENTIAL);
-    so.SetInterOpNumThreads(1);
-    so.SetIntraOpNumThreads(std::max(0, options.intra_op_threads));
-    so.AddConfigEntry("session.intra_op.allow_spinning", options.spin ? "1" : "0");
-    so.AddConfigEntry("session.inter_op.allow_spinning", options.spin ? "1" : "0");
-    if (!library.empty()) so.RegisterCustomOpsLibrary(library.c_str());
-    if (options.memory == Memory::kDevice) {
-      OrtCUDAProviderOptionsV2* cuda = nullptr;
-      Ort::ThrowOnError(Ort::GetApi().CreateCUDAProviderOptions(&cuda));
-      std::unique_ptr<OrtCUDAProviderOptionsV2, void (*)(OrtCUDAProviderOptionsV2*)> guard(
-          cuda, [](OrtCUDAProviderOptionsV2* p) { Ort::GetApi().ReleaseCUDAProviderOptions(p); });
-      // use_tf32 off: float32 matmuls as torch computes them by default (leapp/runtime/onnx_runner.py)
-      std::string device_id = std::to_string(options.device_index);
-      const char* k[] = {"device_id", "use_tf32", "has_user_compute_stream"};
-      const char* v[] = {device_id.c_str(), "0", "1"};
-      Ort::ThrowOnError(Ort::GetApi().UpdateCUDAProviderOptions(cuda, k, v, 3));
-      Ort::ThrowOnError(Ort::GetApi().UpdateCUDAProviderOptionsWithValue(cuda, "user_compute_stream", stream()));
-      so.AppendExecutionProvider_CUDA_V2(*cuda);
-      // keep a linear layer's MatMul + Add apart: ORT's CUDA Gemm with a bias is two GEMMs
-      // (leapp/_export/onnx_gemm.py; the Python runner's CUDA_SESSION_CONFIG)
-      so.AddConfigEntry("optimization.disable_specified_optimizers", "MatMulAddFusion");
-      node.info.execution = "ort-cuda";
-    } else {
-      node.info.execution = "ort-cpu";
-    }
-    if (!checked.empty()) {  // the external data from the bytes checked, under the names the model uses
-      namespace fs = std::filesystem;
-      std::error_code ec;
-      const fs::path model_dir = fs::weakly_canonical(fs::path(model.path).parent_path(), ec);
-      std::vector<std::basic_string<ORTCHAR_T>> names;
-      std::vector<char*> buffers;
-      std::vector<size_t> lengths;
-      for (CheckedFile& file : checked) {
-        names.push_back(fs::weakly_canonical(file.path, ec).lexically_relative(model_dir).generic_string());
-        buffers.push_back(file.data.data());
-        lengths.push_back(file.data.size());
-      }
-      so.AddExternalInitializersFromFilesInMemory(names, buffers, lengths);
-    }
-    try {
-      node.session = std::make_unique<Ort::Session>(*env, model.data.data(), model.data.size(), so);
-    } catch (const Ort::Exception& e) {
-      throw PipelineError("onnxruntime could not load " + node.info.artifact + ": " + ort_error_text(e));
-    }
-    Ort::AllocatorWithDefaultOptions allocator;
-    for (size_t i = 0; i < node.session->GetInputCount(); ++i)
-      node.input_names.push_back(node.session->GetInputNameAllocated(i, allocator).get());
-    for (size_t i = 0; i < node.session->GetOutputCount(); ++i)
-      node.output_names.push_back(node.session->GetOutputNameAllocated(i, allocator).get());
-    if (node.input_names.size() != d.inputs.size() || node.output_names.size() != d.outputs.size()) {
-      std::vector<std::string> ins, outs;
-      for (const Spec& s : d.inputs) ins.push_back(s.name);
-      for (const Spec& s : d.outputs) outs.push_back(s.name);
-      throw PipelineError(node.info.artifact + ": the model has inputs " + repr_names(node.input_names) +
-                          " and outputs " + repr_names(node.output_names) + ", pipeline.yaml lists " +
-                          repr_names(ins) + " and " + repr_names(outs));
-    }
-    for (const TensorInfo& t : node.info.outputs) {
-      int type = dtype_info(t.dtype).onnx;
-      if (!type) throw PipelineError("dtype " + t.dtype + " cannot cross an ONNX boundary in leapp");
-      node.output_types.push_back(type);
-    }
-    for (const TensorInfo& t : node.info.inputs) {
-      int type = dtype_info(t.dtype).onnx;
-      if (!type) throw PipelineError("dtype " + t.dtype + " cannot cross an ONNX boundary in leapp");
-      node.input_types.push_back(type);
-    }
-    node.binding = std::make_unique<Ort::IoBinding>(*node.session);
-  } catch (const PipelineError& e) {
-    throw PipelineError(cannot_open + e.what());
-  } catch (const Ort::Exception& e) {
-    throw PipelineError(cannot_open + ort_error_text(e));
-  }
-  node_infos.push_back(node.info);
-  nodes.push_back(std::move(node));
 }
 
 /// The plan of run(): buffers of the pipeline's own values and where each caller's buffer goes. Made at open
