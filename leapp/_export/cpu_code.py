@@ -32,7 +32,8 @@ from pathlib import Path
 
 from leapp import _warp_private as wpp
 from leapp._export import binary_cache
-from leapp.bundle.format import CPU_MACHINES, elf_problem, this_machine
+from leapp.bundle.elf import cpu_code_problem
+from leapp.bundle.format import CPU_MACHINES, this_machine
 from leapp.errors import ExportError
 
 __all__ = ["CPU_CODE_ENV", "CXX_ENV", "CpuCode", "cpu_code_setting", "cpu_code_wanted", "compilers",
@@ -42,9 +43,11 @@ CPU_CODE_ENV = "LEAPP_CPU_CODE"  # auto (default: segments captured on the CPU),
 CXX_ENV = "LEAPP_CXX"  # the host C++ compiler (default: c++, g++ or clang++ from PATH)
 CROSS_CXX = {"aarch64": "aarch64-linux-gnu-g++"}  # cross compilers used when they are on PATH
 CPU_BLOCK_DIM = 1  # the module variant Warp runs on the CPU by default
+# -nostartfiles: no crti/crtbeginS, so no DT_INIT/DT_FINI/.init_array/.fini_array (frame_dummy and
+# __do_global_dtors_aux): nothing may run inside dlopen (docs/export-cpu.md section 4).
 FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-DNDEBUG", "-ffp-contract=off", "-fvisibility=hidden",
-         "-Wno-invalid-offsetof", "-static-libstdc++", "-static-libgcc", "-Wl,-z,defs", "-Wl,-Bsymbolic",
-         "-Wl,--build-id=none", "-s")
+         "-Wno-invalid-offsetof", "-static-libstdc++", "-static-libgcc", "-nostartfiles", "-Wl,-z,defs",
+         "-Wl,-Bsymbolic", "-Wl,--build-id=none", "-s")
 # What Warp's generated CPU code calls in warp.so when it is not compiled by Clang (which converts half precision
 # with its own _Float16): float <-> half and bfloat16 bits, written here (IEEE round to nearest, ties to even;
 # NaN stays a quiet NaN with its payload's top bits) and compiled into every object, bound locally (-Bsymbolic).
@@ -170,7 +173,12 @@ def build_cpu_code(kernels: Sequence[tuple[str, object]], where: str) -> tuple[l
         return [], f"kernels {tiled} use tiles, which the CPU code cannot run as the CUDA launches do"
     codes = []
     for machine, cxx in targets:
-        codes.append(CpuCode(machine, _compile(cxx, machine, sources, where), entries))
+        image = _compile(cxx, machine, sources, where)
+        problem = cpu_code_problem(image, machine, entries.values())  # what both readers will check
+        if problem:
+            raise ExportError(f"{where}: the CPU code {cxx} built for {machine} breaks the loader's rules "
+                              f"(docs/export-cpu.md section 4): {problem}")
+        codes.append(CpuCode(machine, image, entries))
     return codes, ""
 
 
@@ -219,7 +227,7 @@ class CpuCacheKey(binary_cache.JsonKey):
         return f"CPU code for {self.machine} ({self.sources[:12]})"
 
     def check_payload(self, payload: bytes) -> None:
-        problem = elf_problem(payload[:64], self.machine)
+        problem = cpu_code_problem(payload, self.machine, ())
         if problem:
             raise binary_cache.CacheEntryError(f"the CPU code is {problem}")
 

@@ -53,6 +53,7 @@ __all__ = [
     "is_ptx_isa",
     "DEFAULT_CUBIN_ARCHS",
     "CPU_MACHINES",
+    "MAX_CPU_CODE_BYTES",
     "elf_problem",
     "this_machine",
     "cpu_code_runs_here",
@@ -120,6 +121,7 @@ OP_KINDS = ("launch", "memset", "copy")
 BINARY_KINDS = ("ptx", "cubin")
 # CPU code (section "CPU code"): cpu_code[c].machine -> the ELF e_machine its shared object must declare
 CPU_MACHINES = {"x86_64": 62, "aarch64": 183}
+MAX_CPU_CODE_BYTES = 64 * 1024 * 1024  # a CPU code object's (decoded) size: leapp's are tens of KiB
 
 # torch dtype name -> bytes per element (Warp's uint16/32/64 travel as the signed type of that width)
 DTYPE_ITEMSIZE = {

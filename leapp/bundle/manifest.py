@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from leapp.bundle import lz4_block
+from leapp.bundle.elf import cpu_code_problem
 from leapp.bundle.format import (
     BINARY_KINDS,
     CPU_MACHINES,
@@ -27,7 +28,6 @@ from leapp.bundle.format import (
     MAX_INT,
     MAX_OWNED_BYTES,
     OP_KINDS,
-    elf_problem,
     ROLES,
     is_ptx_isa,
     ptx_isa_of,
@@ -314,6 +314,12 @@ class _ManifestCheck:
         codes = self.field(m, "cpu_code", "manifest", "arr")
         if not codes:
             self.fail("cpu_code is empty: leave it out when there is no CPU code")
+        for k, entry in enumerate(entries):  # the object is checked against its entries: they come first
+            if entry is None:
+                self.fail(f"kernels[{k}].cpu_entry is missing: with cpu_code every kernel names its CPU entry")
+            self.string(entry, f"kernels[{k}].cpu_entry", nonempty=True)
+            if "\0" in entry:
+                self.fail(f"kernels[{k}].cpu_entry contains a NUL byte")
         seen: dict[str, int] = {}
         for c, code in enumerate(codes):
             path = f"cpu_code[{c}]"
@@ -326,14 +332,10 @@ class _ManifestCheck:
             seen[machine] = c
             blob = self.blob(self.get(code, "blob", path), f"{path}.blob")
             image = self.check_encoding(code, blob, path)  # the shared object's bytes (None without blobs)
-            if image is not None:
-                problem = elf_problem(bytes(image[:64]), machine)
+            if image is not None:  # before anything maps it: docs/export-cpu.md section 4
+                problem = cpu_code_problem(image, machine, entries)
                 if problem:
                     self.fail(f"{path}.blob {blob}: {problem}")
-        for k, entry in enumerate(entries):
-            if entry is None:
-                self.fail(f"kernels[{k}].cpu_entry is missing: with cpu_code every kernel names its CPU entry")
-            self.string(entry, f"kernels[{k}].cpu_entry", nonempty=True)
 
     def check_buffer(self, buffer: Any, i: int) -> None:
         path = f"buffers[{i}]"

@@ -146,8 +146,19 @@ CpuKernel bind_kernel(const Manifest& m, void* handle, uint32_t k) {
   if (!kernel.entry) fail("not defined by the CPU code");
   const auto* table = static_cast<const uint64_t*>(defined_here(handle, spec.cpu_entry + "_leapp_args"));
   if (!table) fail("its layout table '" + spec.cpu_entry + "_leapp_args' is not defined by the CPU code");
+  // Read no further than the table's own symbol: the bundle parser checked its size and contents in the file
+  // (docs/export-cpu.md section 4), and this bounds the read again in memory.
+  Dl_info info{};
+  void* extra = nullptr;
+  const int found = dladdr1(table, &info, &extra, RTLD_DL_SYMENT);
+  const auto* symbol = static_cast<const ElfW(Sym)*>(extra);
+  if (found == 0 || !symbol ||
+      info.dli_saddr != table || symbol->st_size < 24)
+    fail("its layout table's symbol is not found or holds fewer than 24 bytes");
   const uint64_t fields = table[0];
-  if (fields > 4096) fail("its layout table declares " + std::to_string(fields) + " arguments");
+  if (fields > 4096 || symbol->st_size / 8 < 3 + 2 * fields)
+    fail("its layout table declares " + std::to_string(fields) + " arguments in " +
+         std::to_string(symbol->st_size) + " bytes");
   kernel.args_bytes = table[1];
   kernel.dim_bytes = table[2];
   if (kernel.args_bytes > (uint64_t(1) << 20) || kernel.dim_bytes == 0 || kernel.dim_bytes > 64)

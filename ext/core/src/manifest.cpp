@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "elf_check.h"
 #include "json.h"
 #include "lz4_block.h"
 
@@ -219,20 +220,6 @@ void read_kernels(const Checker& c, const JsonValue& root, Manifest& m) {
   });
 }
 
-/// The ELF header rules of a CPU code blob (docs/bundle-format.md, "CPU code"); "" when they hold.
-std::string elf_problem(std::string_view data, uint16_t machine, const std::string& name) {
-  if (data.size() < 64 || data.substr(0, 4) != std::string_view("\x7f" "ELF", 4))
-    return "not an ELF file (no \\x7fELF magic in a 64-byte header)";
-  const auto* h = reinterpret_cast<const unsigned char*>(data.data());
-  if (h[4] != 2 || h[5] != 1)
-    return "not a 64-bit little-endian ELF file (class " + std::to_string(h[4]) + ", data " + std::to_string(h[5]) + ")";
-  const unsigned type = unsigned(h[16]) | unsigned(h[17]) << 8, got = unsigned(h[18]) | unsigned(h[19]) << 8;
-  if (type != 3) return "not an ELF shared object (e_type " + std::to_string(type) + ", expected 3, ET_DYN)";
-  if (got != machine)
-    return "ELF e_machine " + std::to_string(got) + " is not " + name + "'s (" + std::to_string(machine) + ")";
-  return "";
-}
-
 void read_cpu_code(const Checker& c, const JsonValue& root, const std::vector<std::string_view>& blobs,
                    uint32_t min_reader_version, std::map<uint32_t, std::string>& decoded_blobs, Manifest& m) {
   if (root.find("cpu_code") == nullptr) {
@@ -242,6 +229,14 @@ void read_cpu_code(const Checker& c, const JsonValue& root, const std::vector<st
     return;
   }
   if (c.array(root, "", "cpu_code").empty()) c.fail("cpu_code", "is empty (leave it out when there is no CPU code)");
+  std::vector<std::string> entries;  // the object is checked against its entries: they come first
+  for (size_t k = 0; k < m.kernels.size(); ++k) {
+    const std::string& entry = m.kernels[k].cpu_entry;
+    if (entry.empty())
+      c.fail(Checker::at("kernels", k) + ".cpu_entry", "is missing (with cpu_code every kernel names its CPU entry)");
+    if (entry.find('\0') != std::string::npos) c.fail(Checker::at("kernels", k) + ".cpu_entry", "contains a NUL byte");
+    entries.push_back(entry);
+  }
   c.each_object(root, "cpu_code", [&](const JsonValue& code, const std::string& path, size_t i) {
     CpuCodeSpec spec;
     spec.machine = c.string(code, path, "machine");
@@ -258,14 +253,12 @@ void read_cpu_code(const Checker& c, const JsonValue& root, const std::vector<st
     spec.image.kind = BinaryKind::kCpu;
     spec.image.blob = c.index(code, path, "blob", blobs.size(), "blobs");
     const std::string_view data = decoded_image(c, code, path, blobs, min_reader_version, decoded_blobs, spec.image);
-    const std::string problem = elf_problem(data, elf_machine, spec.machine);
+    // Before anything maps it (docs/export-cpu.md section 4): the same rules as leapp/bundle/elf.py.
+    const std::string problem = cpu_code_problem(data, elf_machine, spec.machine, entries);
     if (!problem.empty()) c.fail(Checker::join(path, "blob"), std::to_string(spec.image.blob) + ": " + problem);
     (void)i;
     m.cpu_code.push_back(std::move(spec));
   });
-  for (size_t k = 0; k < m.kernels.size(); ++k)
-    if (m.kernels[k].cpu_entry.empty())
-      c.fail(Checker::at("kernels", k) + ".cpu_entry", "is missing (with cpu_code every kernel names its CPU entry)");
 }
 
 void read_buffers(const Checker& c, const JsonValue& root, const std::vector<std::string_view>& blobs,

@@ -49,6 +49,7 @@ constexpr uint64_t kBundleMaxOwnedBytes = uint64_t(1) << 40;   ///< sum of scrat
 constexpr const char* kBundleManifestFormat = "leapp.warp.bundle";
 constexpr uint16_t kElfMachineX86_64 = 62;    ///< cpu_code[c].machine "x86_64": the ELF e_machine its blob declares
 constexpr uint16_t kElfMachineAarch64 = 183;  ///< "aarch64"
+constexpr uint64_t kBundleMaxCpuCodeBytes = uint64_t(64) << 20;  ///< a CPU code object's (decoded) size: 64 MiB
 
 // --- packed structs ------------------------------------------------------------
 #pragma pack(push, 1)
