@@ -127,7 +127,7 @@ class _Check:
     # --- addressing: the loader reads every table at its address, so the checker does too -------------------
 
     def file_part(self, vaddr: int, n: int, what: str, writable: bool | None = None, executable: bool | None = None,
-                  kind: str = "PT_LOAD") -> int:
+                  kind: str = "a PT_LOAD") -> int:
         """The file offset of [vaddr, vaddr + n), which must lie in the file part of one PT_LOAD (of the kind asked)."""
         for load in self.loads:
             if load.vaddr <= vaddr and n <= load.filesz and vaddr - load.vaddr <= load.filesz - n:
@@ -135,7 +135,7 @@ class _Check:
                         (executable is None or bool(load.flags & PF_X) == executable):
                     return load.offset + vaddr - load.vaddr
                 break
-        _fail(f"{what} [0x{vaddr:x}, +{n}) does not lie inside the file part of a {kind}")
+        _fail(f"{what} [0x{vaddr:x}, +{n}) does not lie inside the file part of {kind}")
 
     def in_memory(self, vaddr: int, n: int) -> _Load | None:
         for load in self.loads:
@@ -147,7 +147,7 @@ class _Check:
         """A table the loader reads: in a non-writable PT_LOAD's file part, where no relocation can change it."""
         if vaddr >= MAX_ADDRESS or n >= MAX_ADDRESS:
             _fail(f"{what} [0x{vaddr:x}, +{n}) does not lie inside the file part of a non-writable PT_LOAD")
-        return self.file_part(vaddr, n, what, writable=False, kind="non-writable PT_LOAD")
+        return self.file_part(vaddr, n, what, writable=False, kind="a non-writable PT_LOAD")
 
     def u32(self, off: int) -> int:
         return int.from_bytes(self.d[off:off + 4], "little")
@@ -469,7 +469,7 @@ class _Check:
                 _fail(f"{where}: symbol {found[0]} is not a function (type {info & 0xF})")
             if shndx >= SHN_LORESERVE or size == 0:
                 _fail(f"{where}: symbol {found[0]} has section index 0x{shndx:x} and size {size}")
-            self.file_part(value, size, f"{where}: its code", executable=True, kind="executable PT_LOAD")
+            self.file_part(value, size, f"{where}: its code", executable=True, kind="an executable PT_LOAD")
             table = entry + b"_leapp_args"
             twhere = f"{where}: its layout table '{shown(table)}'"
             found = self.defined(table)
@@ -483,7 +483,7 @@ class _Check:
                       f"0x{shndx:x})")
             if size < 24:
                 _fail(f"{twhere} has {size} bytes, fewer than 24")
-            off = self.file_part(value, size, twhere, executable=False, kind="non-executable PT_LOAD")
+            off = self.file_part(value, size, twhere, executable=False, kind="a non-executable PT_LOAD")
             fields = self.u64(off)
             if fields > MAX_FIELDS:
                 _fail(f"{twhere} declares {fields} arguments, more than {MAX_FIELDS}")

@@ -176,7 +176,7 @@ class Check {
   /// The file offset of [vaddr, vaddr + n), which must lie in the file part of one PT_LOAD (of the kind asked:
   /// `writable`/`executable` -1 for either).
   uint64_t file_part(uint64_t vaddr, uint64_t n, const std::string& what, int writable = -1, int executable = -1,
-                     const char* kind = "PT_LOAD") const {
+                     const char* kind = "a PT_LOAD") const {
     for (const Load& l : loads_) {
       if (l.vaddr <= vaddr && n <= l.filesz && vaddr - l.vaddr <= l.filesz - n) {
         if ((writable < 0 || bool(l.flags & kPfW) == bool(writable)) &&
@@ -185,7 +185,7 @@ class Check {
         break;
       }
     }
-    fail(what + " [" + hex(vaddr) + ", +" + dec(n) + ") does not lie inside the file part of a " + kind);
+    fail(what + " [" + hex(vaddr) + ", +" + dec(n) + ") does not lie inside the file part of " + kind);
   }
 
   const Load* in_memory(uint64_t vaddr, uint64_t n) const {
@@ -198,7 +198,7 @@ class Check {
   uint64_t table(uint64_t vaddr, uint64_t n, const std::string& what) const {
     if (vaddr >= kMaxAddress || n >= kMaxAddress)
       fail(what + " [" + hex(vaddr) + ", +" + dec(n) + ") does not lie inside the file part of a non-writable PT_LOAD");
-    return file_part(vaddr, n, what, 0, -1, "non-writable PT_LOAD");
+    return file_part(vaddr, n, what, 0, -1, "a non-writable PT_LOAD");
   }
 
   std::string_view string(uint64_t off, const std::string& what) const {
@@ -552,7 +552,7 @@ std::vector<Layout> Check::entry_points() {
       fail(where + ": symbol " + dec(found[0]) + " is not a function (type " + dec(e.info & 0xf) + ")");
     if (e.shndx >= 0xff00 || e.size == 0)
       fail(where + ": symbol " + dec(found[0]) + " has section index " + hex(e.shndx) + " and size " + dec(e.size));
-    file_part(e.value, e.size, where + ": its code", -1, 1, "executable PT_LOAD");
+    file_part(e.value, e.size, where + ": its code", -1, 1, "an executable PT_LOAD");
     const std::string table_name = entry + "_leapp_args";
     const std::string twhere = where + ": its layout table '" + shown_name(table_name) + "'";
     found = defined(table_name);
@@ -564,7 +564,7 @@ std::vector<Layout> Check::entry_points() {
       fail(twhere + ": symbol " + dec(found[0]) + " is not a data object (type " + dec(t.info & 0xf) +
            ", section index " + hex(t.shndx) + ")");
     if (t.size < 24) fail(twhere + " has " + dec(t.size) + " bytes, fewer than 24");
-    const uint64_t off = file_part(t.value, t.size, twhere, -1, 0, "non-executable PT_LOAD");
+    const uint64_t off = file_part(t.value, t.size, twhere, -1, 0, "a non-executable PT_LOAD");
     const uint64_t fields = u64(off);
     if (fields > kMaxFields)
       fail(twhere + " declares " + dec(fields) + " arguments, more than " + dec(kMaxFields));
