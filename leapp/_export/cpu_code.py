@@ -44,10 +44,12 @@ CXX_ENV = "LEAPP_CXX"  # the host C++ compiler (default: c++, g++ or clang++ fro
 CROSS_CXX = {"aarch64": "aarch64-linux-gnu-g++"}  # cross compilers used when they are on PATH
 CPU_BLOCK_DIM = 1  # the module variant Warp runs on the CPU by default
 # -nostartfiles: no crti/crtbeginS, so no DT_INIT/DT_FINI/.init_array/.fini_array (frame_dummy and
-# __do_global_dtors_aux): nothing may run inside dlopen (docs/export-cpu.md section 4).
+# __do_global_dtors_aux): nothing may run inside dlopen. -z separate-code: read-only data (the layout tables)
+# in a non-executable PT_LOAD, as the loader rules ask (aarch64's linker otherwise maps it with the code; x86-64's
+# default already). docs/export-cpu.md section 4.
 FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-DNDEBUG", "-ffp-contract=off", "-fvisibility=hidden",
          "-Wno-invalid-offsetof", "-static-libstdc++", "-static-libgcc", "-nostartfiles", "-Wl,-z,defs",
-         "-Wl,-Bsymbolic", "-Wl,--build-id=none", "-s")
+         "-Wl,-z,separate-code", "-Wl,-Bsymbolic", "-Wl,--build-id=none", "-s")
 # What Warp's generated CPU code calls in warp.so when it is not compiled by Clang (which converts half precision
 # with its own _Float16): float <-> half and bfloat16 bits, written here (IEEE round to nearest, ties to even;
 # NaN stays a quiet NaN with its payload's top bits) and compiled into every object, bound locally (-Bsymbolic).

@@ -33,7 +33,7 @@ PT_NAMES = {0: "PT_NULL", 1: "PT_LOAD", 2: "PT_DYNAMIC", 3: "PT_INTERP", 4: "PT_
 PT_ALLOWED = (0, 1, 2, 4, 6, 0x6474E550, 0x6474E551, 0x6474E552, 0x6474E553)
 PT_REFUSED = {3: "a program interpreter", 7: "thread-local storage"}
 PT_IN_FILE_PART = (2, 4, 6, 0x6474E550, 0x6474E553)  # the loader reads these at their p_vaddr
-PF_X, PF_W = 1, 2
+PF_X, PF_W, PF_R = 1, 2, 4
 
 DT_NAMES = {0: "DT_NULL", 1: "DT_NEEDED", 2: "DT_PLTRELSZ", 3: "DT_PLTGOT", 4: "DT_HASH", 5: "DT_STRTAB",
             6: "DT_SYMTAB", 7: "DT_RELA", 8: "DT_RELASZ", 9: "DT_RELAENT", 10: "DT_STRSZ", 11: "DT_SYMENT",
@@ -220,6 +220,8 @@ class _Check:
                 _fail(f"{where}: p_align {align} is not a power of two in [{MIN_ALIGN}, {MAX_LOAD_SPAN}]")
             if vaddr % align != offset % align:
                 _fail(f"{where}: p_vaddr 0x{vaddr:x} and p_offset 0x{offset:x} differ modulo p_align {align}")
+            if not flags & PF_R or flags & ~(PF_R | PF_W | PF_X):
+                _fail(f"{where}: p_flags 0x{flags:x} is not PF_R, with PF_W or PF_X at most (the loader reads it)")
             if flags & PF_W and flags & PF_X:
                 _fail(f"{where}: a segment both writable and executable")
             if self.loads:
@@ -242,12 +244,24 @@ class _Check:
         for i, (p_type, flags, offset, vaddr, _paddr, filesz, memsz, align) in enumerate(headers):
             where = f"program header {i} ({PT_NAMES[p_type]})"
             if p_type in PT_IN_FILE_PART:
-                self.file_part(vaddr, memsz, where)
+                base = self.file_part(vaddr, memsz, where)
+                if p_type in (4, 0x6474E553) and align in (4, 8):  # glibc reads the notes of these
+                    self.notes(base, memsz, align, where)
             elif p_type == 0x6474E552:
                 load = self.in_memory(vaddr, memsz)
                 if load is None or not load.flags & PF_W:
                     _fail(f"{where} [0x{vaddr:x}, +{memsz}) does not lie inside a writable PT_LOAD")
         _, _, _, self.dyn_vaddr, _, self.dyn_size, _, _ = headers[dynamic]
+
+    def notes(self, base: int, size: int, align: int, where: str) -> None:
+        """Each note glibc walks (its header starts before the end) ends inside the segment."""
+        at = 0
+        while at + 12 < size:
+            namesz, descsz = self.u32(base + at), self.u32(base + at + 4)
+            end = -(-(at + 12 + namesz) // align) * align + descsz
+            if end > size:
+                _fail(f"{where}: the note at +{at} ends at +{end}, past its {size} bytes")
+            at = -(-end // align) * align
 
     def dynamic_section(self) -> None:
         base = self.file_part(self.dyn_vaddr, self.dyn_size, "PT_DYNAMIC")

@@ -24,6 +24,7 @@ from leapp.bundle.format import (
     FORMAT_NAME,
     MAX_BATCH,
     MAX_BUFFER_BYTES,
+    MAX_CPU_CODE_BYTES,
     MAX_RULE_COEFFICIENT,
     MAX_INT,
     MAX_OWNED_BYTES,
@@ -331,6 +332,8 @@ class _ManifestCheck:
                 self.fail(f"{path} is a second CPU code for {machine} (first: cpu_code[{seen[machine]}])")
             seen[machine] = c
             blob = self.blob(self.get(code, "blob", path), f"{path}.blob")
+            if "decoded_bytes" in code:  # bounded before anything is decoded
+                self.integer(code["decoded_bytes"], f"{path}.decoded_bytes", hi=MAX_CPU_CODE_BYTES)
             image = self.check_encoding(code, blob, path)  # the shared object's bytes (None without blobs)
             if image is not None:  # before anything maps it: docs/export-cpu.md section 4
                 problem = cpu_code_problem(image, machine, entries)

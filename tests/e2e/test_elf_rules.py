@@ -97,6 +97,11 @@ def test_a_needed_library_other_than_the_c_runtime_is_refused(real):
      r"dynamic section: no DT_NULL within its \d+ bytes"),
     (lambda f, i: put(i, f.fields["ph0.align"], 4097),
      r"program header 0 \(PT_LOAD\): p_align 4097 is not a power of two in \[4096, 268435456\]"),
+    (lambda f, i: put(i, f.fields["ph0.flags"], 0x10),
+     r"program header 0 \(PT_LOAD\): p_flags 0x10 is not PF_R, with PF_W or PF_X at most \(the loader reads it\)"),
+    (lambda f, i: put(put(i, f.fields[f"ph{f.phdr_index(0x6474E550)}.type"], 4),
+                      f.fields[f"ph{f.phdr_index(0x6474E550)}.align"], 4),
+     r"program header \d+ \(PT_NOTE\): the note at \+0 ends at \+\d+, past its \d+ bytes"),
     (lambda f, i: put(i, f.fields["e_phentsize"], 64), r"ELF e_phentsize 64 is not 56"),
     (lambda f, i: put(i, f.fields["e_ident_version"], 0), r"ELF EI_VERSION 0 is not 1"),
 ])
@@ -168,3 +173,17 @@ def test_a_long_or_unprintable_entry_name_is_cut_in_the_message(real):
     py = refused(with_object(data, image, entry="\x01" + "x" * 200),
                  r"kernels\[0\] CPU entry '\\x01x{59}\.\.\.': not defined by the CPU code")
     assert len(py) < 200
+
+
+def test_a_compressed_object_declaring_more_than_the_bound_is_refused_before_decoding(real):
+    from cpu_observation import rewritten
+    from leapp import _native
+    from leapp.bundle import BundleError, read_bundle
+
+    data = real[0]
+    big = MAX_CPU_CODE_BYTES + 1
+    edited = rewritten(data, lambda m, b: m["cpu_code"][0].update(encoding="lz4-block", decoded_bytes=big))
+    with pytest.raises(BundleError, match=rf"cpu_code\[0\]\.decoded_bytes {big} is not in \[0, {MAX_CPU_CODE_BYTES}\]"):
+        read_bundle(edited)
+    with pytest.raises(ValueError, match=rf"cpu_code\[0\]\.decoded_bytes {big} out of range \[0, {MAX_CPU_CODE_BYTES}\]"):
+        _native.Bundle(edited)

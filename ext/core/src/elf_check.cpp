@@ -23,7 +23,7 @@ constexpr uint64_t kMinAlign = 4096;
 constexpr unsigned kMaxPhnum = 64;
 constexpr uint64_t kMaxVersions = 256;
 constexpr uint64_t kMaxFields = 4096;
-constexpr uint32_t kPfX = 1, kPfW = 2;
+constexpr uint32_t kPfX = 1, kPfW = 2, kPfR = 4;
 constexpr uint32_t kPtGnuStack = 0x6474e551, kPtGnuRelro = 0x6474e552;
 constexpr uint64_t kDfTextrel = 0x4, kDfStaticTls = 0x10, kDfAllowed = 0x2 | 0x8, kDf1Allowed = 0x1 | 0x8;
 constexpr uint64_t kDtGnuHash = 0x6ffffef5, kDtVersym = 0x6ffffff0, kDtRelacount = 0x6ffffff9,
@@ -215,6 +215,16 @@ class Check {
   }
 
   void program_headers(uint64_t phoff, unsigned phnum);
+  /// Each note glibc walks (its header starts before the end) ends inside the segment.
+  void notes(uint64_t base, uint64_t size, uint64_t align, const std::string& where) const {
+    for (uint64_t at = 0; at + 12 < size;) {
+      const uint64_t namesz = u32(base + at), descsz = u32(base + at + 4);
+      const uint64_t end = round_up(at + 12 + namesz, align) + descsz;
+      if (end > size)
+        fail(where + ": the note at +" + dec(at) + " ends at +" + dec(end) + ", past its " + dec(size) + " bytes");
+      at = round_up(end, align);
+    }
+  }
   void dynamic_section();
   void strings();
   void symbols_and_hashes();
@@ -304,6 +314,8 @@ void Check::program_headers(uint64_t phoff, unsigned phnum) {
     if (h.vaddr % h.align != h.offset % h.align)
       fail(where + ": p_vaddr " + hex(h.vaddr) + " and p_offset " + hex(h.offset) + " differ modulo p_align " +
            dec(h.align));
+    if (!(h.flags & kPfR) || (h.flags & ~(kPfR | kPfW | kPfX)))
+      fail(where + ": p_flags " + hex(h.flags) + " is not PF_R, with PF_W or PF_X at most (the loader reads it)");
     if ((h.flags & kPfW) && (h.flags & kPfX)) fail(where + ": a segment both writable and executable");
     if (!loads_.empty()) {
       const Load& prev = loads_.back();
@@ -325,7 +337,9 @@ void Check::program_headers(uint64_t phoff, unsigned phnum) {
     const Ph& h = hs[i];
     const std::string where = "program header " + dec(i) + " (" + pt_name(h.type) + ")";
     if (pt_in_file_part(h.type)) {
-      file_part(h.vaddr, h.memsz, where);
+      const uint64_t base = file_part(h.vaddr, h.memsz, where);
+      if ((h.type == 4 || h.type == 0x6474e553) && (h.align == 4 || h.align == 8))  // glibc reads these notes
+        notes(base, h.memsz, h.align, where);
     } else if (h.type == kPtGnuRelro) {
       const Load* l = in_memory(h.vaddr, h.memsz);
       if (!l || !(l->flags & kPfW))

@@ -252,6 +252,8 @@ void read_cpu_code(const Checker& c, const JsonValue& root, const std::vector<st
         c.fail(path, "is a second CPU code for " + spec.machine + " (first: cpu_code[" + std::to_string(j) + "])");
     spec.image.kind = BinaryKind::kCpu;
     spec.image.blob = c.index(code, path, "blob", blobs.size(), "blobs");
+    if (code.find("decoded_bytes"))  // bounded before anything is decoded
+      c.integer(code, path, "decoded_bytes", 0, int64_t(kBundleMaxCpuCodeBytes));
     const std::string_view data = decoded_image(c, code, path, blobs, min_reader_version, decoded_blobs, spec.image);
     // Before anything maps it (docs/export-cpu.md section 4): the same rules as leapp/bundle/elf.py.
     const std::string problem = cpu_code_problem(data, elf_machine, spec.machine, entries);
