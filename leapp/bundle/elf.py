@@ -180,7 +180,7 @@ class _Check:
             _fail(f"ELF e_phnum {phnum} is not in [1, {MAX_PHNUM}]")
         if phoff > size or phnum * 56 > size - phoff:
             _fail(f"the program header table [{phoff}, +{phnum * 56}) lies outside the {size}-byte file")
-        self.program_headers([_PHDR.unpack_from(self.d, phoff + 56 * i) for i in range(phnum)])
+        self.program_headers([_PHDR.unpack_from(self.d, phoff + 56 * i) for i in range(phnum)], phoff)
         self.dynamic_section()
         self.strings()
         self.symbols_and_hashes()
@@ -188,7 +188,7 @@ class _Check:
         layout = self.entry_points()
         self.relocations(layout)
 
-    def program_headers(self, headers: list[tuple]) -> None:
+    def program_headers(self, headers: list[tuple], phoff: int) -> None:
         size = len(self.d)
         dynamic = stack = -1
         for i, (p_type, flags, offset, vaddr, _paddr, filesz, memsz, align) in enumerate(headers):
@@ -247,6 +247,9 @@ class _Check:
                 base = self.file_part(vaddr, memsz, where)
                 if p_type in (4, 0x6474E553) and align in (4, 8):  # glibc reads the notes of these
                     self.notes(base, memsz, align, where)
+                if p_type == 6 and not (base == offset == phoff and filesz == memsz == 56 * len(headers)):
+                    _fail(f"{where}: [0x{vaddr:x}, +{memsz}) is not the program header table [{phoff}, "
+                          f"+{56 * len(headers)}) itself (the unwinder reads the table there)")
             elif p_type == 0x6474E552:
                 load = self.in_memory(vaddr, memsz)
                 if load is None or not load.flags & PF_W:
@@ -399,6 +402,8 @@ class _Check:
             _fail("dynamic section: DT_VERNEED and DT_VERNEEDNUM go together")
         if (0x6FFFFFFC in self.tags) != (0x6FFFFFFD in self.tags):
             _fail("dynamic section: DT_VERDEF and DT_VERDEFNUM go together")
+        if (0x6FFFFFFE in self.tags or 0x6FFFFFFC in self.tags) and 0x6FFFFFF0 not in self.tags:
+            _fail("dynamic section: DT_VERNEED or DT_VERDEF without DT_VERSYM (glibc reads it regardless)")
         if 0x6FFFFFFE in self.tags:
             vaddr, num = self.tags[0x6FFFFFFE], self.tags[0x6FFFFFFF]
             if not 1 <= num <= MAX_VERSIONS:

@@ -102,6 +102,11 @@ def test_a_needed_library_other_than_the_c_runtime_is_refused(real):
     (lambda f, i: put(put(i, f.fields[f"ph{f.phdr_index(0x6474E550)}.type"], 4),
                       f.fields[f"ph{f.phdr_index(0x6474E550)}.align"], 4),
      r"program header \d+ \(PT_NOTE\): the note at \+0 ends at \+\d+, past its \d+ bytes"),
+    (lambda f, i: put(i, f.fields[f"dyn{f.dyn_index(0x6FFFFFF0)}.tag"], 0),
+     r"dynamic section: DT_VERNEED or DT_VERDEF without DT_VERSYM \(glibc reads it regardless\)"),
+    (lambda f, i: put(i, f.fields[f"ph{f.phdr_index(0x6474E550)}.type"], 6),
+     r"program header \d+ \(PT_PHDR\): \[0x[0-9a-f]+, \+\d+\) is not the program header table \[64, \+\d+\) "
+     r"itself \(the unwinder reads the table there\)"),
     (lambda f, i: put(i, f.fields["e_phentsize"], 64), r"ELF e_phentsize 64 is not 56"),
     (lambda f, i: put(i, f.fields["e_ident_version"], 0), r"ELF EI_VERSION 0 is not 1"),
 ])

@@ -340,6 +340,10 @@ void Check::program_headers(uint64_t phoff, unsigned phnum) {
       const uint64_t base = file_part(h.vaddr, h.memsz, where);
       if ((h.type == 4 || h.type == 0x6474e553) && (h.align == 4 || h.align == 8))  // glibc reads these notes
         notes(base, h.memsz, h.align, where);
+      if (h.type == 6 && !(base == phoff && h.offset == phoff && h.filesz == 56 * uint64_t(phnum) &&
+                           h.memsz == 56 * uint64_t(phnum)))
+        fail(where + ": [" + hex(h.vaddr) + ", +" + dec(h.memsz) + ") is not the program header table [" + dec(phoff) +
+             ", +" + dec(56 * uint64_t(phnum)) + ") itself (the unwinder reads the table there)");
     } else if (h.type == kPtGnuRelro) {
       const Load* l = in_memory(h.vaddr, h.memsz);
       if (!l || !(l->flags & kPfW))
@@ -473,6 +477,8 @@ void Check::versions() {
   uint64_t high = 0;
   if (has(kDtVerneed) != has(kDtVerneednum)) fail("dynamic section: DT_VERNEED and DT_VERNEEDNUM go together");
   if (has(kDtVerdef) != has(kDtVerdefnum)) fail("dynamic section: DT_VERDEF and DT_VERDEFNUM go together");
+  if ((has(kDtVerneed) || has(kDtVerdef)) && !has(kDtVersym))
+    fail("dynamic section: DT_VERNEED or DT_VERDEF without DT_VERSYM (glibc reads it regardless)");
   if (has(kDtVerneed)) {
     uint64_t vaddr = tags_[kDtVerneed];
     const uint64_t num = tags_[kDtVerneednum];
