@@ -25,6 +25,9 @@ MIN_ALIGN = 4096  # a PT_LOAD's p_align: at least the smallest page
 MAX_PHNUM = 64
 MAX_VERSIONS = 256  # DT_VERNEEDNUM, DT_VERDEFNUM, and each entry's count of names
 MAX_FIELDS = 4096  # a layout table's field count
+MAX_SYMBOLS = 65536  # symbols, hash buckets, the bloom filter's words, relocations: leapp's objects have dozens
+MAX_DYNAMIC = 4096  # dynamic entries before DT_NULL, notes in a segment
+MAX_NAME = 4096  # bytes of a name in the string table: the readers scan each name once
 ALLOWED_NEEDED = ("libc.so.6", "libm.so.6")  # the C runtime's own libraries, by bare soname
 
 PT_NAMES = {0: "PT_NULL", 1: "PT_LOAD", 2: "PT_DYNAMIC", 3: "PT_INTERP", 4: "PT_NOTE", 6: "PT_PHDR", 7: "PT_TLS",
@@ -159,7 +162,10 @@ class _Check:
         if off >= self.strsz:
             _fail(f"{what}: name offset {off} lies outside the {self.strsz}-byte string table")
         start = self.strtab + off
-        return self.d[start:self.d.index(b"\0", start)]
+        end = self.d.find(b"\0", start, start + min(MAX_NAME + 1, self.strsz - off))
+        if end < 0:
+            _fail(f"{what}: the name at offset {off} is longer than {MAX_NAME} bytes")
+        return self.d[start:end]
 
     # --- the rules --------------------------------------------------------------------------------------------
 
@@ -185,8 +191,8 @@ class _Check:
         self.strings()
         self.symbols_and_hashes()
         self.versions()
-        layout = self.entry_points()
-        self.relocations(layout)
+        self.entry_points()
+        self.relocations()
 
     def program_headers(self, headers: list[tuple], phoff: int) -> None:
         size = len(self.d)
@@ -258,8 +264,11 @@ class _Check:
 
     def notes(self, base: int, size: int, align: int, where: str) -> None:
         """Each note glibc walks (its header starts before the end) ends inside the segment."""
-        at = 0
+        at = notes = 0
         while at + 12 < size:
+            notes += 1
+            if notes > MAX_DYNAMIC:
+                _fail(f"{where}: more than {MAX_DYNAMIC} notes")
             namesz, descsz = self.u32(base + at), self.u32(base + at + 4)
             end = -(-(at + 12 + namesz) // align) * align + descsz
             if end > size:
@@ -274,6 +283,8 @@ class _Check:
         while True:
             if 16 * j + 16 > self.dyn_size:
                 _fail(f"dynamic section: no DT_NULL within its {self.dyn_size} bytes")
+            if j == MAX_DYNAMIC:
+                _fail(f"dynamic section: more than {MAX_DYNAMIC} entries before DT_NULL")
             tag, value = _DYN.unpack_from(self.d, base + 16 * j)
             if tag == 0:
                 break
@@ -336,9 +347,12 @@ class _Check:
         self.symtab = self.table(symtab, 24 * count, f"DT_SYMTAB ({count} symbols)")
         self.syms = [_SYM.unpack_from(self.d, self.symtab + 24 * s) for s in range(count)]
         self.names = []
-        for s, (st_name, info, _other, _shndx, _value, _size) in enumerate(self.syms):
+        self.by_name: dict[bytes, list[int]] = {}  # name -> the defined symbols of that name
+        for s, (st_name, info, _other, shndx, _value, _size) in enumerate(self.syms):
             name = self.string(st_name, f"symbol {s}")
             self.names.append(name)
+            if shndx != 0:
+                self.by_name.setdefault(name, []).append(s)
             if info & 0xF == STT_GNU_IFUNC:
                 _fail(f"symbol {s} '{shown(name)}': STT_GNU_IFUNC (an IFUNC resolver) is not allowed")
             if info & 0xF == STT_TLS:
@@ -347,10 +361,12 @@ class _Check:
     def gnu_hash(self, vaddr: int) -> int:
         head = self.table(vaddr, 16, "DT_GNU_HASH")
         nbuckets, symoffset, bloom, shift = struct.unpack_from("<IIII", self.d, head)
-        if nbuckets == 0:
-            _fail("DT_GNU_HASH: nbuckets is 0")
-        if bloom == 0 or bloom & (bloom - 1):
-            _fail(f"DT_GNU_HASH: the bloom filter's size {bloom} is not a power of two")
+        if not 1 <= nbuckets <= MAX_SYMBOLS:
+            _fail(f"DT_GNU_HASH: nbuckets {nbuckets} is not in [1, {MAX_SYMBOLS}]")
+        if bloom == 0 or bloom & (bloom - 1) or bloom > MAX_SYMBOLS:
+            _fail(f"DT_GNU_HASH: the bloom filter's size {bloom} is not a power of two in [1, {MAX_SYMBOLS}]")
+        if symoffset > MAX_SYMBOLS:
+            _fail(f"DT_GNU_HASH: symoffset {symoffset} is more than {MAX_SYMBOLS}")
         if shift >= 32:
             _fail(f"DT_GNU_HASH: the bloom shift {shift} is not below 32")
         head = self.table(vaddr, 16 + 8 * bloom + 4 * nbuckets, "DT_GNU_HASH")
@@ -367,9 +383,9 @@ class _Check:
         chains = vaddr + 16 + 8 * bloom + 4 * nbuckets
         index = top
         while True:  # every chain ends at the first end bit at or after its start: the highest start reaches furthest
+            if index >= MAX_SYMBOLS:
+                _fail(f"DT_GNU_HASH: the chain of bucket {top_bucket} runs past {MAX_SYMBOLS} symbols")
             at = chains + 4 * (index - symoffset)
-            if at >= MAX_ADDRESS:
-                _fail(f"DT_GNU_HASH: the chain of bucket {top_bucket} runs out of its PT_LOAD")
             try:
                 word = self.u32(self.table(at, 4, "DT_GNU_HASH chain"))
             except _Refused:
@@ -381,6 +397,8 @@ class _Check:
     def sysv_hash(self, vaddr: int) -> int:
         head = self.table(vaddr, 8, "DT_HASH")
         nbucket, nchain = struct.unpack_from("<II", self.d, head)
+        if nbucket > MAX_SYMBOLS or nchain > MAX_SYMBOLS:
+            _fail(f"DT_HASH: nbucket {nbucket} or nchain {nchain} is more than {MAX_SYMBOLS}")
         head = self.table(vaddr, 8 + 4 * (nbucket + nchain), "DT_HASH")
         chain = head + 8 + 4 * nbucket
         seen = bytearray(nchain)
@@ -467,11 +485,11 @@ class _Check:
                     _fail(f"DT_VERSYM entry {s}: version index {v} is not defined (the highest is {high})")
 
     def defined(self, name: bytes) -> list[int]:
-        return [s for s in range(self.count) if self.syms[s][3] != 0 and self.names[s] == name]
+        return self.by_name.get(name, [])
 
-    def entry_points(self) -> list[tuple[int, int, bytes]]:
-        """Each kernel's CPU entry and layout table; returns the tables' (address, size, name)."""
-        layout, seen = [], set()
+    def entry_points(self) -> None:
+        """Each kernel's CPU entry and layout table."""
+        seen = set()
         for k, text in enumerate(self.entries):
             entry = text.encode()
             if entry in seen:
@@ -502,16 +520,18 @@ class _Check:
                       f"0x{shndx:x})")
             if size < 24:
                 _fail(f"{twhere} has {size} bytes, fewer than 24")
-            off = self.file_part(value, size, twhere, executable=False, kind="a non-executable PT_LOAD")
+            # read-only: no relocation (their targets are writable) can change it after the check
+            off = self.file_part(value, size, twhere, writable=False, executable=False,
+                                 kind="a read-only, non-executable PT_LOAD")
             fields = self.u64(off)
             if fields > MAX_FIELDS:
                 _fail(f"{twhere} declares {fields} arguments, more than {MAX_FIELDS}")
             if size < 8 * (3 + 2 * fields):
                 _fail(f"{twhere} has {size} bytes, fewer than the {8 * (3 + 2 * fields)} its {fields} arguments need")
-            layout.append((value, size, table))
-        return layout
 
-    def relocations(self, layout: list[tuple[int, int, bytes]]) -> None:
+    def relocations(self) -> None:
+        """Each relocation's type, symbol and target: a writable PT_LOAD, so never code, a layout table or a table
+        the loader reads (all in non-writable ones), and never the dynamic section."""
         allowed, (irelative, irelative_name), tls = RELOCATIONS[self.machine]
         if self.tags.get(9, 24) != 24:
             _fail(f"dynamic section: DT_RELAENT {self.tags[9]} is not 24")
@@ -535,6 +555,8 @@ class _Check:
             size = self.tags[size_tag]
             if size % 24:
                 _fail(f"dynamic section: {DT_NAMES[size_tag]} {size} is not a multiple of 24")
+            if size // 24 > MAX_SYMBOLS:
+                _fail(f"dynamic section: {DT_NAMES[size_tag]} {size} holds more than {MAX_SYMBOLS} relocations")
             base = self.table(self.tags[where_tag], size, name)
             if name == "DT_RELA" and relative_count > size // 24:
                 _fail(f"dynamic section: DT_RELACOUNT {relative_count} exceeds the {size // 24} DT_RELA entries")
@@ -557,9 +579,6 @@ class _Check:
                     _fail(f"{where}: r_offset 0x{offset:x} does not lie inside a writable PT_LOAD")
                 if offset < self.dyn_vaddr + self.dyn_size and self.dyn_vaddr < offset + 8:
                     _fail(f"{where}: r_offset 0x{offset:x} lies inside the dynamic section")
-                for start, length, table in layout:
-                    if offset < start + length and start < offset + 8:
-                        _fail(f"{where}: r_offset 0x{offset:x} lies inside the layout table '{shown(table)}'")
 
 
 assert set(CPU_MACHINES) == set(RELOCATIONS)

@@ -107,6 +107,9 @@ def test_a_needed_library_other_than_the_c_runtime_is_refused(real):
     (lambda f, i: put(i, f.fields[f"ph{f.phdr_index(0x6474E550)}.type"], 6),
      r"program header \d+ \(PT_PHDR\): \[0x[0-9a-f]+, \+\d+\) is not the program header table \[64, \+\d+\) "
      r"itself \(the unwinder reads the table there\)"),
+    (lambda f, i: put(i, f.fields["gnu.nbuckets"], 70000), r"DT_GNU_HASH: nbuckets 70000 is not in \[1, 65536\]"),
+    (lambda f, i: put(i, f.fields[f"dyn{f.dyn_index(2)}.value"], 24 * 70000),
+     r"dynamic section: DT_PLTRELSZ 1680000 holds more than 65536 relocations"),
     (lambda f, i: put(i, f.fields["e_phentsize"], 64), r"ELF e_phentsize 64 is not 56"),
     (lambda f, i: put(i, f.fields["e_ident_version"], 0), r"ELF EI_VERSION 0 is not 1"),
 ])

@@ -9,6 +9,7 @@
 // first checked below 2^48 (or a u32), so none overflows a u64.
 #include "elf_check.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
@@ -23,6 +24,9 @@ constexpr uint64_t kMinAlign = 4096;
 constexpr unsigned kMaxPhnum = 64;
 constexpr uint64_t kMaxVersions = 256;
 constexpr uint64_t kMaxFields = 4096;
+constexpr uint64_t kMaxSymbols = 65536;  ///< symbols, hash buckets, bloom words, relocations
+constexpr uint64_t kMaxDynamic = 4096;   ///< dynamic entries before DT_NULL, notes in a segment
+constexpr uint64_t kMaxName = 4096;      ///< bytes of a name in the string table: each is scanned once
 constexpr uint32_t kPfX = 1, kPfW = 2, kPfR = 4;
 constexpr uint32_t kPtGnuStack = 0x6474e551, kPtGnuRelro = 0x6474e552;
 constexpr uint64_t kDfTextrel = 0x4, kDfStaticTls = 0x10, kDfAllowed = 0x2 | 0x8, kDf1Allowed = 0x1 | 0x8;
@@ -150,10 +154,6 @@ struct Sym {
   uint16_t shndx;
   uint64_t value, size;
 };
-struct Layout {
-  uint64_t start, size;
-  std::string name;
-};
 
 uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
@@ -205,7 +205,9 @@ class Check {
     if (off >= strsz_)
       fail(what + ": name offset " + dec(off) + " lies outside the " + dec(strsz_) + "-byte string table");
     const char* start = d_.data() + strtab_ + off;
-    return std::string_view(start, std::strlen(start));  // the table ends with a NUL byte (checked)
+    const void* end = std::memchr(start, 0, std::min<uint64_t>(kMaxName + 1, strsz_ - off));
+    if (!end) fail(what + ": the name at offset " + dec(off) + " is longer than " + dec(kMaxName) + " bytes");
+    return std::string_view(start, size_t(static_cast<const char*>(end) - start));
   }
 
   uint64_t need(uint64_t tag) const {
@@ -217,7 +219,8 @@ class Check {
   void program_headers(uint64_t phoff, unsigned phnum);
   /// Each note glibc walks (its header starts before the end) ends inside the segment.
   void notes(uint64_t base, uint64_t size, uint64_t align, const std::string& where) const {
-    for (uint64_t at = 0; at + 12 < size;) {
+    for (uint64_t at = 0, notes = 1; at + 12 < size; ++notes) {
+      if (notes > kMaxDynamic) fail(where + ": more than " + dec(kMaxDynamic) + " notes");
       const uint64_t namesz = u32(base + at), descsz = u32(base + at + 4);
       const uint64_t end = round_up(at + 12 + namesz, align) + descsz;
       if (end > size)
@@ -232,8 +235,8 @@ class Check {
   uint64_t sysv_hash(uint64_t vaddr);
   void versions();
   std::vector<uint64_t> defined(std::string_view name) const;
-  std::vector<Layout> entry_points();
-  void relocations(const std::vector<Layout>& layout);
+  void entry_points();
+  void relocations();
 
   std::string_view d_;
   uint16_t elf_machine_;
@@ -247,6 +250,7 @@ class Check {
   uint64_t strtab_ = 0, strsz_ = 0, count_ = 0;
   std::vector<Sym> syms_;
   std::vector<std::string_view> names_;
+  std::map<std::string_view, std::vector<uint64_t>> by_name_;  // the defined symbols of each name
 };
 
 void Check::run() {
@@ -267,7 +271,8 @@ void Check::run() {
   strings();
   symbols_and_hashes();
   versions();
-  relocations(entry_points());
+  entry_points();
+  relocations();
 }
 
 void Check::program_headers(uint64_t phoff, unsigned phnum) {
@@ -358,6 +363,7 @@ void Check::dynamic_section() {
   const uint64_t base = file_part(dyn_vaddr_, dyn_size_, "PT_DYNAMIC");
   for (uint64_t j = 0;; ++j) {
     if (16 * j + 16 > dyn_size_) fail("dynamic section: no DT_NULL within its " + dec(dyn_size_) + " bytes");
+    if (j == kMaxDynamic) fail("dynamic section: more than " + dec(kMaxDynamic) + " entries before DT_NULL");
     const uint64_t tag = u64(base + 16 * j), value = u64(base + 16 * j + 8);
     if (tag == 0) break;
     const std::string where = "dynamic entry " + dec(j);
@@ -415,6 +421,7 @@ void Check::symbols_and_hashes() {
   for (uint64_t s = 0; s < count; ++s) {
     const std::string_view name = string(syms_[s].name, "symbol " + dec(s));
     names_.push_back(name);
+    if (syms_[s].shndx != 0) by_name_[name].push_back(s);
     const unsigned type = syms_[s].info & 0xf;
     if (type == 10)
       fail("symbol " + dec(s) + " '" + shown_name(name) + "': STT_GNU_IFUNC (an IFUNC resolver) is not allowed");
@@ -425,9 +432,13 @@ void Check::symbols_and_hashes() {
 uint64_t Check::gnu_hash(uint64_t vaddr) {
   uint64_t head = table(vaddr, 16, "DT_GNU_HASH");
   const uint64_t nbuckets = u32(head), symoffset = u32(head + 4), bloom = u32(head + 8), shift = u32(head + 12);
-  if (nbuckets == 0) fail("DT_GNU_HASH: nbuckets is 0");
-  if (bloom == 0 || (bloom & (bloom - 1)))
-    fail("DT_GNU_HASH: the bloom filter's size " + dec(bloom) + " is not a power of two");
+  if (nbuckets < 1 || nbuckets > kMaxSymbols)
+    fail("DT_GNU_HASH: nbuckets " + dec(nbuckets) + " is not in [1, " + dec(kMaxSymbols) + "]");
+  if (bloom == 0 || (bloom & (bloom - 1)) || bloom > kMaxSymbols)
+    fail("DT_GNU_HASH: the bloom filter's size " + dec(bloom) + " is not a power of two in [1, " + dec(kMaxSymbols) +
+         "]");
+  if (symoffset > kMaxSymbols)
+    fail("DT_GNU_HASH: symoffset " + dec(symoffset) + " is more than " + dec(kMaxSymbols));
   if (shift >= 32) fail("DT_GNU_HASH: the bloom shift " + dec(shift) + " is not below 32");
   head = table(vaddr, 16 + 8 * bloom + 4 * nbuckets, "DT_GNU_HASH");
   const uint64_t buckets = head + 16 + 8 * bloom;
@@ -443,8 +454,10 @@ uint64_t Check::gnu_hash(uint64_t vaddr) {
   const uint64_t chains = vaddr + 16 + 8 * bloom + 4 * nbuckets;
   const std::string runs_out = "DT_GNU_HASH: the chain of bucket " + dec(uint64_t(top_bucket)) + " runs out of its PT_LOAD";
   for (uint64_t index = top;; ++index) {  // every chain ends at the first end bit at or after its start
+    if (index >= kMaxSymbols)
+      fail("DT_GNU_HASH: the chain of bucket " + dec(uint64_t(top_bucket)) + " runs past " + dec(kMaxSymbols) +
+           " symbols");
     const uint64_t at = chains + 4 * (index - symoffset);
-    if (at >= kMaxAddress) fail(runs_out);
     uint64_t off = 0;
     try {
       off = table(at, 4, "DT_GNU_HASH chain");
@@ -458,6 +471,8 @@ uint64_t Check::gnu_hash(uint64_t vaddr) {
 uint64_t Check::sysv_hash(uint64_t vaddr) {
   uint64_t head = table(vaddr, 8, "DT_HASH");
   const uint64_t nbucket = u32(head), nchain = u32(head + 4);
+  if (nbucket > kMaxSymbols || nchain > kMaxSymbols)
+    fail("DT_HASH: nbucket " + dec(nbucket) + " or nchain " + dec(nchain) + " is more than " + dec(kMaxSymbols));
   head = table(vaddr, 8 + 4 * (nbucket + nchain), "DT_HASH");
   const uint64_t chain = head + 8 + 4 * nbucket;
   std::vector<bool> seen(nchain, false);
@@ -550,14 +565,11 @@ void Check::versions() {
 }
 
 std::vector<uint64_t> Check::defined(std::string_view name) const {
-  std::vector<uint64_t> found;
-  for (uint64_t s = 0; s < count_; ++s)
-    if (syms_[s].shndx != 0 && names_[s] == name) found.push_back(s);
-  return found;
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? std::vector<uint64_t>{} : it->second;
 }
 
-std::vector<Layout> Check::entry_points() {
-  std::vector<Layout> layout;
+void Check::entry_points() {
   std::set<std::string> seen;
   for (size_t k = 0; k < entries_.size(); ++k) {
     const std::string& entry = entries_[k];
@@ -584,19 +596,20 @@ std::vector<Layout> Check::entry_points() {
       fail(twhere + ": symbol " + dec(found[0]) + " is not a data object (type " + dec(t.info & 0xf) +
            ", section index " + hex(t.shndx) + ")");
     if (t.size < 24) fail(twhere + " has " + dec(t.size) + " bytes, fewer than 24");
-    const uint64_t off = file_part(t.value, t.size, twhere, -1, 0, "a non-executable PT_LOAD");
+    // read-only: no relocation (their targets are writable) can change it after the check
+    const uint64_t off = file_part(t.value, t.size, twhere, 0, 0, "a read-only, non-executable PT_LOAD");
     const uint64_t fields = u64(off);
     if (fields > kMaxFields)
       fail(twhere + " declares " + dec(fields) + " arguments, more than " + dec(kMaxFields));
     if (t.size < 8 * (3 + 2 * fields))
       fail(twhere + " has " + dec(t.size) + " bytes, fewer than the " + dec(8 * (3 + 2 * fields)) + " its " +
            dec(fields) + " arguments need");
-    layout.push_back({t.value, t.size, table_name});
   }
-  return layout;
 }
 
-void Check::relocations(const std::vector<Layout>& layout) {
+/// Each relocation's type, symbol and target: a writable PT_LOAD, so never code, a layout table or a table the
+/// loader reads (all in non-writable ones), and never the dynamic section.
+void Check::relocations() {
   const Relocs& r = relocs_of(elf_machine_);
   if (has(9) && tags_[9] != 24) fail("dynamic section: DT_RELAENT " + dec(tags_[9]) + " is not 24");
   if (has(7) != has(8)) fail("dynamic section: DT_RELA and DT_RELASZ go together");
@@ -619,6 +632,9 @@ void Check::relocations(const std::vector<Layout>& layout) {
     const uint64_t size = tags_[tb.size_tag];
     const bool rela = tb.where_tag == 7;
     if (size % 24) fail(std::string("dynamic section: ") + dt_name(tb.size_tag) + " " + dec(size) + " is not a multiple of 24");
+    if (size / 24 > kMaxSymbols)
+      fail(std::string("dynamic section: ") + dt_name(tb.size_tag) + " " + dec(size) + " holds more than " +
+           dec(kMaxSymbols) + " relocations");
     const uint64_t base = table(tags_[tb.where_tag], size, tb.name);
     if (rela && relative_count > size / 24)
       fail("dynamic section: DT_RELACOUNT " + dec(relative_count) + " exceeds the " + dec(size / 24) +
@@ -640,9 +656,6 @@ void Check::relocations(const std::vector<Layout>& layout) {
         fail(where + ": r_offset " + hex(offset) + " does not lie inside a writable PT_LOAD");
       if (offset < dyn_vaddr_ + dyn_size_ && dyn_vaddr_ < offset + 8)
         fail(where + ": r_offset " + hex(offset) + " lies inside the dynamic section");
-      for (const Layout& t : layout)
-        if (offset < t.start + t.size && t.start < offset + 8)
-          fail(where + ": r_offset " + hex(offset) + " lies inside the layout table '" + shown_name(t.name) + "'");
     }
   }
 }
