@@ -62,8 +62,8 @@ def _python_verdict(folder: Path) -> str | None:
     return None
 
 
-def _cpp_verdict(folder: Path) -> str | None:
-    r = subprocess.run([str(LEAPP_RUN), str(folder), "--describe"], capture_output=True, text=True, timeout=120)
+def _cpp_verdict(folder: Path, mode: str = "--describe") -> str | None:
+    r = subprocess.run([str(LEAPP_RUN), str(folder), mode], capture_output=True, text=True, timeout=120)
     assert r.returncode in (0, 1), r.stderr
     return r.stderr.strip().removeprefix("leapp-run: ") if r.returncode else None
 
@@ -130,6 +130,7 @@ def test_edited_segment_entries_are_refused_by_both_with_one_text(onnx_export, t
     python, cpp = _python_verdict(folder), _cpp_verdict(folder)
     assert python is not None and message in python, python
     assert cpp == python
+    assert _cpp_verdict(folder, "--check") == python  # checking opens nothing, and gives the same verdict
 
 
 @needs_leapp_run

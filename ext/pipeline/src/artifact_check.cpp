@@ -6,9 +6,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <system_error>
+#include <utility>
+#include <vector>
 
 #include "aoti_host.h"
 #include "leapp/pipeline.h"
+#include "segment_check.h"
 #include "sha256.h"
 
 namespace leapp::pipeline_detail {
@@ -61,6 +64,22 @@ void verify_files(const Description& d) {
     const NodeDescription& n = d.nodes[i];
     const std::string where = "pipeline '" + d.name + "' node '" + n.name + "'";
     const std::string field = d.file + ": nodes[" + std::to_string(i) + "]";
+    if (n.backend == "onnx") {  // and the bundles the model holds, parsed (CPU code checked) as opening would: no map
+      const CheckedFile model = read_checked(d, where, n.artifact, n.sha256, field + ".artifact");
+      std::vector<CheckedFile> checked;
+      for (size_t f = 0; f < n.files.size(); ++f)
+        checked.push_back(read_checked(d, where, n.files[f].first, n.files[f].second,
+                                       field + ".files[" + std::to_string(f) + "].path"));
+      std::vector<std::pair<std::string, const std::string*>> files;
+      for (const CheckedFile& file : checked) files.emplace_back(file.path, &file.data);
+      try {
+        check_onnx_segments(d, i, model.path, model.data, files);
+      } catch (const std::invalid_argument& e) {
+        throw PipelineError(where + ": cannot open " + model.path + " (onnx; is the file corrupt or truncated?): "
+                            "PipelineError: " + std::filesystem::path(model.path).filename().string() + " is " + e.what());
+      }
+      continue;
+    }
     verify_file(d, where, n.artifact, n.sha256, field + ".artifact");
     for (size_t f = 0; f < n.files.size(); ++f)
       verify_file(d, where, n.files[f].first, n.files[f].second, field + ".files[" + std::to_string(f) + "].path");
