@@ -194,7 +194,7 @@ std::shared_ptr<const CpuSegment> prepare(const Bundle& bundle, const CpuCodeSpe
   const Manifest& m = bundle.manifest();
   auto seg = std::make_shared<CpuSegment>();
   seg->digest = bundle.digest();
-  seg->handle = load_from_memory(m, bundle.binary_image(code.image), seg->fd);
+  seg->handle = load_from_memory(m, bundle.cpu_code_image(code), seg->fd);  // decoded once, at parse
   std::vector<bool> launched(m.kernels.size(), false);
   for (const OpSpec& op : m.ops)
     if (op.kind == OpKind::kLaunch) launched[op.kernel] = true;

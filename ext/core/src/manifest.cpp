@@ -258,6 +258,11 @@ void read_cpu_code(const Checker& c, const JsonValue& root, const std::vector<st
     // Before anything maps it (docs/export-cpu.md section 4): the same rules as leapp/bundle/elf.py.
     const std::string problem = cpu_code_problem(data, elf_machine, spec.machine, entries);
     if (!problem.empty()) c.fail(Checker::join(path, "blob"), std::to_string(spec.image.blob) + ": " + problem);
+    if (spec.image.encoding != BinaryEncoding::kRaw) {  // kept: the loader maps these bytes, decoded only here
+      auto known = decoded_blobs.find(spec.image.blob);
+      spec.decoded = std::make_shared<const std::string>(std::move(known->second));
+      decoded_blobs.erase(known);
+    }
     (void)i;
     m.cpu_code.push_back(std::move(spec));
   });

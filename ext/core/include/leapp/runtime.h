@@ -72,7 +72,10 @@ struct KernelSpec {
 /// "CPU code"); its blob passed the ELF header checks for `machine`.
 struct CpuCodeSpec {
   std::string machine;  ///< "x86_64" or "aarch64"
-  BinarySpec image;     ///< kind kCpu: its blob and encoding (Bundle::binary_image decodes it)
+  BinarySpec image;     ///< kind kCpu: its blob and encoding
+  /// The object's bytes when its blob is compressed: decoded once, by the parse that checked them (the loader
+  /// maps these, never a second decode); null when the blob holds the object as it is. Use cpu_code_image().
+  std::shared_ptr<const std::string> decoded;
 };
 
 struct BufferSpec {
@@ -182,6 +185,10 @@ class Bundle {
   /// The binary's image: its blob, decoded when the manifest gives it an encoding (a copy then; only the
   /// binary a loader picks is decoded at load). Throws std::invalid_argument naming the bundle and blob.
   std::string binary_image(const BinarySpec& binary) const;
+  /// The bytes of a CPU code object, as the parse checked them (no copy, no decode).
+  std::string_view cpu_code_image(const CpuCodeSpec& code) const {
+    return code.decoded ? std::string_view(*code.decoded) : blob(code.image.blob);
+  }
   size_t blob_count() const { return blobs_.size(); }
   size_t size() const { return bytes_.size(); }
   /// The whole file.
