@@ -242,21 +242,33 @@ def launch_observer(on_launch):
 
 
 class _RecordedLaunchProfile:
-    """A per-thread profile function that reports calls of ``wp.Launch.launch`` (see below)."""
+    """A per-thread profile function that reports calls of ``wp.Launch.launch`` and ``wp.copy`` (see below)."""
 
-    def __init__(self, on_launch) -> None:
+    def __init__(self, on_launch, on_copy=None) -> None:
         import warp as wp
 
         self._code = wp.Launch.launch.__code__
+        self._copy_code = wp.copy.__code__
         self._on_launch = on_launch
+        self._on_copy = on_copy
         self._previous = None
 
     def __call__(self, frame, event, arg):
-        if event == "call" and frame.f_code is self._code:
+        if event != "call":
+            return
+        if frame.f_code is self._code:
             launch = frame.f_locals.get("self")
             caller = frame.f_back
             self._on_launch(launch, caller.f_code.co_filename if caller else "<unknown>",
                             caller.f_lineno if caller else 0)
+        elif frame.f_code is self._copy_code and self._on_copy is not None:
+            local = frame.f_locals  # one mapping: a second read would refresh it from the frame
+            caller = frame.f_back
+            done = self._on_copy(local.get("dest"), local.get("src"), local.get("dest_offset"),
+                                 local.get("src_offset"), local.get("count"), local.get("stream"),
+                                 caller.f_code.co_filename if caller else "<unknown>", caller.f_lineno if caller else 0)
+            if done:
+                _skip_copy(local)
 
     def __enter__(self):
         import sys
@@ -273,15 +285,35 @@ class _RecordedLaunchProfile:
             sys.setprofile(None)
 
 
-def recorded_launch_observer(on_launch):
-    """A context manager that reports ``Launch.launch()`` calls of this thread: ``on_launch(launch, file, line)``.
+def _skip_copy(local) -> None:
+    """Turn the ``wp.copy`` call being entered into one that returns at once: its source becomes an empty array
+    and its count 0, and Warp 1.19's ``copy`` returns when ``count`` is 0 and the source has no element (before
+    anything touches memory or the capture). Written through the frame's locals, which CPython writes back to the
+    frame when a profile function returns (3.10-3.12; a write-through view since 3.13): this one call of this
+    thread only."""
+    import warp as wp
+
+    dest = local.get("dest")
+    local["src"] = wp.empty(0, dtype=dest.dtype, device=dest.device)
+    local["count"] = 0
+    local["src_offset"] = 0
+    local["dest_offset"] = 0
+
+
+def recorded_launch_observer(on_launch, on_copy=None):
+    """A context manager that reports ``Launch.launch()`` calls of this thread: ``on_launch(launch, file, line)``;
+    and, with ``on_copy``, ``wp.copy`` calls: ``on_copy(dest, src, dest_offset, src_offset, count, stream, file,
+    line)``, which returns True when it made the copy itself (Warp's call then does nothing).
 
     ``wp.launch(..., record_cmd=True)`` returns a ``wp.Launch`` and its ``launch()`` goes straight to the
     native launcher, past the tape ``launch_observer`` uses (launch caches such as Isaac Lab's do this). A
     profile function (``sys.setprofile``: this thread only, removed on exit) sees those calls; the
     ``wp.Launch`` attributes read are ``kernel``, ``device``, ``block_dim`` and ``fwd_args`` (Warp 1.19).
+    ``wp.copy`` is seen the same way (its parameters ``dest``, ``src``, ``dest_offset``, ``src_offset``,
+    ``count``, ``stream``): Warp's capture refuses copies between non-contiguous arrays, which leapp records as a
+    copy kernel of its own (leapp/_recorder/strided_copy.py).
     """
-    return _RecordedLaunchProfile(on_launch)
+    return _RecordedLaunchProfile(on_launch, on_copy)
 
 
 def recorded_launch_args(launch) -> list | None:

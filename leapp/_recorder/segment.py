@@ -43,6 +43,7 @@ from leapp.errors import (
 from .capture import AllocationWitness, CaptureAnalysis, ClosedSegment, arg_ptr
 from .fx_graph import BlockGuardMode, traced_tensors
 from .session import DiscoveredSegment, current_session
+from .strided_copy import copy_plan, launch_copy
 from .source import frame_location, raised_in_warp, traceback_location, user_location
 
 if TYPE_CHECKING:
@@ -132,7 +133,8 @@ def _launch_observer(block: _Block):
 
 
 def _recorded_launch_observer(block: _Block):
-    """Reports ``Launch.launch()`` calls (recorded launches, launch caches) of this thread to ``block``."""
+    """Reports ``Launch.launch()`` calls (recorded launches, launch caches) of this thread to ``block``, and makes
+    its non-contiguous ``wp.copy`` calls with leapp's copy kernel (leapp/_recorder/strided_copy.py)."""
 
     def on_recorded(launch, file, line) -> None:
         caller = frame_location(file, line)
@@ -147,7 +149,19 @@ def _recorded_launch_observer(block: _Block):
         block.on_launch(_Launch(launch.kernel, str(launch.device), int(launch.block_dim or 0), caller, args,
                                 len(args)))
 
-    return recorded_launch_observer(on_recorded)
+    def on_copy(dest, src, dest_offset, src_offset, count, stream, file, line) -> bool:
+        """A ``wp.copy`` between non-contiguous arrays: made by leapp's copy kernel in every pass, so the capture
+        records it as a launch (Warp's capture refuses such a copy) and discovery sees the same operations."""
+        plan = copy_plan(dest, src, dest_offset, src_offset, count, stream)
+        if plan is None:
+            return False
+        caller = frame_location(file, line)
+        where = f"wp.copy at {caller} in segment {block.segment_id} of node '{block.run.name}'"
+        kernel, args = launch_copy(*plan, where)
+        block.on_launch(_Launch(kernel, str(plan[0].device), 0, caller, args, 1))
+        return True
+
+    return recorded_launch_observer(on_recorded, on_copy)
 
 
 class _Block:

@@ -290,11 +290,15 @@ def test_recorded_launch_without_its_arguments_is_refused_by_name():
 
 
 def test_warp_capture_refusal_names_node_and_line():
+    """A copy from an indexed array, which Warp's capture refuses (leapp makes strided copies of plain arrays
+    itself, tests/recorder/test_strided_copy.py, but not indexed ones)."""
+    indices = wp.array([1, 0], dtype=wp.int32, device="cpu")
+
     @leapp.node("c")
     def c(x):
         y = torch.zeros_like(x)
         with annotate.warp_op():
-            wp.copy(wp.from_torch(y.view(2, 2))[:, 1:], wp.from_torch(x.view(2, 2))[:, :1])
+            wp.copy(wp.from_torch(y.view(2, 2)), wp.indexedarray(wp.from_torch(x.view(2, 2)), [indices]))
         return y
 
     with pytest.raises(TraceError) as info:
