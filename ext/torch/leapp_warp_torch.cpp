@@ -244,7 +244,7 @@ std::vector<at::Tensor> warp_segment_impl(const std::vector<at::Tensor>& inputs,
   leapp::CUstream stream = cpu_code ? nullptr : current_stream(device);
   std::shared_ptr<const leapp::Bundle> b = bundle_of(bundle, *sig, stream);
   const leapp::Manifest& m = b->manifest();
-  if (cpu_code && !leapp::cpu_code_for_this_machine(*b)) {
+  if (cpu_code && !leapp::runs_on_this_cpu(*b)) {
     TORCH_CHECK(false, leapp::cpu_code_refusal(*b), "; the inputs are on the CPU: move them to a CUDA device");
   }
 
@@ -369,7 +369,7 @@ TORCH_LIBRARY_IMPL(leapp, CPU, m) { m.impl("warp_segment", &warp_segment_cpu); }
 /// Whether this library's CPU kernel replays segments on a fake driver (only the tests' build): leapp's C++
 /// pipeline asks before it opens a CPU AOTInductor package whose node has Warp segments. Without it, the CPU
 /// kernel runs a segment's CPU code, so the pipeline asks whether every segment of the node has CPU code for
-/// this machine instead (leapp::cpu_code_for_this_machine).
+/// this machine (or launches no kernel) instead (leapp::runs_on_this_cpu).
 extern "C" __attribute__((visibility("default"))) int leapp_warp_torch_replays_on_cpu() {
 #ifdef LEAPP_TORCH_TEST_CPU_AS_CUDA
   return 1;

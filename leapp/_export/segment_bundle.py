@@ -42,7 +42,7 @@ from leapp._apic.wrp import (
     WrpMemtile,
     parse_wrp,
 )
-from leapp.bundle.format import ptx_isa_of
+from leapp.bundle.format import COPY_ONLY_NOTE, ptx_isa_of
 from leapp.bundle.manifest import grid_for  # the grid Warp launches (one rule for writer and readers)
 from leapp.errors import ExportError
 
@@ -483,6 +483,9 @@ class _Builder:
         if not cpu_code.cpu_code_wanted(self.wrp.device):
             return
         launched = [(self.kernels[k]["entry"], kernel) for k, kernel in self.live_kernels.items()]
+        if not launched:  # copies and memsets only: memmove and memset run them on every machine
+            self.cpu_code_note = COPY_ONLY_NOTE
+            return
         try:
             codes, why = cpu_code.build_cpu_code(launched, self.where)
         except ExportError as e:

@@ -56,6 +56,8 @@ __all__ = [
     "MAX_CPU_CODE_BYTES",
     "elf_problem",
     "this_machine",
+    "COPY_ONLY_NOTE",
+    "claims_any_machine",
     "cpu_code_runs_here",
     "segment_runs_on_this_cpu",
 ]
@@ -203,9 +205,23 @@ def this_machine() -> str:
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
 
 
+# producer.cpu_code of a segment that launches no kernel: its copies and memsets run as memmove and memset on every
+# machine, with no compiled code. Readers recognise the "any" prefix (claims_any_machine); both claim checks
+# require such a bundle to hold no kernel and no CPU code.
+COPY_ONLY_NOTE = "any: the segment launches no kernel; its copies and memsets need no CPU code"
+
+
+def claims_any_machine(note: str) -> bool:
+    """Whether a ``producer.cpu_code`` note claims every machine (``COPY_ONLY_NOTE``)."""
+    return note.startswith("any")
+
+
 def cpu_code_runs_here(note: str) -> bool:
-    """Whether a segment's ``producer.cpu_code`` note (its machines, "x86_64, aarch64", or "none: why") names
-    this machine. A note is a claim: the runtime checks the bundle itself before it runs anything."""
+    """Whether a segment's ``producer.cpu_code`` note (its machines, "x86_64, aarch64", "any: ..." for copies
+    only, or "none: why") says it runs on this machine's CPU. A note is a claim: the runtime checks the bundle
+    itself before it runs anything."""
+    if claims_any_machine(note):
+        return True
     return not note.startswith("none") and this_machine() in [m.strip() for m in note.split(",")]
 
 

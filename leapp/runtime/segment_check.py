@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from leapp.bundle.format import claims_any_machine
 from leapp.bundle.strict_json import decode_strict_json
 from leapp.pipeline_format import CheckedFile, PipelineError
 
@@ -21,7 +22,8 @@ _DOMAIN, _OP = "leapp.warp", "WarpSegment"
 
 
 def claimed_machines(note: str) -> set[str]:
-    """The machines a producer.cpu_code note claims: none for "none..." (or no note), else its comma-separated names."""
+    """The machines a producer.cpu_code note claims: none for "none..." (or no note), else its comma-separated names
+    (an "any..." note, copies only, is checked on its own: ``claims_any_machine``)."""
     return set() if note.startswith("none") else {m.strip() for m in note.split(",")}
 
 
@@ -35,8 +37,9 @@ def _signature_digest(signature: str) -> str:
     return digest if isinstance(digest, str) else ""
 
 
-def _bundle_machines(at: str, which: str, name: str, data: bytes) -> list[str]:
-    """The machines bundle ``data`` holds CPU code for, in its order; parsed by the native reader leapp-run uses."""
+def _bundle_machines(at: str, which: str, name: str, data: bytes) -> tuple[list[str], int]:
+    """The machines bundle ``data`` holds CPU code for, in its order, and how many kernels it has; parsed by the
+    native reader leapp-run uses."""
     import json
 
     from leapp import _native
@@ -45,7 +48,8 @@ def _bundle_machines(at: str, which: str, name: str, data: bytes) -> list[str]:
         bundle = _native.Bundle(bytes(data))
     except ValueError as e:
         raise PipelineError(f"{at}: {which}: its bundle in {name} cannot be read: {e}") from e
-    return [code["machine"] for code in json.loads(bundle.manifest_json).get("cpu_code", [])]
+    manifest = json.loads(bundle.manifest_json)
+    return [code["machine"] for code in manifest.get("cpu_code", [])], len(manifest.get("kernels", []))
 
 
 def _check(field: str, entry: dict, name: str, found: list[tuple[str, bytes | None]], no_bundle: str) -> None:
@@ -61,8 +65,14 @@ def _check(field: str, entry: dict, name: str, found: list[tuple[str, bytes | No
                                 "there: the description and the artifact disagree")
         if data is None:
             raise PipelineError(f"{at}: {which}: {name} holds no bundle for it{no_bundle}")
-        machines = _bundle_machines(at, which, name, data)
+        machines, kernels = _bundle_machines(at, which, name, data)
         note = segment["producer"].get("cpu_code", "none")
+        if claims_any_machine(note):
+            if kernels or machines:
+                raise PipelineError(f"{at}.producer.cpu_code: {which} claims it runs on any machine without CPU code "
+                                    f"({note!r}), but its bundle launches {kernels} kernel(s) and holds CPU code for "
+                                    f"{', '.join(machines) or 'no machine'}")
+            continue
         if claimed_machines(note) != set(machines):
             raise PipelineError(f"{at}.producer.cpu_code: {which} claims CPU code for {note!r}, but its bundle holds "
                                 f"CPU code for {', '.join(machines) or 'no machine'}")

@@ -70,7 +70,7 @@ def _cpp_verdict(folder: Path, mode: str = "--describe") -> str | None:
 
 HEX64 = st.text("0123456789abcdef", min_size=64, max_size=64)
 CLAIMS = st.sampled_from(["x86_64", "aarch64", "x86_64, aarch64", "aarch64,x86_64", " x86_64 ", "none: edited",
-                          "none", "", "x86_64, x86_64", "riscv64"])
+                          "none", "", "x86_64, x86_64", "riscv64", "any: edited", "any"])
 
 
 @st.composite
@@ -120,6 +120,8 @@ def test_the_export_itself_runs_in_both(onnx_export):
                                       "code for 'none: edited', but its bundle holds CPU code for x86_64"),
     ([("drop claim", "", "")], "claims CPU code for 'none', but its bundle holds CPU code for x86_64"),
     ([("claim", "", "x86_64, riscv64")], "claims CPU code for 'x86_64, riscv64', but its bundle holds CPU code for"),
+    ([("claim", "", "any: edited")], "claims it runs on any machine without CPU code ('any: edited'), but its "
+                                     "bundle launches 2 kernel(s) and holds CPU code for x86_64"),
     ([("add", "", "")], ".segments: 2 Warp segment(s) listed, but obs.onnx holds 1 (leapp.warp WarpSegment nodes)"),
     ([("remove", "", "")], ".segments: 0 Warp segment(s) listed, but obs.onnx holds 1"),
 ])

@@ -5,7 +5,8 @@
 // the bundle parser checked) is written into a sealed memfd and dlopen'ed through /proc/self/fd, so no
 // file another process could swap is ever opened. Each kernel's layout table (field count, struct size,
 // launch-bounds size, then each field's offset and size) is checked against every launch's packed
-// parameters before anything runs. A call then runs the ops in order on the calling thread: inits,
+// parameters before anything runs; a bundle that launches no kernel (copies and memsets only) needs no CPU
+// code and loads nothing. A call then runs the ops in order on the calling thread: inits,
 // memsets and copies as memset/memcpy, launches as one call of the kernel's entry with its
 // launch_bounds_t and its argument struct (the packed parameters, relocated to host addresses). The
 // loaded code and the constants are shared and never written; scratch, addresses and parameter bytes
@@ -190,11 +191,12 @@ CpuKernel bind_kernel(const Manifest& m, void* handle, uint32_t k) {
   return kernel;
 }
 
-std::shared_ptr<const CpuSegment> prepare(const Bundle& bundle, const CpuCodeSpec& code) {
+/// `code` is null for a bundle without kernels (copies and memsets only): nothing is loaded.
+std::shared_ptr<const CpuSegment> prepare(const Bundle& bundle, const CpuCodeSpec* code) {
   const Manifest& m = bundle.manifest();
   auto seg = std::make_shared<CpuSegment>();
   seg->digest = bundle.digest();
-  seg->handle = load_from_memory(m, bundle.cpu_code_image(code), seg->fd);  // decoded once, at parse
+  if (code) seg->handle = load_from_memory(m, bundle.cpu_code_image(*code), seg->fd);  // decoded once, at parse
   std::vector<bool> launched(m.kernels.size(), false);
   for (const OpSpec& op : m.ops)
     if (op.kind == OpKind::kLaunch) launched[op.kernel] = true;
@@ -224,7 +226,7 @@ std::shared_ptr<const CpuSegment> prepare(const Bundle& bundle, const CpuCodeSpe
 }
 
 /// The bundle's loaded CPU code from the table, loaded on first use.
-std::shared_ptr<const CpuSegment> cpu_segment(const Bundle& bundle, const CpuCodeSpec& code) {
+std::shared_ptr<const CpuSegment> cpu_segment(const Bundle& bundle, const CpuCodeSpec* code) {
   std::lock_guard<std::mutex> lock(table_mutex());
   auto& slot = table()[bundle.digest()];
   if (!slot) {
@@ -272,9 +274,13 @@ const CpuCodeSpec* cpu_code_for_this_machine(const Bundle& bundle) {
   return nullptr;
 }
 
+bool runs_on_this_cpu(const Bundle& bundle) {
+  return cpu_code_for_this_machine(bundle) != nullptr || bundle.manifest().kernels.empty();
+}
+
 std::string cpu_code_refusal(const Bundle& bundle) {
   const Manifest& m = bundle.manifest();
-  if (cpu_code_for_this_machine(bundle)) return "";
+  if (runs_on_this_cpu(bundle)) return "";
   std::string machines;
   for (const CpuCodeSpec& code : m.cpu_code) machines += (machines.empty() ? "" : ", ") + code.machine;
   return where(m) + " holds no CPU code for this machine (" + std::string(*kThisMachine ? kThisMachine : "unknown") +
@@ -285,14 +291,14 @@ std::string cpu_code_refusal(const Bundle& bundle) {
 
 void run_segment_cpu(const Bundle& bundle, const std::vector<HostSpan>& inputs, const std::vector<HostSpan>& outputs) {
   const Manifest& m = bundle.manifest();
-  const CpuCodeSpec* code = cpu_code_for_this_machine(bundle);
-  if (!code) throw std::runtime_error(cpu_code_refusal(bundle));
+  const CpuCodeSpec* code = cpu_code_for_this_machine(bundle);  // null for copies and memsets only
+  if (!runs_on_this_cpu(bundle)) throw std::runtime_error(cpu_code_refusal(bundle));
   thread_local CpuCallState s;
   const int64_t batch = detail::checked_host_batch(bundle, inputs, outputs);
 
   std::shared_ptr<const CpuSegment> held = s.last.lock();  // held for this call: a release cannot unload it
   if (!held || held->digest != bundle.digest()) {
-    held = cpu_segment(bundle, *code);
+    held = cpu_segment(bundle, code);
     s.last = held;
   }
   const CpuSegment& seg = *held;

@@ -178,7 +178,7 @@ int default_host_device() {
 
 void run_segment_host(const Bundle& bundle, const std::vector<HostSpan>& inputs, const std::vector<HostSpan>& outputs,
                       int device) {
-  if (cpu_code_for_this_machine(bundle)) return run_segment_cpu(bundle, inputs, outputs);
+  if (runs_on_this_cpu(bundle)) return run_segment_cpu(bundle, inputs, outputs);  // CPU code, or copies only
   const Manifest& m = bundle.manifest();
   const int64_t batch = detail::checked_host_batch(bundle, inputs, outputs);
   const CudaDriver& d = driver();

@@ -82,9 +82,15 @@ bool bundle_bytes(const WarpSegmentNode& seg, const std::string& model_path,
   return false;
 }
 
+/// A note that claims every machine: the segment launches no kernel (copies and memsets only), so it needs no CPU code
+/// (leapp.bundle.format.COPY_ONLY_NOTE).
+bool claims_any_machine(const std::string& note) { return note.rfind("any", 0) == 0; }
+
 }  // namespace
 
-bool claims_this_machine(const std::string& note) { return claimed(note).count(this_machine()) > 0; }
+bool claims_this_machine(const std::string& note) {
+  return claims_any_machine(note) || claimed(note).count(this_machine()) > 0;
+}
 
 size_t check_onnx_segments(const Description& d, size_t index, const std::string& model_path, const std::string& model,
                            const std::vector<std::pair<std::string, const std::string*>>& files) {
@@ -120,6 +126,15 @@ size_t check_onnx_segments(const Description& d, size_t index, const std::string
     for (const CpuCodeSpec& code : bundle->manifest().cpu_code) {
       machines.insert(code.machine);
       listed += (listed.empty() ? "" : ", ") + code.machine;
+    }
+    const size_t kernels = bundle->manifest().kernels.size();
+    if (claims_any_machine(s.cpu_code)) {
+      if (kernels || !machines.empty())
+        throw PipelineError(at + ".producer.cpu_code: " + which + " claims it runs on any machine without CPU code (" +
+                            repr_str(s.cpu_code) + "), but its bundle launches " + std::to_string(kernels) +
+                            " kernel(s) and holds CPU code for " + (listed.empty() ? "no machine" : listed));
+      ++here;
+      continue;
     }
     if (claimed(s.cpu_code) != machines)
       throw PipelineError(at + ".producer.cpu_code: " + which + " claims CPU code for " + repr_str(s.cpu_code) +

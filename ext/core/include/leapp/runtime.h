@@ -311,6 +311,10 @@ void check_segment_memory(const Bundle& bundle, int64_t batch);
 /// nullptr when it holds none.
 const CpuCodeSpec* cpu_code_for_this_machine(const Bundle& bundle);
 
+/// Whether run_segment_cpu runs the bundle on this machine: it holds CPU code for it, or it launches no kernel (a
+/// segment of copies and memsets only needs no compiled code: memmove and memset run it on any machine).
+bool runs_on_this_cpu(const Bundle& bundle);
+
 /// Why run_segment_cpu cannot run the bundle here, naming the segment, this machine and the machines it has
 /// CPU code for; "" when it can.
 std::string cpu_code_refusal(const Bundle& bundle);
@@ -319,8 +323,8 @@ std::string cpu_code_refusal(const Bundle& bundle);
 /// no CUDA driver, no Warp, no compiler, no thread of its own. The CPU code is loaded once per digest from
 /// memory (a sealed memfd), its layout tables checked against every launch; constants are shared and
 /// read-only; scratch, addresses and parameter bytes are per thread, so concurrent calls are safe. Inputs and
-/// outputs are checked as run_segment checks them. Throws std::runtime_error (cpu_code_refusal) when the bundle
-/// has no CPU code for this machine, std::invalid_argument for bad spans or a layout that does not match.
+/// outputs are checked as run_segment checks them. A bundle that launches no kernel runs without CPU code. Throws
+/// std::runtime_error (cpu_code_refusal) when the bundle has no CPU code for this machine and launches a kernel, std::invalid_argument for bad spans or a layout that does not match.
 void run_segment_cpu(const Bundle& bundle, const std::vector<HostSpan>& inputs, const std::vector<HostSpan>& outputs);
 
 /// Unloads the CPU code of segment `digest` (every segment when empty) once no call or thread still holds it
