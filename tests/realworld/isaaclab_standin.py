@@ -24,7 +24,8 @@ from isaaclab.assets.asset_base import AssetBase
 from isaaclab.utils import string as string_utils
 from isaaclab.utils.warp.proxy_array import ProxyArray
 
-__all__ = ["StandInArticulationData", "StandInArticulation", "make_env", "random_root_and_joints"]
+__all__ = ["StandInArticulationData", "StandInArticulation", "StandInCommandManager", "make_env",
+           "random_root_and_joints"]
 
 
 def _proxy(values: np.ndarray, dtype, device: str) -> ProxyArray:
@@ -108,8 +109,20 @@ class _Scene(dict):
         self.device = device
 
 
+class StandInCommandManager:
+    """``env.command_manager``: one persistent ``(num_envs, 3)`` torch tensor per command name, as Isaac Lab's
+    velocity command term keeps ``vel_command_b`` (the ``generated_commands`` term views it with ``wp.from_torch``)."""
+
+    def __init__(self, num_envs: int, device: str, names=("base_velocity",)) -> None:
+        self._commands = {name: torch.zeros(num_envs, 3, device=device) for name in names}
+
+    def get_command(self, name: str) -> torch.Tensor:
+        return self._commands[name]
+
+
 def make_env(num_envs: int, joint_names: list[str], num_actions: int, device: str = "cpu") -> SimpleNamespace:
-    """An env with one articulation ``robot``, a playing sim and an action manager holding ``action``."""
+    """An env with one articulation ``robot``, a playing sim, an action manager holding ``action`` and a command
+    manager holding the ``base_velocity`` command."""
     robot = StandInArticulation(num_envs, joint_names, device)
     action = wp.zeros((num_envs, num_actions), dtype=wp.float32, device=device)
     return SimpleNamespace(
@@ -118,6 +131,7 @@ def make_env(num_envs: int, joint_names: list[str], num_actions: int, device: st
         scene=_Scene(device, robot=robot),
         sim=SimpleNamespace(is_playing=lambda: True),
         action_manager=SimpleNamespace(action=action),
+        command_manager=StandInCommandManager(num_envs, device),
     )
 
 

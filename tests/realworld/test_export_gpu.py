@@ -68,6 +68,31 @@ def test_isaaclab_observations_export(tmp_path, backend, n):
     torch.testing.assert_close(value, expected.cpu(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("backend", ["pt2", "onnx"])
+def test_isaaclab_locomotion_group_export(tmp_path, backend):
+    """Isaac Lab's velocity-locomotion policy group on CUDA: generated_commands and last_action are wp.copy into
+    column views, which Warp's CUDA capture refuses too; leapp records them as its copy kernel (issue 47)."""
+    n = 6
+    observe, _ = make_observe(locomotion=True, n=n, device=DEVICE, backend=backend)
+
+    def state(seed: int) -> list[torch.Tensor]:
+        g = torch.Generator().manual_seed(seed + 7919)
+        extra = [torch.randn(n, 3, generator=g), torch.randn(n, len(JOINTS), generator=g)]
+        return [t.to(DEVICE) for t in [*random_root_and_joints(n, len(JOINTS), seed), *extra]]
+
+    with leapp.trace("loco", save_path=str(tmp_path)) as session:
+        for seed in (1, 2, 3):
+            observe(*state(seed))
+    report = session.compile(validate=True)
+    assert all(node.validation.status == "passed" for node in report.nodes), str(report)
+    new = state(11)
+    expected = observe(*new)
+    names = ["root_pose", "root_vel", "joint_pos", "joint_vel", "command", "action"]
+    (value,) = _fresh_process_outputs(tmp_path / "loco", dict(zip(names, new)), tmp_path).values()
+    torch.testing.assert_close(value, expected.cpu(), rtol=1e-5, atol=1e-5)
+    assert torch.equal(value[:, 9:12], new[4].cpu()) and torch.equal(value[:, -len(JOINTS):], new[5].cpu())
+
+
 def _fk_node(backend: str, nworld: int):
     mjm = mujoco.MjModel.from_xml_path(str(MJCF))
     with wp.ScopedDevice(DEVICE):

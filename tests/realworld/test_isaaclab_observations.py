@@ -10,8 +10,6 @@ that state is traced.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 pytestmark = pytest.mark.realworld
@@ -19,6 +17,7 @@ pytest.importorskip("isaaclab_experimental",
                     reason="Isaac Lab 3.0 is not installed (bash scripts/install-realworld.sh)")
 
 import torch  # noqa: E402
+import warp as wp  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from isaaclab_experimental.envs.mdp import observations as obs  # noqa: E402
@@ -33,42 +32,69 @@ from realworld_helpers import assert_graph_matches_eager, check_recording, trace
 
 import leapp  # noqa: E402
 from leapp import annotate  # noqa: E402
-from leapp.errors import TraceError  # noqa: E402
 
 N = 6
 JOINTS = ["hip_l", "knee_l", "hip_r", "knee_r"]
 GROUP_DIM = 3 + 3 + 3 + 2 + 4 + 4  # the terms below
+LOCOMOTION_DIM = 3 + 3 + 3 + 3 + 3 * len(JOINTS)  # velocities, gravity, command, joint pos/vel, action
 
 
-def _policy_group(with_last_action: bool = False) -> ObservationGroupCfg:
-    """A locomotion policy group: root velocities, gravity, joint terms with a subset, a clip and a scale."""
+def _policy_group(locomotion: bool = False) -> ObservationGroupCfg:
+    """A policy group: root velocities, gravity, joint terms with a subset, a clip and a scale; or, with
+    ``locomotion``, Isaac Lab's velocity-locomotion policy group as deployed (``isaaclab_tasks``' ``PolicyCfg``
+    on flat ground, without the training noise): its ``velocity_commands`` and ``actions`` terms are
+    ``wp.copy`` into column views of the group buffer."""
     group = ObservationGroupCfg()
     group.base_lin_vel = ObservationTermCfg(func=obs.base_lin_vel)
-    group.base_ang_vel = ObservationTermCfg(func=obs.base_ang_vel, scale=0.25)
+    group.base_ang_vel = ObservationTermCfg(func=obs.base_ang_vel, scale=None if locomotion else 0.25)
     group.projected_gravity = ObservationTermCfg(func=obs.projected_gravity)
+    if locomotion:
+        group.velocity_commands = ObservationTermCfg(func=obs.generated_commands,
+                                                     params={"command_name": "base_velocity"})
+        group.joint_pos = ObservationTermCfg(func=obs.joint_pos_rel)
+        group.joint_vel = ObservationTermCfg(func=obs.joint_vel_rel)
+        group.actions = ObservationTermCfg(func=obs.last_action)
+        return group
     group.hip_pos = ObservationTermCfg(func=obs.joint_pos_rel,
                                        params={"asset_cfg": SceneEntityCfg("robot", joint_names=["hip_.*"])})
     group.joint_pos_norm = ObservationTermCfg(func=obs.joint_pos_limit_normalized,
                                               params={"asset_cfg": SceneEntityCfg("robot")})
     group.joint_vel = ObservationTermCfg(func=obs.joint_vel, params={"asset_cfg": SceneEntityCfg("robot")},
                                          clip=(-4.0, 4.0))
-    if with_last_action:
-        group.actions = ObservationTermCfg(func=obs.last_action)
     return group
 
 
-def make_observe(with_last_action: bool = False, n: int = N, device: str = "cpu", backend: str = "onnx"):
-    """A fresh env and manager, and the node that runs the manager's policy group on given state."""
+def make_observe(locomotion: bool = False, n: int = N, device: str = "cpu", backend: str = "onnx"):
+    """A fresh env and manager, and the node that runs the manager's policy group on given state (with
+    ``locomotion`` also on the velocity command and the last action)."""
     env = make_env(n, JOINTS, num_actions=len(JOINTS), device=device)
-    manager = ObservationManager({"policy": _policy_group(with_last_action)}, env)
+    manager = ObservationManager({"policy": _policy_group(locomotion)}, env)
     data = env.scene["robot"].data
 
-    @leapp.node("policy_obs", export_with=backend)
-    def observe(root_pose, root_vel, joint_pos, joint_vel):
+    def state_in(root_pose, root_vel, joint_pos, joint_vel):
         data.root_link_pose_w.torch.copy_(root_pose)
         data.root_com_vel_w.torch.copy_(root_vel)
         data.joint_pos.torch.copy_(joint_pos)
         data.joint_vel.torch.copy_(joint_vel)
+
+    if locomotion:
+        @leapp.node("policy_obs", export_with=backend)
+        def observe(root_pose, root_vel, joint_pos, joint_vel, command, action):
+            state_in(root_pose, root_vel, joint_pos, joint_vel)
+            env.command_manager.get_command("base_velocity").copy_(command)
+            wp.to_torch(env.action_manager.action).copy_(action)
+            # generated_commands caches the first env's command on the function itself; these tests build
+            # several envs in one process, so each call views this env's command again (as its first call does)
+            obs.generated_commands._is_warmed_up = False
+            with annotate.warp_op():
+                group = manager.compute_group("policy")
+            return group.clone()
+
+        return observe, manager
+
+    @leapp.node("policy_obs", export_with=backend)
+    def observe(root_pose, root_vel, joint_pos, joint_vel):
+        state_in(root_pose, root_vel, joint_pos, joint_vel)
         with annotate.warp_op():
             group = manager.compute_group("policy")
         return group.clone()
@@ -76,9 +102,14 @@ def make_observe(with_last_action: bool = False, n: int = N, device: str = "cpu"
     return observe, manager
 
 
-def _inputs(seed: int) -> list[torch.Tensor]:
-    """Root pose, root velocity, joint positions and velocities for all envs."""
-    return random_root_and_joints(N, len(JOINTS), seed)
+def _inputs(seed: int, locomotion: bool = False) -> list[torch.Tensor]:
+    """Root pose, root velocity, joint positions and velocities for all envs; with ``locomotion`` also the
+    velocity command (N, 3) and the last action (N, J)."""
+    state = random_root_and_joints(N, len(JOINTS), seed)
+    if not locomotion:
+        return state
+    g = torch.Generator().manual_seed(seed + 7919)
+    return [*state, torch.randn(N, 3, generator=g), torch.randn(N, len(JOINTS), generator=g)]
 
 
 @pytest.fixture(scope="module")
@@ -115,19 +146,6 @@ def test_same_inputs_every_pass():
     check_recording(record, "policy_obs", observe, _inputs(7))
 
 
-def test_last_action_term_is_refused_on_cpu():
-    """``last_action`` does ``wp.copy(out, action)`` into a strided column of the group buffer; Warp's CPU
-    capture cannot record a non-contiguous copy, and leapp says so naming Isaac Lab's line."""
-    observe, _ = make_observe(with_last_action=True)
-    source = Path(obs.__file__).read_text().splitlines()
-    line = next(i for i, text in enumerate(source, 1) if "wp.copy(out, env.action_manager.action)" in text)
-    with pytest.raises(TraceError) as info:
-        trace_passes(observe, [_inputs(seed) for seed in (1, 2, 3)])
-    message = str(info.value)
-    assert f"observations.py:{line}" in message and "non-contiguous" in message, message
-    assert "policy_obs/warp_segment_0" in message, message
-
-
 @pytest.mark.parametrize("backend", ["onnx", "pt2"])
 def test_exported_policy_group_runs_on_the_cpu_from_its_cpu_code(tmp_path, backend):
     """The real manager's policy group exported as traced on the CPU: its segment carries Isaac Lab's Warp terms
@@ -149,3 +167,68 @@ def test_exported_policy_group_runs_on_the_cpu_from_its_cpu_code(tmp_path, backe
         inputs = _inputs(seed)
         (got,) = pipeline(**dict(zip(names, inputs))).values()
         torch.testing.assert_close(got, observe(*inputs), rtol=1e-5, atol=1e-6)
+
+
+# ---- Isaac Lab's velocity-locomotion policy group: generated_commands and last_action are strided wp.copy calls
+
+
+@pytest.fixture(scope="module")
+def locomotion():
+    """The full locomotion policy group traced on the CPU over three passes with different states."""
+    observe, manager = make_observe(locomotion=True)
+    return trace_passes(observe, [_inputs(seed, True) for seed in (1, 2, 3)]), observe, manager
+
+
+def test_locomotion_group_records_its_copies_as_launches(locomotion):
+    """The command and last-action terms copy into column views of the persistent group buffer: Warp's CPU
+    capture refuses such a copy, leapp records it as its copy kernel; the graph equals the eager manager on a
+    state it was not traced with."""
+    record, observe, manager = locomotion
+    assert manager.group_obs_dim["policy"] == (LOCOMOTION_DIM,)
+    (segment,) = record.nodes["policy_obs"].segments
+    copies = [op for op in segment.captured_ops if op.startswith("launch:leapp_strided_copy_2d")]
+    assert len(copies) == 2, segment.captured_ops
+    assert [tuple(io.spec.shape) for io in segment.outputs] == [(N, LOCOMOTION_DIM)]
+    check_recording(record, "policy_obs", observe, _inputs(7, True))
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_locomotion_graph_equals_eager_manager_on_random_states(locomotion, seed):
+    record, observe, _ = locomotion
+    assert_graph_matches_eager(record, "policy_obs", observe, _inputs(seed, True))
+
+
+@pytest.fixture(scope="module", params=["onnx", "pt2"])
+def locomotion_export(request, tmp_path_factory):
+    """The locomotion group exported as traced on the CPU, validated, and loaded."""
+    import shutil
+
+    if shutil.which("c++") is None and shutil.which("g++") is None:
+        pytest.skip("needs a C++ compiler: the export compiles Warp's CPU source")
+    folder = tmp_path_factory.mktemp(f"locomotion_{request.param}")
+    observe, _ = make_observe(locomotion=True, backend=request.param)
+    with leapp.trace("locomotion_obs", save_path=str(folder)) as session:
+        for seed in (1, 2, 3):
+            observe(*_inputs(seed, True))
+    report = session.compile(validate=True)
+    return report, leapp.load(folder / "locomotion_obs"), observe
+
+
+def test_locomotion_export_validates_on_the_cpu(locomotion_export):
+    report, pipeline, _ = locomotion_export
+    assert report["policy_obs"].status == "passed", str(report)
+    assert list(pipeline.inputs) == ["root_pose", "root_vel", "joint_pos", "joint_vel", "command", "action"]
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_locomotion_export_equals_eager_manager_on_random_states(locomotion_export, seed):
+    """Hypothesis over the state (root, joints, command, last action): the loaded export (PT2 or ONNX, from its
+    CPU code) equals Isaac Lab's eager manager; the copied columns bit for bit."""
+    _, pipeline, observe = locomotion_export
+    inputs = _inputs(seed, True)
+    (got,) = pipeline(**dict(zip(pipeline.inputs, inputs))).values()
+    want = observe(*inputs)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert torch.equal(got[:, 9:12], inputs[4]) and torch.equal(got[:, -len(JOINTS):], inputs[5])
