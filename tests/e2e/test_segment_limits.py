@@ -191,3 +191,49 @@ def test_released_cpu_code_leaves_no_memfd_and_no_mapping(tmp_path):
     loaded, released = r.stdout.strip().splitlines()[-1].split(") (")
     assert not loaded.startswith("(0,"), r.stdout  # loaded: one memfd open, mapped
     assert released == "0, 0)", r.stdout
+
+
+_PARSE = """
+import json, resource, sys
+from leapp import _native
+from leapp.bundle import BundleError, read_bundle
+data = open(sys.argv[1], "rb").read()
+verdicts = []
+for parse, error in ((read_bundle, BundleError), (_native.Bundle, ValueError)):
+    try:
+        parse(data)
+        verdicts.append("accepted")
+    except error as e:
+        verdicts.append(str(e))
+print(json.dumps({"verdicts": verdicts, "peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+"""
+
+
+def _parse_measured(data: bytes, tmp_path: Path, name: str) -> dict:
+    path = tmp_path / name
+    path.write_bytes(data)
+    r = subprocess.run([sys.executable, "-c", _PARSE, str(path)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_a_cpu_object_declared_to_decode_to_a_gib_is_refused_before_decoding(export, tmp_path):
+    """4 MiB stored, 1 GiB declared (within the LZ4 ratio bound of 255): both readers refuse it at the 64 MiB bound
+    before decoding anything, at the peak memory of parsing the real bundle."""
+    from cpu_observation import bundle_of
+
+    original = bundle_of(export)
+
+    def inflated(manifest: dict, blobs: list) -> None:
+        code = manifest["cpu_code"][0]
+        code.update(encoding="lz4-block", decoded_bytes=2**30)
+        blobs[code["blob"]] = os.urandom(4 * 2**20 + 4096)
+
+    normal = _parse_measured(original, tmp_path, "normal.bundle")
+    hostile = _parse_measured(resealed(original, inflated), tmp_path, "hostile.bundle")
+    assert normal["verdicts"] == ["accepted", "accepted"], normal
+    python, native = hostile["verdicts"]
+    assert "decoded_bytes 1073741824 is not in [0, 67108864]" in python, python
+    assert "decoded_bytes 1073741824 out of range [0, 67108864]" in native, native
+    assert hostile["peak_kib"] < normal["peak_kib"] + 64 * 1024, (hostile, normal)  # 4 MiB read, nothing decoded
+    print(f"peak KiB: parse normal {normal['peak_kib']} hostile {hostile['peak_kib']}")
