@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from elf_fields import object_of
 from cpu_observation import BATCH, bundle_of, quats, rewritten, trace, warp_cpu
 from hostile_cpu_code import RUN_AT_LOAD, VARIANTS, build_evil_library, build_variant, layout_tables, swap_cpu_code
 
@@ -29,15 +30,6 @@ pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::
 HOSTILE = [v for v in VARIANTS if v != "plain"]
 
 
-def _object_of(data: bytes) -> tuple[str, bytes, list[str]]:
-    from leapp.bundle import lz4_block, read_bundle
-
-    bundle = read_bundle(data)
-    code = bundle.manifest["cpu_code"][0]
-    image = bytes(bundle.blobs[code["blob"]])
-    if "encoding" in code:
-        image = lz4_block.decode_block(image, code["decoded_bytes"])
-    return code["machine"], image, [k["cpu_entry"] for k in bundle.manifest["kernels"]]
 
 
 def _with_code(image: bytes):
@@ -55,7 +47,7 @@ def exports(tmp_path_factory) -> dict:
     """variant -> (export folder, marker file, bundle bytes); plus the load-time controls' markers."""
     root = tmp_path_factory.mktemp("hostile")
     _, folder = trace(root / "base", "onnx", validate=False)
-    machine, image, entries = _object_of(bundle_of(folder))
+    machine, image, entries = object_of(bundle_of(folder))
     tables = layout_tables(image, machine, entries)
     (root / "markers").mkdir()
     (root / "work").mkdir()

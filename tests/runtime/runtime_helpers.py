@@ -115,3 +115,29 @@ def build_torch_test_library(out_path, source=None, opt: str = "-O0"):
            *map(str, sorted((ext / "core" / "src").glob("*.cpp"))), f"-L{root / 'lib'}", "-ltorch", "-ltorch_cpu",
            "-lc10", "-ldl", f"-Wl,-rpath,{root / 'lib'}", "-o", str(out_path)]
     return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def record_mlp(save_path, dynamic_batch=None):
+    """Two ONNX nodes recorded on the CPU into ``save_path/mlp``: policy (obs[16, 48] -> [16, 12], an MLP) and post
+    (clamp, scale and offset by default_pos[16, 12]); the C++ runner's tests share it."""
+    import torch
+
+    import leapp
+
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(48, 64), torch.nn.ELU(), torch.nn.Linear(64, 12))
+
+    @leapp.node("policy", export_with="onnx", dynamic_batch=dynamic_batch)
+    def policy(obs):
+        return mlp(obs)
+
+    @leapp.node("post", export_with="onnx", dynamic_batch=dynamic_batch)
+    def post(actions, default_pos):
+        return torch.clamp(actions, -5.0, 5.0) * 0.25 + default_pos
+
+    obs, default_pos = torch.randn(16, 48), torch.randn(16, 12)
+    with leapp.trace("mlp", save_path=save_path) as session, torch.no_grad():
+        for _ in range(3):
+            post(policy(obs), default_pos)
+    session.compile(validate=False)
+    return save_path / "mlp"

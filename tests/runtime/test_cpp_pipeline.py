@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 import leapp
 from leapp import _native
+from runtime_helpers import record_mlp
 from leapp.pipeline_format import PipelineError, read_pipeline, sha256_file, twin_text, yaml_text
 
 LEAPP_RUN = Path(sys.executable).with_name("leapp-run")
@@ -34,35 +35,17 @@ pytestmark = pytest.mark.skipif(
     "(bash scripts/fetch-ort-headers.sh, then pip install -e . again)")
 
 
-def _record(save_path: Path, dynamic_batch=None) -> Path:
-    torch.manual_seed(0)
-    mlp = torch.nn.Sequential(torch.nn.Linear(48, 64), torch.nn.ELU(), torch.nn.Linear(64, 12))
-
-    @leapp.node("policy", export_with="onnx", dynamic_batch=dynamic_batch)
-    def policy(obs):
-        return mlp(obs)
-
-    @leapp.node("post", export_with="onnx", dynamic_batch=dynamic_batch)
-    def post(actions, default_pos):
-        return torch.clamp(actions, -5.0, 5.0) * 0.25 + default_pos
-
-    obs, default_pos = torch.randn(16, 48), torch.randn(16, 12)
-    with leapp.trace("mlp", save_path=save_path) as session, torch.no_grad():
-        for _ in range(3):
-            post(policy(obs), default_pos)
-    session.compile(validate=False)
-    return save_path / "mlp"
 
 
 @pytest.fixture(scope="module")
 def export(tmp_path_factory) -> Path:
-    return _record(tmp_path_factory.mktemp("cpp"))
+    return record_mlp(tmp_path_factory.mktemp("cpp"))
 
 
 @pytest.fixture(scope="module")
 def dynamic_export(tmp_path_factory) -> Path:
     """The same two nodes with a dynamic batch 1..64: pipeline.yaml's tensors carry ``batch`` ranges."""
-    return _record(tmp_path_factory.mktemp("cpp_dynamic"), dynamic_batch=(1, 64))
+    return record_mlp(tmp_path_factory.mktemp("cpp_dynamic"), dynamic_batch=(1, 64))
 
 
 @pytest.fixture

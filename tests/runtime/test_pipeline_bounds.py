@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
+from runtime_helpers import record_mlp
 
 import leapp
 from leapp.pipeline_format import (MAX_PIPELINE_BYTES, MAX_TENSOR_BYTES, PipelineError, read_pipeline, sha256_file,
@@ -50,24 +50,7 @@ def _peak_run(*args) -> tuple[int, int, str]:
 @pytest.fixture(scope="module")
 def export(tmp_path_factory) -> Path:
     """Two ONNX nodes recorded on the CPU: policy (obs[16, 48] -> [16, 12]) and post (clamp and offset)."""
-    torch.manual_seed(0)
-    mlp = torch.nn.Sequential(torch.nn.Linear(48, 64), torch.nn.ELU(), torch.nn.Linear(64, 12))
-
-    @leapp.node("policy", export_with="onnx")
-    def policy(obs):
-        return mlp(obs)
-
-    @leapp.node("post", export_with="onnx")
-    def post(actions, default_pos):
-        return torch.clamp(actions, -5.0, 5.0) * 0.25 + default_pos
-
-    save_path = tmp_path_factory.mktemp("bounds")
-    obs, default_pos = torch.randn(16, 48), torch.randn(16, 12)
-    with leapp.trace("mlp", save_path=save_path) as session, torch.no_grad():
-        for _ in range(3):
-            post(policy(obs), default_pos)
-    session.compile(validate=False)
-    return save_path / "mlp"
+    return record_mlp(tmp_path_factory.mktemp("bounds"))
 
 
 def _write_both(folder: Path, description: dict) -> None:
