@@ -103,9 +103,9 @@ def parse_signature(text: str) -> dict[str, Any]:
         raise _fail(f"must be a JSON object, got {type(sig).__name__}")
     digest = sig.get("digest")
     if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
-        raise _fail(f"digest must be 64 lowercase hex digits (a sha256), got {digest!r}")
+        raise _fail(f"digest must be 64 lowercase hex digits (a sha256), got {digest!r:.80}")
     if not isinstance(sig.get("segment"), str):
-        raise _fail(f"segment must be a string, got {sig.get('segment')!r}")
+        raise _fail(f"segment must be a string, got {sig.get('segment')!r:.80}")
     inputs = _tensors(sig, "inputs")
     _tensors(sig, "outputs")
     if "batch" in sig:

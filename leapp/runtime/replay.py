@@ -56,7 +56,9 @@ def _signature(signature: str) -> dict:
 
 
 def _where(sig: dict) -> str:
-    return f"leapp::warp_segment '{sig.get('segment', '?')}'"
+    from leapp._contract.names import shown
+
+    return f"leapp::warp_segment {shown(sig.get('segment', '?'))}"  # a name from a file: quoted, cut
 
 
 def load_bundle(bundle: torch.Tensor, signature: str):
