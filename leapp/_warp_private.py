@@ -63,6 +63,7 @@ __all__ = [
     "needs_deterministic",
     "uses_tiles",
     "expected_arg_size",
+    "kernel_ssa",
 ]
 
 SUPPORTED_WARP_SERIES = "1.19"  # the release series every private use below was checked against (pinned: 1.19.0)
@@ -593,3 +594,129 @@ def mathdx_enabled() -> bool:
     """Whether Warp's native library was built with MathDx (its NVRTC compiles define WP_ENABLE_MATHDX to match)."""
     core = _context().runtime.core
     return bool(core.wp_is_mathdx_enabled()) if hasattr(core, "wp_is_mathdx_enabled") else False
+
+
+# ---------------------------------------------------------------- kernel SSA (lowering)
+
+# Emitters that write C++ control flow or statements no call records; the lowering refuses them by these names.
+_SSA_CONSTRUCTS = {
+    "begin_if": "if/else on data",
+    "begin_else": "if/else on data",
+    "begin_for": "loop",
+    "begin_while": "while loop",
+    "add_comp": "comparison",
+    "emit_BoolOp": "boolean operator",
+    "add_return": "return",
+    "emit_Assert": "assert",
+}
+
+
+def _ssa_type(t) -> str:
+    """A Warp type as a plain name: float32, vec3f, quatf, ref[vec3f], array1d[float32]; anything else its repr."""
+    import warp as wp
+    import warp._src.codegen as codegen
+
+    if codegen.is_reference(t):
+        return f"ref[{_ssa_type(t.value_type)}]"
+    if type(t) is wp.array:
+        return f"array{t.ndim}d[{_ssa_type(t.dtype)}]"
+    if wp.types.type_is_quaternion(t) and t._wp_scalar_type_ is wp.float32:
+        return "quatf"
+    if wp.types.type_is_vector(t) and t._wp_scalar_type_ is wp.float32:
+        return f"vec{t._length_}f"
+    if t in (wp.float32, wp.int32):
+        return t.__name__
+    return wp.types.type_repr(t) if isinstance(t, type) or hasattr(t, "dtype") else repr(t)
+
+
+def _ssa_arg(value):
+    """One bound argument: ("var", label, type), ("const", value, type), ("tuple", [...]) or ("py", value)."""
+    import warp._src.codegen as codegen
+
+    if isinstance(value, codegen.Var):
+        if value.constant is not None:
+            constant = getattr(value.constant, "value", value.constant)
+            return ("const", constant, _ssa_type(value.type))
+        return ("var", value.label, _ssa_type(value.type))
+    if isinstance(value, tuple):
+        return ("tuple", [_ssa_arg(v) for v in value])
+    return ("py", value)
+
+
+def kernel_ssa(kernel) -> dict:
+    """The forward SSA Warp builds for ``kernel``: its calls and every construct no call covers, in order.
+
+    Builds a fresh ``Adjoint`` of the kernel (the module's own is left alone) and
+    records each ``add_call`` (Warp's resolved builtin or ``wp.func``, its bound
+    arguments and output Vars) plus the emitters that write control flow, so the
+    lowering reads what Warp compiles, never a copy of the kernel.
+    """
+    import warp._src.codegen as codegen
+
+    source = kernel.adj
+    adj = codegen.Adjoint(
+        kernel.func,
+        overload_annotations=dict(source.arg_types),
+        source=source.source,
+        transformers=source.transformers,
+    )
+    adj.fun_lineno = source.fun_lineno  # a given source skips Warp's own line lookup
+    events: list[tuple] = []
+    depth = [0]
+
+    def where() -> int:
+        return adj.fun_lineno + (adj.lineno or 0)
+
+    original_call = adj.add_call
+
+    def add_call(func, args, kwargs, type_args, min_outputs=None, return_value_used=True, arg_nodes=None,
+                 kwarg_nodes=None, return_resolved=False):
+        depth[0] += 1
+        try:
+            output, resolved, bound = original_call(func, args, kwargs, type_args, min_outputs, return_value_used,
+                                                    arg_nodes, kwarg_nodes, return_resolved=True)
+        finally:
+            depth[0] -= 1
+        outputs = [] if output is None else list(output) if isinstance(output, (list, tuple)) else [output]
+        events.append((
+            "call",
+            resolved.key,
+            resolved.is_builtin(),
+            {name: _ssa_arg(value) for name, value in bound.items()},
+            [(o.label, _ssa_type(o.type)) for o in outputs],
+            where(),
+        ))
+        return (output, resolved, bound) if return_resolved else output
+
+    original_forward = adj.add_forward
+
+    def add_forward(statement, replay=None, skip_replay=False):
+        if depth[0] == 0 and not statement.lstrip().startswith("//"):
+            events.append(("construct", f"statement `{statement.strip()}`", where()))
+        return original_forward(statement, replay, skip_replay)
+
+    def refusing(name, construct):
+        original = getattr(adj, name)
+
+        def emitter(*args, **kwargs):
+            events.append(("construct", construct, where()))
+            depth[0] += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+
+        return emitter
+
+    adj.add_call = add_call
+    adj.add_forward = add_forward
+    for name, construct in _SSA_CONSTRUCTS.items():
+        setattr(adj, name, refusing(name, construct))
+    adj.build(None, dict(kernel.module.options))
+    return {
+        "name": kernel.key,
+        "file": adj.filename,
+        "line": adj.fun_lineno,
+        "args": [(a.label, _ssa_type(a.type)) for a in adj.args],
+        "events": events,
+    }
