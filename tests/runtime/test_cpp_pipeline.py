@@ -645,7 +645,9 @@ def test_onnx_runtime_threads_are_explicit_and_bounded(export, tmp_path):
     common = (export, "--in", tmp_path / "in", "--out", tmp_path / "out", "--time", "3000")
     alone = _peak_threads(*common)
     assert alone <= 2, alone  # the main thread (and at most one of ONNX Runtime's environment)
-    assert _peak_threads(*common, "--threads", "3") == alone + 2 * len(pipeline.nodes)
+    # the environment's thread comes and goes: sampled every 10 ms, a loaded machine may see it in one run only
+    threaded = _peak_threads(*common, "--threads", "3") - 2 * len(pipeline.nodes)
+    assert 1 <= threaded <= 2, (threaded, alone)
 
 
 def test_fixed_rate_loop_reports_latency_percentiles_and_deadlines(export, tmp_path):
