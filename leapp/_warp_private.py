@@ -629,6 +629,18 @@ def _ssa_type(t) -> str:
     return wp.types.type_repr(t) if isinstance(t, type) or hasattr(t, "dtype") else repr(t)
 
 
+def kernel_arg_type_name(t) -> str:
+    """A kernel parameter's Warp type as the lowering names it (``array1d[vec3f]``, ``float32``, ...)."""
+    return _ssa_type(t)
+
+
+def array_t_offsets() -> tuple[int, int]:
+    """Byte offsets of ``shape[4]`` and ``strides[4]`` (int32 each) in the ``array_t`` a launch passes."""
+    import warp._src.types as wt
+
+    return wt.array_t.shape.offset, wt.array_t.strides.offset
+
+
 def _ssa_arg(value):
     """One bound argument: ("var", label, type), ("const", value, type), ("tuple", [...]) or ("py", value)."""
     import warp._src.codegen as codegen

@@ -22,6 +22,7 @@ from leapp._export.paths import artifact_path
 from leapp._export.pipeline_yaml import NodeArtifact, describe_pipeline, write_pipeline_yaml
 from leapp._export.report import CompileReport, NodeReport
 from leapp._export.validate_process import VALIDATION_TIMEOUT_S
+from leapp._export.warp_route import LOWERED, lower_onnx_file, plan_routes
 from leapp._export.validate import (
     NEEDS_CUDA,
     SKIPPED,
@@ -35,6 +36,7 @@ from leapp.errors import ExportError, UnsupportedBackend
 __all__ = ["check_backends", "compile_session"]
 
 log = logging.getLogger(__name__)
+LOWERED_NOTE = "any: lowered to standard ONNX ops"  # a cpu_code note (leapp.bundle.format) every machine runs
 
 
 def check_backends(record: SessionRecord) -> None:
@@ -54,8 +56,9 @@ def check_backends(record: SessionRecord) -> None:
             )
 
 
-def export_node(record: NodeRecord, folder: Path, bundles: BundleProvider | None = None) -> NodeArtifact:
-    """Writes one node's artifact into ``folder``."""
+def export_node(record: NodeRecord, folder: Path, bundles: BundleProvider | None = None,
+                routes: dict[str, str] | None = None) -> NodeArtifact:
+    """Writes one node's artifact into ``folder``; ``routes`` (segment id -> route) says which segments lower."""
     start = time.perf_counter()
     node = build_exportable(record, bundles)
     built = time.perf_counter()
@@ -64,6 +67,11 @@ def export_node(record: NodeRecord, folder: Path, bundles: BundleProvider | None
         from leapp._export.onnx_export import export_onnx
 
         path, extra = export_onnx(node, folder)
+        if routes and LOWERED in routes.values():
+            if extra:
+                raise ExportError(f"node '{record.name}': lowering segments of a model with external data is not "
+                                  "implemented yet; compile with warp='replay'")
+            lower_onnx_file(record, path, routes)
     elif record.export_with == "pt2":
         from leapp._export.pt2_export import export_pt2
 
@@ -74,7 +82,7 @@ def export_node(record: NodeRecord, folder: Path, bundles: BundleProvider | None
         path = export_torchscript(node, folder)
     log.info("node '%s': %d Warp segment(s) built in %.2f s, %s written in %.2f s", record.name, len(node.segments),
              built - start, path.name, time.perf_counter() - built)
-    return NodeArtifact(record, record.export_with, path, extra, node.segments)
+    return NodeArtifact(record, record.export_with, path, extra, node.segments, dict(routes or {}))
 
 
 def compile_session(
@@ -85,6 +93,7 @@ def compile_session(
     *,
     bundles: BundleProvider | None = None,
     validation_timeout: float = VALIDATION_TIMEOUT_S,
+    warp: str = "replay",
 ) -> CompileReport:
     """Exports every node of ``record`` and writes ``<save_path>/<name>/pipeline.yaml``.
 
@@ -96,6 +105,9 @@ def compile_session(
         bundles: segment -> bundle bytes; defaults to compiling the Warp capture.
         validation_timeout: seconds the validation process may spend loading one
             node or running one sample before it is stopped (that node fails).
+        warp: "replay" (every segment replays through leapp's runtime), "lower" (every segment is written as
+            standard ops, else ExportError naming each one that cannot be) or "auto" (lower what can be);
+            docs/lowering.md.
 
     Returns:
         The per-node report (``str()`` prints a table).
@@ -110,19 +122,22 @@ def compile_session(
     if not record.nodes:
         raise ExportError(f"session '{record.name}': no leapp.node was recorded, nothing to export")
     check_backends(record)
+    routes = plan_routes(record, warp)
     folder = artifact_path(record.save_path, record.name, "", f"session '{record.name}'")
     for node in record.nodes.values():  # names of hand-made records, before anything is written
         artifact_path(folder, node.name, "", f"node '{node.name}' ({node.source})")
     folder.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     log.info("session '%s': exporting %d node(s) into %s", record.name, len(record.nodes), folder)
-    artifacts = [export_node(node, folder, bundles) for node in record.nodes.values()]
+    artifacts = [export_node(node, folder, bundles, routes[node.name] if warp != "replay" else None)
+                 for node in record.nodes.values()]
     write_pipeline_yaml(describe_pipeline(record, artifacts, folder), folder)
     log.info("session '%s': artifacts and pipeline.yaml written in %.2f s", record.name, time.perf_counter() - start)
     report = CompileReport(record.name, folder)
     if validate:
         jobs = [NodeArtifactJob(art.record, art.backend, art.path,
-                                {seg.id: seg.manifest.get("producer", {}).get("cpu_code", "") for seg in art.segments})
+                                {seg.id: LOWERED_NOTE if art.routes.get(seg.id) == LOWERED
+                                 else seg.manifest.get("producer", {}).get("cpu_code", "") for seg in art.segments})
                 for art in artifacts]
         checked = time.perf_counter()
         results = validate_nodes(jobs, rtol, atol, folder=folder, timeout=validation_timeout)
@@ -141,6 +156,7 @@ def compile_session(
                 artifact=art.path.relative_to(folder).as_posix(),
                 segments=[s.id for s in art.segments],
                 validation=result,
+                routes=dict(art.routes),
             )
         )
     raise_for_failures(results, report)

@@ -61,6 +61,7 @@ class NodeArtifact:
     path: Path
     extra_files: list[Path] = field(default_factory=list)
     segments: list = field(default_factory=list)  # leapp._export.exportable.SegmentExport
+    routes: dict = field(default_factory=dict)  # segment id -> "lowered" / "replayed: <why>"; empty: warp="replay"
 
 
 def _version(dist: str) -> str | None:
@@ -122,9 +123,18 @@ def _device(record: NodeRecord) -> str:
     return "cpu"
 
 
+def _segment_producer(art: NodeArtifact, seg) -> dict:
+    producer = dict(seg.manifest.get("producer", {}))
+    if seg.id in art.routes:
+        producer["route"] = art.routes[seg.id]
+    return producer
+
+
 def _node_entry(art: NodeArtifact, folder: Path) -> dict:
+    """A lowered segment holds no bundle: it is listed under ``lowered_segments``, which the readers ignore."""
     record = art.record
-    return {
+    replayed = [seg for seg in art.segments if art.routes.get(seg.id) != "lowered"]
+    entry = {
         "name": record.name,
         "backend": art.backend,
         "artifact": art.path.relative_to(folder).as_posix(),
@@ -141,11 +151,30 @@ def _node_entry(art: NodeArtifact, folder: Path) -> dict:
                 "device": seg.device,
                 "digest": seg.digest,
                 "kernels": [k.get("key") or k.get("entry") for k in seg.manifest.get("kernels", [])],
-                "producer": dict(seg.manifest.get("producer", {})),
+                "producer": _segment_producer(art, seg),
             }
-            for seg in art.segments
+            for seg in replayed
         ],
     }
+    lowered = [seg for seg in art.segments if art.routes.get(seg.id) == "lowered"]
+    if lowered:
+        entry["lowered_segments"] = [
+            {
+                "id": seg.id,
+                "source": recorded_source(seg.source),
+                "device": seg.device,
+                "kernels": [k.get("key") or k.get("entry") for k in seg.manifest.get("kernels", [])],
+                "producer": {"route": "lowered", "opset": str(_lowering_opset())},
+            }
+            for seg in lowered
+        ]
+    return entry
+
+
+def _lowering_opset() -> int:
+    from leapp.lowering import OPSET
+
+    return OPSET
 
 
 def _check_edges(record: SessionRecord) -> None:

@@ -19,6 +19,7 @@ class NodeReport:
     artifact: str
     segments: list[str]
     validation: NodeValidation
+    routes: dict[str, str] = field(default_factory=dict)  # segment id -> "lowered" / "replayed: <why>" (warp=)
 
     @property
     def status(self) -> str:
@@ -78,4 +79,6 @@ class CompileReport:
         for n in self.nodes:
             if n.validation.reason:
                 lines.append(f"{n.node}: {n.validation.reason}")
+            for seg, route in n.routes.items():
+                lines.append(f"{n.node} segment '{seg}': {route}")
         return "\n".join(lines)

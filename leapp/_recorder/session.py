@@ -215,8 +215,12 @@ class Session(Generic[Report]):
             notes=list(self.notes),
         )
 
-    def compile(self, validate: bool = True, rtol: float = 1e-3, atol: float = 1e-5) -> Report:
+    def compile(self, validate: bool = True, rtol: float = 1e-3, atol: float = 1e-5, *,
+                warp: str = "replay") -> Report:
         """Check the passes, then export every node (with the ``export`` the session was made with).
+
+        ``warp``: "replay" (default), "lower" or "auto": whether Warp segments are written as standard ops
+        (docs/lowering.md).
 
         Raises:
             TraceError: a node ran only once, or the capture pass skipped a
@@ -230,6 +234,8 @@ class Session(Generic[Report]):
         if self._export is None:
             raise TraceError(f"session '{self.name}' has no exporter to compile with; "
                              "begin sessions with leapp.trace or leapp.start")
+        if warp != "replay":  # exporters written before the option need not know it
+            return self._export(record, validate=validate, rtol=rtol, atol=atol, warp=warp)
         return self._export(record, validate=validate, rtol=rtol, atol=atol)
 
 
