@@ -156,6 +156,10 @@ def test_auto_lowers_what_it_can_and_replays_the_rest(tmp_path):
     assert act_entry["segments"][0]["producer"]["route"].startswith("replayed: ")
     assert "exp" in act_entry["segments"][0]["producer"]["route"]
     leapp.load(report.path)
+    shown = subprocess.run([sys.executable, "-m", "leapp.cli", "inspect", str(report.path)], capture_output=True,
+                           text=True)
+    assert "segment obs/warp_segment_0: kernels" in shown.stdout and "route lowered" in shown.stdout, shown.stdout
+    assert "route replayed: " in shown.stdout, shown.stdout
 
 
 def test_default_replays_and_writes_no_route(tmp_path):
