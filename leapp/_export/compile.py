@@ -129,9 +129,7 @@ def compile_session(
     folder.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     log.info("session '%s': exporting %d node(s) into %s", record.name, len(record.nodes), folder)
-    # warp="replay" calls export_node exactly as before (tests stand in for it with that signature)
-    artifacts = [export_node(node, folder, bundles) if warp == "replay"
-                 else export_node(node, folder, bundles, routes=routes[node.name]) for node in record.nodes.values()]
+    artifacts = [export_node(node, folder, bundles, routes=routes[node.name]) for node in record.nodes.values()]
     write_pipeline_yaml(describe_pipeline(record, artifacts, folder), folder)
     log.info("session '%s': artifacts and pipeline.yaml written in %.2f s", record.name, time.perf_counter() - start)
     report = CompileReport(record.name, folder)

@@ -41,15 +41,17 @@ def _why(record: NodeRecord, seg) -> str | None:
 
 
 def plan_routes(record: SessionRecord, warp: str) -> dict[str, dict[str, str]]:
-    """node -> segment id -> "lowered" or "replayed: <why>"; raises ExportError for "lower" naming each refusal."""
+    """node -> segment id -> "lowered" or "replayed: <why>" (empty for warp="replay"); raises ExportError for "lower"
+    naming each refusal."""
     if warp not in WARP_ROUTES:
         raise ExportError(f"session '{record.name}': warp={warp!r}; choose one of {list(WARP_ROUTES)}")
-    routes: dict[str, dict[str, str]] = {}
+    routes: dict[str, dict[str, str]] = {node: {} for node in record.nodes}
+    if warp == "replay":  # nothing chosen: the export writes no route, exactly as before warp= existed
+        return routes
     refused = []
     for node in record.nodes.values():
-        routes[node.name] = {}
         for seg in node.segments:
-            why = "warp='replay'" if warp == "replay" else _why(node, seg)
+            why = _why(node, seg)
             routes[node.name][seg.id] = LOWERED if why is None else f"replayed: {why}"
             if why is not None and warp == "lower":
                 refused.append(f"node '{node.name}' segment '{seg.id}' ({seg.source}): {why}")
