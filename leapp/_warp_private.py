@@ -598,34 +598,36 @@ def mathdx_enabled() -> bool:
 
 # ---------------------------------------------------------------- kernel SSA (lowering)
 
-# Emitters that write C++ control flow or statements no call records; the lowering refuses them by these names.
-_SSA_CONSTRUCTS = {
-    "begin_if": "if/else on data",
-    "begin_else": "if/else on data",
-    "begin_for": "loop",
-    "begin_while": "while loop",
-    "add_comp": "comparison",
-    "emit_BoolOp": "boolean operator",
-    "add_return": "return",
-    "emit_Assert": "assert",
-}
+# Emitters whose C++ the lowering cannot read from calls alone; each is recorded as a "construct" and refused.
+_SSA_CONSTRUCTS = {"Assert": "assert"}
 
 
 def _ssa_type(t) -> str:
-    """A Warp type as a plain name: float32, vec3f, quatf, ref[vec3f], array1d[float32]; anything else its repr."""
+    """A Warp type as a plain name: float32, int32, bool, vec3f, quatf, mat33f, transformf, ref[vec3f],
+    array2d[float32]; anything else its repr (which no table row matches)."""
     import warp as wp
     import warp._src.codegen as codegen
 
     if codegen.is_reference(t):
         return f"ref[{_ssa_type(t.value_type)}]"
-    if type(t) is wp.array:
-        return f"array{t.ndim}d[{_ssa_type(t.dtype)}]"
-    if wp.types.type_is_quaternion(t) and t._wp_scalar_type_ is wp.float32:
-        return "quatf"
-    if wp.types.type_is_vector(t) and t._wp_scalar_type_ is wp.float32:
-        return f"vec{t._length_}f"
-    if t in (wp.float32, wp.int32):
+    if (isinstance(t, wp.array) and type(t).__name__ == "array") or getattr(t, "_concrete_cls", None) is wp.array:
+        return f"array{t.ndim}d[{_ssa_type(t.dtype)}]"  # an array, or an annotation such as wp.array2d[wp.quat]
+    scalar = getattr(t, "_wp_scalar_type_", None)
+    if scalar is wp.float32:
+        if wp.types.type_is_quaternion(t):
+            return "quatf"
+        if wp.types.type_is_transformation(t):
+            return "transformf"
+        if wp.types.type_is_matrix(t):
+            return f"mat{t._shape_[0]}{t._shape_[1]}f"
+        if wp.types.type_is_vector(t):
+            return f"vec{t._length_}f"
+    if scalar is wp.int32 and wp.types.type_is_vector(t):
+        return f"vec{t._length_}i"
+    if t in (wp.float32, wp.int32, wp.bool):
         return t.__name__
+    if t is bool:
+        return "bool"
     return wp.types.type_repr(t) if isinstance(t, type) or hasattr(t, "dtype") else repr(t)
 
 
@@ -655,13 +657,27 @@ def _ssa_arg(value):
     return ("py", value)
 
 
-def kernel_ssa(kernel) -> dict:
-    """The forward SSA Warp builds for ``kernel``: its calls and every construct no call covers, in order.
+def kernel_ssa(kernel, max_unroll: int = 64) -> dict:
+    """The forward SSA Warp builds for a kernel or ``wp.func`` overload, as a flat list of events, in order.
 
-    Builds a fresh ``Adjoint`` of the kernel (the module's own is left alone) and
-    records each ``add_call`` (Warp's resolved builtin or ``wp.func``, its bound
-    arguments and output Vars) plus the emitters that write control flow, so the
-    lowering reads what Warp compiles, never a copy of the kernel.
+    Builds a fresh ``Adjoint`` (the module's own is left alone; its options are
+    copied, with ``max_unroll`` raised so that constant-range loops unroll in
+    Warp's own unroller) and records what the lowering reads:
+
+    - ``("call", key, builtin, args, outputs, line, callee)``: each ``add_call``
+      (Warp's resolved builtin or ``wp.func`` overload, bound arguments, output
+      Vars); ``callee`` is the ``wp.func``'s own SSA (recursively), else None;
+    - ``("compare", ops, left, comparators, out, line)``;
+    - ``("bool", is_and, out, first, line)``, then per later operand
+      ``("guard", out, is_and, line)`` ... ``("end", line)`` and
+      ``("bool_step", is_and, out, value, line)``;
+    - ``("if", cond, line)`` / ``("else", cond, line)`` ... ``("end", line)``;
+    - ``("for", iter, const_range, value, line)`` ... ``("end_for", line)``;
+    - ``("while", line)``, the condition's events, ``("while_cond", cond, line)``,
+      the body, ``("end_while", line)``;
+    - ``("continue", line)``, ``("break", line)``, ``("return", values, line)``;
+    - ``("construct", text, line)``: any other statement Warp writes outside a
+      call (the lowering refuses it), so nothing passes silently.
     """
     import warp._src.codegen as codegen
 
@@ -669,12 +685,13 @@ def kernel_ssa(kernel) -> dict:
     adj = codegen.Adjoint(
         kernel.func,
         overload_annotations=dict(source.arg_types),
+        is_user_function=source.is_user_function,
         source=source.source,
         transformers=source.transformers,
     )
     adj.fun_lineno = source.fun_lineno  # a given source skips Warp's own line lookup
     events: list[tuple] = []
-    depth = [0]
+    quiet = [0]  # >0 while an emitter this function records as a whole writes its own statements
 
     def where() -> int:
         return adj.fun_lineno + (adj.lineno or 0)
@@ -683,13 +700,16 @@ def kernel_ssa(kernel) -> dict:
 
     def add_call(func, args, kwargs, type_args, min_outputs=None, return_value_used=True, arg_nodes=None,
                  kwarg_nodes=None, return_resolved=False):
-        depth[0] += 1
+        quiet[0] += 1
         try:
             output, resolved, bound = original_call(func, args, kwargs, type_args, min_outputs, return_value_used,
                                                     arg_nodes, kwarg_nodes, return_resolved=True)
         finally:
-            depth[0] -= 1
+            quiet[0] -= 1
         outputs = [] if output is None else list(output) if isinstance(output, (list, tuple)) else [output]
+        callee = None
+        if not resolved.is_builtin():
+            callee = kernel_ssa(resolved, max_unroll) if quiet[0] < 8 else {"error": "wp.func calls nested too deep"}
         events.append((
             "call",
             resolved.key,
@@ -697,34 +717,142 @@ def kernel_ssa(kernel) -> dict:
             {name: _ssa_arg(value) for name, value in bound.items()},
             [(o.label, _ssa_type(o.type)) for o in outputs],
             where(),
+            callee,
         ))
         return (output, resolved, bound) if return_resolved else output
 
     original_forward = adj.add_forward
 
     def add_forward(statement, replay=None, skip_replay=False):
-        if depth[0] == 0 and not statement.lstrip().startswith("//"):
+        if quiet[0] == 0 and not statement.lstrip().startswith("//"):
             events.append(("construct", f"statement `{statement.strip()}`", where()))
         return original_forward(statement, replay, skip_replay)
 
-    def refusing(name, construct):
+    adj.add_call = add_call
+    adj.add_forward = add_forward
+
+    def wrap(name, before=None, after=None):
         original = getattr(adj, name)
 
         def emitter(*args, **kwargs):
-            events.append(("construct", construct, where()))
-            depth[0] += 1
+            if before is not None:
+                events.append(before(*args))
+            quiet[0] += 1
             try:
-                return original(*args, **kwargs)
+                result = original(*args, **kwargs)
             finally:
-                depth[0] -= 1
+                quiet[0] -= 1
+            if after is not None:
+                events.append(after(result, *args))
+            return result
 
-        return emitter
+        setattr(adj, name, emitter)
 
-    adj.add_call = add_call
-    adj.add_forward = add_forward
-    for name, construct in _SSA_CONSTRUCTS.items():
-        setattr(adj, name, refusing(name, construct))
-    adj.build(None, dict(kernel.module.options))
+    def label(var):
+        return var.label if isinstance(var, codegen.Var) else None
+
+    wrap("begin_if", before=lambda cond: ("if", label(cond), where()))
+    wrap("begin_else", before=lambda cond: ("else", label(cond), where()))
+    wrap("end_if", after=lambda _r, cond: ("end", where()))
+    wrap("end_else", after=lambda _r, cond: ("end", where()))
+
+    def for_event(value, iterator, constant_range=None):
+        rng = None if constant_range is None else (constant_range.start, constant_range.stop, constant_range.step)
+        return ("for", label(iterator), rng, label(value), where())
+
+    wrap("begin_for", after=for_event)
+    wrap("end_for", after=lambda _r, *a, **k: ("end_for", where()))
+    wrap("add_comp", after=lambda out, ops, left, comps: (
+        "compare", list(ops), _ssa_arg(left), [_ssa_arg(c) for c in comps], label(out), where()))
+    wrap("add_return", before=lambda var: (
+        "return", [] if var is None else [_ssa_arg(v) for v in var], where()))
+
+    import ast
+
+    visitors = dict(codegen.Adjoint.node_visitors)  # Warp dispatches statements through this table
+
+    def continue_or_break(node_type, kind):
+        original = visitors[node_type]
+
+        def emitter(a, node):
+            a.materialize_redefinitions(a.loop_symbols[-1])  # recorded as "assign" calls
+            events.append((kind, where()))
+            a.loop_symbols[-1] = dict(a.symbols)  # nothing left for Warp's own emitter to materialize
+            quiet[0] += 1
+            try:
+                return original(a, node)
+            finally:
+                quiet[0] -= 1
+
+        visitors[node_type] = emitter
+
+    continue_or_break(ast.Continue, "continue")
+    continue_or_break(ast.Break, "break")
+
+    def emit_bool(a, node):
+        is_and = isinstance(node.op, ast.And)
+        output = adj.add_var(codegen.builtins.bool)
+        first = adj.load(adj.eval(node.values[0]))
+        events.append(("bool", is_and, output.label, _ssa_arg(first), where()))
+        for expr in node.values[1:]:
+            events.append(("guard", output.label, is_and, where()))
+            value = adj.load(adj.eval(expr))
+            events.append(("end", where()))
+            events.append(("bool_step", is_and, output.label, _ssa_arg(value), where()))
+        return output
+
+    visitors[ast.BoolOp] = emit_bool
+
+    def emit_while(a, node):
+        a._promote_mutated_iter_constants(node.body)
+        events.append(("while", where()))
+        loaded = []
+        original_load = a.load
+
+        def load(var):
+            out = original_load(var)
+            loaded.append(out)
+            return out
+
+        a.load = load  # begin_while evaluates the condition and loads it last
+        try:
+            a.begin_while(node.test)
+        finally:
+            del a.load
+        events.append(("while_cond", loaded[-1].label, where()))
+        a.loop_symbols.append(a.symbols.copy())
+        for statement in node.body:
+            a.eval(statement)
+        a.materialize_redefinitions(a.loop_symbols[-1])
+        a.loop_symbols.pop()
+        quiet[0] += 1
+        try:
+            a.end_while()
+        finally:
+            quiet[0] -= 1
+        events.append(("end_while", where()))
+
+    visitors[ast.While] = emit_while
+
+    def refused(node_type, construct):
+        original = visitors[node_type]
+
+        def emitter(a, node):
+            events.append(("construct", construct, where()))
+            quiet[0] += 1
+            try:
+                return original(a, node)
+            finally:
+                quiet[0] -= 1
+
+        visitors[node_type] = emitter
+
+    for node_name, construct in _SSA_CONSTRUCTS.items():
+        refused(getattr(ast, node_name), construct)
+    adj.node_visitors = visitors
+    options = dict(kernel.module.options)  # a copy: the module's options are never changed
+    options["max_unroll"] = max(int(options.get("max_unroll", 16)), max_unroll)
+    adj.build(None, options)
     return {
         "name": kernel.key,
         "file": adj.filename,

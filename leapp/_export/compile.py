@@ -22,7 +22,7 @@ from leapp._export.paths import artifact_path
 from leapp._export.pipeline_yaml import NodeArtifact, describe_pipeline, write_pipeline_yaml
 from leapp._export.report import CompileReport, NodeReport
 from leapp._export.validate_process import VALIDATION_TIMEOUT_S
-from leapp._export.warp_route import LOWERED, lower_onnx_file, plan_routes
+from leapp._export.warp_route import LOWERED, plan_routes
 from leapp._export.validate import (
     NEEDS_CUDA,
     SKIPPED,
@@ -36,7 +36,6 @@ from leapp.errors import ExportError, UnsupportedBackend
 __all__ = ["check_backends", "compile_session"]
 
 log = logging.getLogger(__name__)
-LOWERED_NOTE = "any: lowered to standard ONNX ops"  # a cpu_code note (leapp.bundle.format) every machine runs
 
 
 def check_backends(record: SessionRecord) -> None:
@@ -60,18 +59,14 @@ def export_node(record: NodeRecord, folder: Path, bundles: BundleProvider | None
                 routes: dict[str, str] | None = None) -> NodeArtifact:
     """Writes one node's artifact into ``folder``; ``routes`` (segment id -> route) says which segments lower."""
     start = time.perf_counter()
-    node = build_exportable(record, bundles)
+    lowered = frozenset(sid for sid, route in (routes or {}).items() if route == LOWERED)
+    node = build_exportable(record, bundles, lowered=lowered)
     built = time.perf_counter()
     extra: list[Path] = []
     if record.export_with == "onnx":
         from leapp._export.onnx_export import export_onnx
 
         path, extra = export_onnx(node, folder)
-        if routes and LOWERED in routes.values():
-            if extra:
-                raise ExportError(f"node '{record.name}': lowering segments of a model with external data is not "
-                                  "implemented yet; compile with warp='replay'")
-            lower_onnx_file(record, path, routes)
     elif record.export_with == "pt2":
         from leapp._export.pt2_export import export_pt2
 
@@ -82,7 +77,7 @@ def export_node(record: NodeRecord, folder: Path, bundles: BundleProvider | None
         path = export_torchscript(node, folder)
     log.info("node '%s': %d Warp segment(s) built in %.2f s, %s written in %.2f s", record.name, len(node.segments),
              built - start, path.name, time.perf_counter() - built)
-    return NodeArtifact(record, record.export_with, path, extra, node.segments, dict(routes or {}))
+    return NodeArtifact(record, record.export_with, path, extra, node.segments, dict(routes or {}), node.lowered)
 
 
 def compile_session(
@@ -135,8 +130,8 @@ def compile_session(
     report = CompileReport(record.name, folder)
     if validate:
         jobs = [NodeArtifactJob(art.record, art.backend, art.path,
-                                {seg.id: LOWERED_NOTE if art.routes.get(seg.id) == LOWERED
-                                 else seg.manifest.get("producer", {}).get("cpu_code", "") for seg in art.segments})
+                                {seg.id: seg.manifest.get("producer", {}).get("cpu_code", "") for seg in art.segments},
+                                frozenset(s.id for s in art.lowered))
                 for art in artifacts]
         checked = time.perf_counter()
         results = validate_nodes(jobs, rtol, atol, folder=folder, timeout=validation_timeout)
@@ -153,7 +148,7 @@ def compile_session(
                 node=art.record.name,
                 backend=art.backend,
                 artifact=art.path.relative_to(folder).as_posix(),
-                segments=[s.id for s in art.segments],
+                segments=[s.id for s in art.segments] + [s.id for s in art.lowered],
                 validation=result,
                 routes=dict(art.routes),
             )

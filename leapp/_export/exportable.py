@@ -30,6 +30,7 @@ __all__ = [
     "BundleProvider",
     "SegmentExport",
     "ExportableNode",
+    "LoweredExport",
     "build_exportable",
     "example_inputs",
     "bundle_info",
@@ -53,6 +54,16 @@ class SegmentExport:
 
 
 @dataclass
+class LoweredExport:
+    """One Warp segment written as standard ops in the node's graph (no bundle; docs/lowering.md)."""
+
+    id: str
+    source: str
+    device: str
+    kernels: list[str]
+
+
+@dataclass
 class ExportableNode:
     """What the backends export: the rewritten module and its example inputs."""
 
@@ -60,6 +71,7 @@ class ExportableNode:
     module: torch.fx.GraphModule
     example_inputs: tuple[torch.Tensor, ...]
     segments: list[SegmentExport] = field(default_factory=list)
+    lowered: list[LoweredExport] = field(default_factory=list)
 
 
 def bundle_info(bundle: bytes) -> tuple[dict, str, str]:
@@ -120,8 +132,32 @@ def _check_side(record: NodeRecord, seg: SegmentRecord, side: str, specs: list[d
             )
 
 
-def build_exportable(record: NodeRecord, bundles: BundleProvider | None = None) -> ExportableNode:
-    """Rewrites ``record.graph`` into an exportable module; ``bundles`` makes each segment's bundle bytes.
+def _lower_call(gm: torch.fx.GraphModule, record: NodeRecord, seg: SegmentRecord, call: torch.fx.Node,
+                inputs) -> LoweredExport:
+    """Replaces ``call`` with the segment's lowered torch function (docs/lowering.md); its constant regions
+    become buffers of ``gm`` on the segment's device."""
+    from leapp._export.lower_segment import LoweredCall, lower_segment
+    from leapp.lowering.torch_backend import constant_tensor
+
+    lowered = lower_segment(seg)
+    consts = []
+    for rid in lowered.constant_regions:
+        name = f"lowered_{seg.index}_region{rid}"
+        gm.register_buffer(name, constant_tensor(lowered.graph.regions[rid]).to(seg.device))
+        with gm.graph.inserting_before(call):
+            consts.append(gm.graph.get_attr(name))
+    with gm.graph.inserting_before(call):
+        new = gm.graph.call_function(LoweredCall(lowered, len(inputs)), (*inputs, *consts))
+    new.meta.update(call.meta)
+    call.replace_all_uses_with(new)
+    gm.graph.erase_node(call)
+    return LoweredExport(seg.id, seg.source, seg.device, list(lowered.kernels))
+
+
+def build_exportable(record: NodeRecord, bundles: BundleProvider | None = None,
+                     lowered: frozenset[str] = frozenset()) -> ExportableNode:
+    """Rewrites ``record.graph`` into an exportable module; ``bundles`` makes each segment's bundle bytes, and
+    the segments named in ``lowered`` are written as standard ops instead (docs/lowering.md).
 
     Args:
         record: the recorded node.
@@ -145,7 +181,13 @@ def build_exportable(record: NodeRecord, bundles: BundleProvider | None = None) 
         symbolize_batch_sizes(gm, record)
     by_id = {seg.id: seg for seg in record.segments}
     exports: list[SegmentExport] = []
+    lowered_exports: list[LoweredExport] = []
     calls = _segment_calls(gm)
+    for call in list(calls):
+        seg = by_id.get(call.args[0])
+        if seg is not None and seg.id in lowered:
+            lowered_exports.append(_lower_call(gm, record, seg, call, list(call.args[1])))
+            calls.remove(call)
     if calls and bundles is None and record.dynamic_batch is not None:
         bundles = _dynamic_bundles(record)
     if calls and bundles is None:
@@ -193,14 +235,15 @@ def build_exportable(record: NodeRecord, bundles: BundleProvider | None = None) 
                 manifest=manifest,
             )
         )
-    missing = sorted(set(by_id) - {e.id for e in exports})
+    missing = sorted(set(by_id) - {e.id for e in exports} - {e.id for e in lowered_exports})
     if missing:
         raise ExportError(
             f"node '{record.name}' ({record.source}): recorded segment(s) {missing} are not called by its graph"
         )
     gm.graph.lint()
     gm.recompile()
-    return ExportableNode(record=record, module=gm, example_inputs=example_inputs(record), segments=exports)
+    return ExportableNode(record=record, module=gm, example_inputs=example_inputs(record), segments=exports,
+                          lowered=lowered_exports)
 
 
 def _check_getitems(record: NodeRecord, seg: SegmentRecord, op_node: torch.fx.Node, count: int) -> None:

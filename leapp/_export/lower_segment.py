@@ -1,10 +1,12 @@
-"""A recorded Warp segment written as standard ONNX ops (issue 48, docs/lowering.md), or why it cannot be.
+"""A recorded Warp segment written as standard ops (issue 48, docs/lowering.md), or why it cannot be.
 
-Each launch of the segment's capture is lowered with ``leapp.lowering.lower_kernel``
-and its arrays are bound to the capture's memory regions, so that one kernel's
-output feeds the next. The slice's assumptions are checked on the capture first:
-a 1-D launch over the batch, contiguous arrays whose whole region is the
-launch's length, no region passed twice. Copies and memsets are refused for now.
+The capture says everything a launch passed: each array argument's region,
+byte offset, shape and strides, each scalar's bytes, the launch dimensions.
+Each region becomes a flat tensor of 32-bit lanes (an input's tensor, a
+constant's captured bytes, or zeros); each launch is lowered from its kernel's
+own SSA (``leapp.lowering.frontend``) against those bindings, and copies and
+memsets become slices. ``LoweredCall`` runs the result with torch ops, which
+torch.export records as ATen ops and torch.onnx writes as standard ONNX.
 """
 
 from __future__ import annotations
@@ -12,18 +14,27 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-import onnx
 import torch
-from onnx import helper, numpy_helper
 
 from leapp import _warp_private
-from leapp._apic.wrp import RELOC_DATA_PTR, WrpLaunch, parse_wrp
+from leapp._apic.wrp import (
+    RELOC_DATA_PTR,
+    WrpAlloc,
+    WrpLaunch,
+    WrpMemcpy,
+    WrpMemset,
+    WrpMemtile,
+    parse_wrp,
+)
 from leapp._contract.records import SegmentRecord
 from leapp.errors import ExportError
+from leapp.lowering import torch_backend
+from leapp.lowering.frontend import ArrayBinding, LaunchBinding, lower_launch
+from leapp.lowering.ir import KINDS, Graph, Region, Value, scalar_of, width_of
 
-__all__ = ["LoweredSegment", "SegmentRefused", "lower_segment"]
+__all__ = ["LoweredCall", "LoweredSegment", "SegmentRefused", "lower_segment"]
 
-_WIDTH = {"float32": 1, "vec3f": 3, "quatf": 4}
+_SCALAR_OF_DTYPE = {torch.float32: "float32", torch.int32: "int32"}
 
 
 class SegmentRefused(ExportError):
@@ -31,159 +42,219 @@ class SegmentRefused(ExportError):
 
     def __init__(self, where: str, reasons: list[str]):
         self.reasons = reasons
-        super().__init__(f"{where} cannot be lowered to standard ONNX ops: " + "; ".join(reasons))
+        super().__init__(f"{where} cannot be lowered to standard ops: " + "; ".join(reasons))
 
 
 @dataclass
 class LoweredSegment:
-    """The ONNX nodes (and their initializers) that compute a segment from its inputs' value names."""
+    """A segment's IR, and which region each of its outputs is."""
 
     id: str
     kernels: list[str]
-    nodes: list[onnx.NodeProto] = field(default_factory=list)
-    initializers: list[onnx.TensorProto] = field(default_factory=list)
+    graph: Graph
+    outputs: list[tuple[int, tuple[int, ...], torch.dtype]] = field(default_factory=list)
+
+    @property
+    def constant_regions(self) -> list[int]:
+        return [r.id for r in self.graph.regions.values() if r.source == "constant"]
 
 
-def _kind(arg_type) -> tuple[str, str] | None:
-    """('array', kind) or ('scalar', 'float32') for what the slice lowers, else None."""
-    name = _warp_private.kernel_arg_type_name(arg_type)
-    if name.startswith("array1d[") and name[8:-1] in _WIDTH:
-        return "array", name[8:-1]
-    if name == "float32":
-        return "scalar", name
-    return None
+class LoweredCall:
+    """The torch function of a lowered segment: ``(*inputs, *constants) -> outputs`` (constants in
+    ``constant_regions`` order, flat lanes)."""
+
+    def __init__(self, lowered: LoweredSegment, n_inputs: int):
+        self.lowered = lowered
+        self.n_inputs = n_inputs
+        self.__name__ = f"lowered_{lowered.id.replace('/', '_')}"
+
+    def __call__(self, *args):
+        inputs, consts = args[:self.n_inputs], args[self.n_inputs:]
+        constants = dict(zip(self.lowered.constant_regions, consts))
+        regions = torch_backend.run_graph(self.lowered.graph, list(inputs), constants)
+        return tuple(regions[rid].reshape(shape).to(dtype) for rid, shape, dtype in self.lowered.outputs)
 
 
-def _region_nbytes(spec) -> int:
-    count = 1
-    for d in spec.shape:
-        count *= int(d)
-    return count * torch.empty((), dtype=spec.dtype).element_size()
+# leapp's own strided-copy kernel (leapp/_recorder/strided_copy.py) moves raw 32-bit lanes as uint32: those
+# arrays take their region's lane type, since the kernel only loads and stores them.
+_LANE_COPY_PREFIX = "leapp_strided_copy"
 
 
-class _Splicer:
-    def __init__(self, seg: SegmentRecord, input_names: list[str], batch: int, prefix: str):
+def _array_kind(type_name: str, lane_copy: bool) -> tuple[int, str] | None:
+    if not type_name.startswith("array") or "d[" not in type_name:
+        return None
+    ndim, kind = type_name[5:].split("d[", 1)
+    kind = kind[:-1]
+    if kind == "uint32" and lane_copy:
+        return int(ndim), "lane"
+    if kind not in KINDS or scalar_of(kind) == "bool":
+        return None
+    return int(ndim), kind
+
+
+class _Builder:
+    def __init__(self, seg: SegmentRecord):
         self.seg = seg
-        self.batch = batch
-        self.prefix = prefix
-        self.values: dict[int, str] = {io.region_id: name for io, name in zip(seg.inputs, input_names)}
-        self.sized = {io.region_id: io for io in list(seg.inputs) + list(seg.outputs)}
-        self.out = LoweredSegment(seg.id, [k.key for k in seg.kernels])
+        self.wrp = parse_wrp(seg.wrp)
+        self.graph = Graph(seg.id)
+        self.known: dict[str, torch.Tensor] = {}
         self.reasons: list[str] = []
+        self.inputs = {io.region_id: j for j, io in enumerate(seg.inputs)}
+        self.io_spec = {io.region_id: io.spec for io in list(seg.inputs) + list(seg.outputs)}
 
-    def region_of(self, launch: WrpLaunch, j: int, label: str, kind: str, where: str) -> int:
-        param = launch.params[j]
-        ptr = [r for r in param.relocs if r.kind == RELOC_DATA_PTR and r.offset == 0]
-        if not ptr:
-            raise ExportError(f"{where}: array `{label}` has no captured data pointer")
+    def region(self, rid: int, scalar: str, where: str) -> None:
+        """Declares region ``rid`` as lanes of ``scalar`` (first use) or checks that it is."""
+        if rid in self.graph.regions:
+            if self.graph.regions[rid].scalar != scalar:
+                raise ExportError(f"{where}: region {rid} is read both as {self.graph.regions[rid].scalar} and "
+                                  f"as {scalar} (a reinterpretation of its bytes)")
+            return
+        wrp_region = self.wrp.regions.get(rid)
+        if wrp_region is None:
+            raise ExportError(f"{where}: region {rid} is not in the capture")
+        if wrp_region.size % 4:
+            raise ExportError(f"{where}: region {rid} has {wrp_region.size} bytes, not whole 32-bit lanes")
+        lanes = wrp_region.size // 4
+        spec = self.io_spec.get(rid)
+        if spec is not None and _SCALAR_OF_DTYPE.get(spec.dtype) != scalar:
+            raise ExportError(f"{where}: '{spec.name}' is {spec.dtype} but the kernel reads it as {scalar}")
+        if rid in self.inputs:
+            region = Region(rid, scalar, lanes, "input", index=self.inputs[rid])
+        elif rid in self.seg.constants:
+            region = Region(rid, scalar, lanes, "constant", data=bytes(self.seg.constants[rid]))
+        elif spec is not None or rid in self.seg.scratch or wrp_region.transient:
+            region = Region(rid, scalar, lanes, "zeros")
+        else:
+            raise ExportError(f"{where}: region {rid} is memory the segment neither receives nor owns")
+        self.graph.regions[rid] = region
+        first = Value(f"region{rid}_0", "region")
+        self.graph.current[rid] = first
+        if region.source == "constant":
+            self.known[first.name] = torch_backend.constant_tensor(region)
+
+    def binding(self, launch: WrpLaunch, kernel, where: str) -> LaunchBinding:
+        if launch.coord_mult != 1:
+            raise ExportError(f"{where}: a launch whose threads share coordinates (folded dimensions)")
+        dims = tuple(int(d) for d in launch.shape[:launch.ndim])
+        arrays: dict[str, ArrayBinding] = {}
+        scalars: dict[str, tuple] = {}
         shape_at, strides_at = _warp_private.array_t_offsets()
-        shape = struct.unpack_from("<4i", param.value, shape_at)
-        stride = struct.unpack_from("<i", param.value, strides_at)[0]
-        width = 4 * _WIDTH[kind]
-        region = ptr[0].region_id
-        io = self.sized.get(region)
-        if ptr[0].region_offset != 0 or shape[0] != launch.dim or stride != width:
-            raise ExportError(f"{where}: array `{label}` is a view (offset {ptr[0].region_offset}, length "
-                              f"{shape[0]}, stride {stride} bytes), not a whole contiguous array of the launch's "
-                              f"{launch.dim} elements")
-        if io is None:
-            raise ExportError(f"{where}: array `{label}` is memory that is neither an input nor an output of the "
-                              "segment (a constant or scratch array)")
-        if io.spec.dtype != torch.float32 or _region_nbytes(io.spec) != launch.dim * width:
-            raise ExportError(f"{where}: array `{label}` ({kind}[{launch.dim}]) is bound to '{io.spec.name}' "
-                              f"{io.spec.dtype}{list(io.spec.shape)}, whose length is not the launch dimension")
-        return region
-
-    def launch(self, k: int, launch: WrpLaunch, kernel, site: str) -> None:
-        from leapp.lowering import lower_kernel
-
-        where = f"kernel `{launch.kernel_key}` at {site}"
-        if launch.ndim != 1 or launch.dim != self.batch:
-            raise ExportError(f"{where}: a {launch.ndim}-D launch of {launch.dim} threads is not a 1-D launch over "
-                              f"the batch ({self.batch})")
-        model = lower_kernel(kernel)
-        used = {name for n in model.graph.node for name in n.input}
-        read = {name for n in model.graph.node if n.op_type != "Shape" for name in n.input}
-        bound: dict[str, str] = {}
-        written: dict[str, int] = {}
-        regions: dict[int, str] = {}
         for j, arg in enumerate(_warp_private.kernel_args(kernel)):
-            kind = _kind(arg.type)
-            if kind is None or (kind[0] == "scalar" and arg.label not in used):
-                continue
-            if kind[0] == "scalar":
-                value = struct.unpack_from("<f", launch.params[j].value, 0)[0]
-                name = f"{self.prefix}{arg.label}"
-                self.out.nodes.append(helper.make_node(
-                    "Constant", [], [name], value=numpy_helper.from_array(torch.tensor(value).numpy())))
-                bound[arg.label] = name
-                continue
-            region = self.region_of(launch, j, arg.label, kind[1], where)
-            if region in regions:
-                raise ExportError(f"{where}: arrays `{regions[region]}` and `{arg.label}` are the same memory")
-            regions[region] = arg.label
-            written[f"{arg.label}_out"] = region
-            if region in self.values and arg.label in used:
-                bound[arg.label] = self.values[region]
-            elif arg.label in read:
-                raise ExportError(f"{where}: reads array `{arg.label}` before anything in the segment defines it")
-        for name in used - set(bound) - {i.name for i in model.graph.initializer}:  # Shape of a write-only array
-            if name in {i.name for i in model.graph.input}:
-                if not self.values:
-                    raise ExportError(f"{where}: no array of the batch is defined before it to size its outputs")
-                bound[name] = next(iter(self.values.values()))
+            name = _warp_private.kernel_arg_type_name(arg.type)
+            param = launch.params[j]
+            array = _array_kind(name, launch.kernel_key.startswith(_LANE_COPY_PREFIX))
+            if array is not None:
+                ndim, kind = array
+                ptr = [r for r in param.relocs if r.kind == RELOC_DATA_PTR and r.offset == 0]
+                shape = struct.unpack_from(f"<{ndim}i", param.value, shape_at)
+                strides = struct.unpack_from(f"<{ndim}i", param.value, strides_at)
+                if not ptr:  # a null array (wp.empty(0) and the like): reads give zeros, stores are dropped
+                    arrays[arg.label] = ArrayBinding(-1, "float32" if kind == "lane" else kind, 0, tuple(shape),
+                                                     tuple(0 for _ in strides))
+                    continue
+                offset = ptr[0].region_offset
+                if offset % 4 or any(s % 4 for s in strides):
+                    raise ExportError(f"{where}: array `{arg.label}` is not aligned to 32-bit lanes")
+                if kind == "lane":
+                    kind = self.lane_scalar(ptr[0].region_id)
+                self.region(ptr[0].region_id, scalar_of(kind), where)
+                arrays[arg.label] = ArrayBinding(ptr[0].region_id, kind, offset // 4, tuple(shape),
+                                                 tuple(s // 4 for s in strides))
+            elif name in KINDS:
+                scalar, width = KINDS[name]
+                fmt = {"float32": "f", "int32": "i", "bool": "?"}[scalar]
+                scalars[arg.label] = struct.unpack_from(f"<{width}{fmt}", param.value, 0)
+        return LaunchBinding(dims, arrays, scalars)
 
-        def rename(name: str) -> str:
-            return bound.get(name) or (f"{self.prefix}{name}" if name else "")
+    def lane_scalar(self, rid: int) -> str:
+        """The lane type of a region a raw copy touches: as declared, else its tensor's, else float32."""
+        if rid in self.graph.regions:
+            return self.graph.regions[rid].scalar
+        spec = self.io_spec.get(rid)
+        return _SCALAR_OF_DTYPE.get(spec.dtype, "float32") if spec is not None else "float32"
 
-        for init in model.graph.initializer:
-            copy = onnx.TensorProto()
-            copy.CopyFrom(init)
-            copy.name = rename(init.name)
-            self.out.initializers.append(copy)
-        for node in model.graph.node:
-            copy = onnx.NodeProto()
-            copy.CopyFrom(node)
-            copy.input[:] = [rename(i) for i in node.input]
-            copy.output[:] = [rename(o) for o in node.output]
-            copy.name = f"{self.prefix}{node.name or node.output[0]}"
-            self.out.nodes.append(copy)
-        for out in model.graph.output:
-            self.values[written[out.name]] = rename(out.name)
+    def lanes(self, rid: int, offset: int, size: int, where: str) -> tuple[int, int]:
+        if offset % 4 or size % 4:
+            raise ExportError(f"{where}: bytes [{offset}, {offset + size}) are not whole 32-bit lanes")
+        if rid not in self.graph.regions:
+            spec = self.io_spec.get(rid)
+            scalar = _SCALAR_OF_DTYPE.get(spec.dtype) if spec is not None else "float32"
+            if scalar is None:
+                raise ExportError(f"{where}: '{spec.name}' is {spec.dtype}, not 32-bit lanes")
+            self.region(rid, scalar, where)
+        return offset // 4, size // 4
+
+    def memory_op(self, op, where: str) -> None:
+        g = self.graph
+        if isinstance(op, WrpAlloc):
+            return
+        if isinstance(op, WrpMemcpy):
+            so, count = self.lanes(op.src_region, op.src_offset, op.size, where)
+            do, _ = self.lanes(op.dst_region, op.dst_offset, op.size, where)
+            src, dst = g.current[op.src_region], g.current[op.dst_region]
+            if g.regions[op.src_region].scalar != g.regions[op.dst_region].scalar:
+                raise ExportError(f"{where}: a copy between lanes of different types")
+            g.current[op.dst_region] = g.emit("Copy", (dst, src), "region", dst_offset=do, src_offset=so,
+                                              count=count)
+            return
+        if isinstance(op, WrpMemset):
+            offset, count = self.lanes(op.region, op.offset, op.size, where)
+            pattern = bytes([op.value & 0xFF]) * 4
+        elif isinstance(op, WrpMemtile):
+            if len(op.pattern) % 4:
+                raise ExportError(f"{where}: a fill pattern of {len(op.pattern)} bytes (not whole 32-bit lanes)")
+            offset, count = self.lanes(op.region, op.offset, op.count * len(op.pattern), where)
+            pattern = bytes(op.pattern)
+        else:
+            raise ExportError(f"{where}: a {op.op_name} operation")
+        scalar = g.regions[op.region].scalar
+        lanes = struct.unpack(f"<{len(pattern) // 4}{'f' if scalar == 'float32' else 'i'}", pattern)
+        g.current[op.region] = g.emit("Fill", (g.current[op.region],), "region", offset=offset, count=count,
+                                      pattern=tuple(lanes))
 
 
-def lower_segment(seg: SegmentRecord, input_names: list[str], output_names: list[str], batch: int,
-                  prefix: str) -> LoweredSegment:
-    """ONNX nodes computing ``seg``: they read ``input_names`` (its inputs, in order) and write ``output_names``.
+def lower_segment(seg: SegmentRecord) -> LoweredSegment:
+    """The IR of ``seg``: every launch, copy and memset, in the captured order.
 
     Raises:
         SegmentRefused: naming each kernel or operation that does not lower, with its file:line.
     """
     where = f"segment '{seg.id}' ({seg.source})"
-    splicer = _Splicer(seg, input_names, batch, prefix)
+    b = _Builder(seg)
     kernels = {k.key: k.kernel for k in seg.kernels}
+    ssa_cache: dict[str, dict] = {}
     launches = 0
-    for op in parse_wrp(seg.wrp).ops:
+    for op in b.wrp.ops:
         if not isinstance(op, WrpLaunch):
-            splicer.reasons.append(f"a {op.op_name} operation (only kernel launches lower for now)")
+            try:
+                b.memory_op(op, f"{op.op_name} operation {op.index}")
+            except ExportError as e:
+                b.reasons.append(str(e))
             continue
         site = seg.call_sites[launches] if launches < len(seg.call_sites) else seg.source
-        splicer.prefix = f"{prefix}k{launches}_"
+        launches += 1
+        here = f"kernel `{op.kernel_key}` at {site}"
         try:
             kernel = kernels.get(op.kernel_key)
             if kernel is None:
-                raise ExportError(f"kernel `{op.kernel_key}` at {site}: not among the segment's recorded kernels")
-            splicer.launch(launches, op, kernel, site)
+                raise ExportError(f"{here}: not among the segment's recorded kernels")
+            binding = b.binding(op, kernel, here)
+            if op.kernel_key not in ssa_cache:
+                ssa_cache[op.kernel_key] = _warp_private.kernel_ssa(kernel)
+            refusals = lower_launch(b.graph, ssa_cache[op.kernel_key], binding, b.known, here)
+            if refusals:
+                raise ExportError(f"{here}: " + "; ".join(refusals))
         except ExportError as e:
-            splicer.reasons.append(str(e))
-        launches += 1
-    if not splicer.reasons:
-        for io, name in zip(seg.outputs, output_names):
-            value = splicer.values.get(io.region_id)
-            if value is None:
-                splicer.reasons.append(f"output '{io.spec.name}' is not written by a lowered launch")
-            else:
-                splicer.out.nodes.append(helper.make_node("Identity", [value], [name], name=f"{prefix}{name}"))
-    if splicer.reasons:
-        raise SegmentRefused(where, splicer.reasons)
-    return splicer.out
+            b.reasons.append(str(e))
+    lowered = LoweredSegment(seg.id, [k.key for k in seg.kernels], b.graph)
+    for io in seg.outputs:
+        if io.region_id not in b.graph.regions:
+            scalar = _SCALAR_OF_DTYPE.get(io.spec.dtype)
+            if scalar is None:
+                b.reasons.append(f"output '{io.spec.name}' is {io.spec.dtype}, which no launch writes")
+                continue
+            b.region(io.region_id, scalar, f"output '{io.spec.name}'")
+        lowered.outputs.append((io.region_id, tuple(io.spec.shape), io.spec.dtype))
+    if b.reasons:
+        raise SegmentRefused(where, list(dict.fromkeys(b.reasons)))
+    return lowered

@@ -62,6 +62,7 @@ class NodeArtifact:
     extra_files: list[Path] = field(default_factory=list)
     segments: list = field(default_factory=list)  # leapp._export.exportable.SegmentExport
     routes: dict = field(default_factory=dict)  # segment id -> "lowered" / "replayed: <why>"; empty: warp="replay"
+    lowered: list = field(default_factory=list)  # leapp._export.exportable.LoweredExport
 
 
 def _version(dist: str) -> str | None:
@@ -133,7 +134,6 @@ def _segment_producer(art: NodeArtifact, seg) -> dict:
 def _node_entry(art: NodeArtifact, folder: Path) -> dict:
     """A lowered segment holds no bundle: it is listed under ``lowered_segments``, which the readers ignore."""
     record = art.record
-    replayed = [seg for seg in art.segments if art.routes.get(seg.id) != "lowered"]
     entry = {
         "name": record.name,
         "backend": art.backend,
@@ -153,28 +153,22 @@ def _node_entry(art: NodeArtifact, folder: Path) -> dict:
                 "kernels": [k.get("key") or k.get("entry") for k in seg.manifest.get("kernels", [])],
                 "producer": _segment_producer(art, seg),
             }
-            for seg in replayed
+            for seg in art.segments
         ],
     }
-    lowered = [seg for seg in art.segments if art.routes.get(seg.id) == "lowered"]
-    if lowered:
+    if art.lowered:
+        ops = "aten" if art.backend == "pt2" else "onnx"
         entry["lowered_segments"] = [
             {
                 "id": seg.id,
                 "source": recorded_source(seg.source),
                 "device": seg.device,
-                "kernels": [k.get("key") or k.get("entry") for k in seg.manifest.get("kernels", [])],
-                "producer": {"route": "lowered", "opset": str(_lowering_opset())},
+                "kernels": list(seg.kernels),
+                "producer": {"route": "lowered", "ops": ops},
             }
-            for seg in lowered
+            for seg in art.lowered
         ]
     return entry
-
-
-def _lowering_opset() -> int:
-    from leapp.lowering import OPSET
-
-    return OPSET
 
 
 def _check_edges(record: SessionRecord) -> None:

@@ -113,21 +113,25 @@ def compare(name: str, actual: torch.Tensor, expected: torch.Tensor, rtol: float
     return check
 
 
-def validation_blocker(record: NodeRecord, backend: str, cpu_code: dict[str, str] | None = None) -> str | None:
-    """Why the node cannot be validated here, or None (``cpu_code``: as ``NodeArtifactJob.cpu_code``)."""
-    blocked = _blocker(record, backend, cpu_code or {})
+def validation_blocker(record: NodeRecord, backend: str, cpu_code: dict[str, str] | None = None,
+                       lowered: frozenset[str] = frozenset()) -> str | None:
+    """Why the node cannot be validated here, or None (``cpu_code``, ``lowered``: as ``NodeArtifactJob``'s)."""
+    blocked = _blocker(record, backend, cpu_code or {}, lowered)
     return blocked[1] if blocked else None
 
 
-def _blocker(record: NodeRecord, backend: str, cpu_code: dict[str, str]) -> tuple[str, str] | None:
+def _blocker(record: NodeRecord, backend: str, cpu_code: dict[str, str],
+             lowered: frozenset[str] = frozenset()) -> tuple[str, str] | None:
     """(status, reason) when the node cannot be validated here: NEEDS_CUDA when only a CUDA replay is
     missing (what a GPU machine would validate), ERROR otherwise. Segments captured on the CPU run from
-    their CPU code (docs/export-cpu.md) when every one has code for this machine."""
+    their CPU code (docs/export-cpu.md) when every one has code for this machine. Lowered segments
+    (``lowered``) are standard ops and need neither."""
     if not record.samples:
         return ERROR, "no recorded samples to compare with (the node ran only in discovery/capture passes)"
-    if not record.segments:
+    replayed = [s for s in record.segments if s.id not in lowered]
+    if not replayed:
         return None
-    cpu_segments = [s for s in record.segments if not str(s.device).startswith("cuda")]
+    cpu_segments = [s for s in replayed if not str(s.device).startswith("cuda")]
     if cpu_segments:
         missing = [f"{s.id} ({s.source}): {cpu_code.get(s.id) or 'none'}" for s in cpu_segments
                    if not cpu_code_runs_here(cpu_code.get(s.id, "none"))]
@@ -140,7 +144,7 @@ def _blocker(record: NodeRecord, backend: str, cpu_code: dict[str, str]) -> tupl
         return _library_blocker(backend)
     problem = cuda_problem()
     if problem:
-        return NEEDS_CUDA, f"cannot replay Warp segment(s) {[s.id for s in record.segments]}: {problem}"
+        return NEEDS_CUDA, f"cannot replay Warp segment(s) {[s.id for s in replayed]}: {problem}"
     return _library_blocker(backend)
 
 
@@ -180,6 +184,7 @@ class NodeArtifactJob:
     backend: str
     artifact: Path
     cpu_code: dict[str, str] = field(default_factory=dict)
+    lowered: frozenset[str] = frozenset()  # segments written as standard ops (docs/lowering.md)
 
 
 def validate_node(record: NodeRecord, backend: str, artifact: Path, rtol: float, atol: float,
@@ -206,7 +211,7 @@ def validate_nodes(jobs: list[NodeArtifactJob], rtol: float, atol: float, *, fol
                for j in jobs]
     runnable = []
     for job, result in zip(jobs, results):
-        blocker = _blocker(job.record, job.backend, job.cpu_code)
+        blocker = _blocker(job.record, job.backend, job.cpu_code, job.lowered)
         if blocker:
             result.status, result.reason = blocker
         else:

@@ -1,24 +1,57 @@
-"""The lowering's IR: typed values and primitive ops over a batch of Warp threads.
+"""The lowering's IR: typed values and primitive ops over the threads of Warp launches and the segment's memory.
 
-A value holds one Warp value per thread: shape [N, width] (width 1 for a scalar,
-3 for vec3, 4 for quat) so scalars broadcast over vectors without reshapes, or
-shape [width] for a constant every thread shares. Every primitive is one
-standard ONNX operator (see onnx_backend.PRIMITIVES).
+A value holds one Warp value per thread of one launch: shape [N, width]
+(width 1 for a scalar, 3 for vec3f, 9 for mat33f, ...), or [1, width] when
+every thread shares it (a constant). Memory is a set of regions, each a flat
+1-D tensor of 32-bit lanes (float32 or int32); a store yields the region's
+next version, so the graph stays pure. Every primitive is a handful of
+standard tensor ops (``torch_backend.PRIMITIVES``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["KIND_WIDTH", "Value", "Op", "Graph"]
+__all__ = ["KINDS", "SCALARS", "Value", "Op", "Region", "Graph", "kind_of", "scalar_of", "width_of"]
 
-# Warp value kinds the lowering carries, and their component count.
-KIND_WIDTH = {"float32": 1, "vec3f": 3, "quatf": 4}
+SCALARS = ("float32", "int32", "bool")
+
+# Warp value kinds the lowering carries: name -> (scalar kind, component count).
+KINDS: dict[str, tuple[str, int]] = {
+    "float32": ("float32", 1),
+    "int32": ("int32", 1),
+    "bool": ("bool", 1),
+    **{f"vec{n}f": ("float32", n) for n in range(2, 11)},
+    **{f"vec{n}i": ("int32", n) for n in (2, 3, 4)},
+    "quatf": ("float32", 4),
+    "transformf": ("float32", 7),
+    **{f"mat{n}{n}f": ("float32", n * n) for n in (2, 3, 4)},
+}
+# The kind of an n-component float32 value that no Warp type names more precisely (a Pick's result)
+_FLOAT_OF_WIDTH = {1: "float32", **{n: f"vec{n}f" for n in range(2, 11)}, 16: "mat44f"}
+_INT_OF_WIDTH = {1: "int32", 2: "vec2i", 3: "vec3i", 4: "vec4i"}
+
+
+def width_of(kind: str) -> int:
+    return KINDS[kind][1]
+
+
+def scalar_of(kind: str) -> str:
+    return KINDS[kind][0]
+
+
+def kind_of(scalar: str, width: int) -> str:
+    """The plain kind of ``width`` components of ``scalar`` (vec3f for 3 floats, int32 for 1 int)."""
+    if scalar == "bool":
+        if width != 1:
+            raise KeyError(f"bool[{width}]")
+        return "bool"
+    return (_FLOAT_OF_WIDTH if scalar == "float32" else _INT_OF_WIDTH)[width]
 
 
 @dataclass(frozen=True)
 class Value:
-    """One SSA value: a name in the emitted graph and its Warp kind."""
+    """One SSA value: a name in the graph and its Warp kind ("region" for a memory version)."""
 
     name: str
     kind: str
@@ -35,14 +68,30 @@ class Op:
 
 
 @dataclass
+class Region:
+    """One memory region of a segment: ``lanes`` 32-bit lanes of ``scalar``; where its first version comes from.
+
+    ``source`` is "input" (a segment input, by position ``index``), "constant"
+    (``data``: bytes captured at trace time) or "zeros" (scratch, or an output
+    nothing defined before the segment).
+    """
+
+    id: int
+    scalar: str
+    lanes: int
+    source: str
+    index: int = -1
+    data: bytes = b""
+
+
+@dataclass
 class Graph:
-    """A lowered kernel: array inputs (name, kind), scalar inputs, ops, and each written array's last value."""
+    """A lowered segment: its regions, the ops of every launch in order, and each region's last version."""
 
     name: str
-    arrays: list[tuple[str, str]] = field(default_factory=list)
-    scalars: list[tuple[str, str]] = field(default_factory=list)
+    regions: dict[int, Region] = field(default_factory=dict)
     ops: list[Op] = field(default_factory=list)
-    stores: dict[str, Value] = field(default_factory=dict)
+    current: dict[int, Value] = field(default_factory=dict)
     counter: int = 0
 
     def fresh(self, kind: str, hint: str = "t") -> Value:

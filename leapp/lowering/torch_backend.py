@@ -1,0 +1,206 @@
+"""Backend: the IR run as torch ops, so that torch.export records ATen ops and torch.onnx writes standard ONNX.
+
+``run_graph(graph, inputs)`` evaluates a lowered segment on its input tensors
+and returns every region's last version; ``PRIMITIVES`` maps each IR primitive
+to the few torch ops that compute it. The same functions evaluate the values
+the frontend knows at lowering time (loop bounds), so there is one definition
+of every primitive.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from leapp.lowering.ir import Graph, Op, Region, scalar_of
+
+__all__ = ["PRIMITIVES", "DTYPES", "apply", "constant_tensor", "region_tensor", "run_graph"]
+
+DTYPES = {"float32": torch.float32, "int32": torch.int32, "bool": torch.bool}
+
+
+def _lanes(width: int, like: torch.Tensor) -> torch.Tensor:
+    return torch.arange(width, dtype=torch.int64, device=like.device)
+
+
+def _index(index: torch.Tensor, width: int) -> torch.Tensor:
+    """[N, 1] element index (lanes) -> [N, width] lane indices, int64."""
+    return index.to(torch.int64) + _lanes(width, index)
+
+
+def _gather(region, index, width):
+    return region[_index(index, width)]
+
+
+def _scatter(region, index, value, *mask, width):
+    idx = _index(index, width)
+    n = max(idx.shape[0], value.shape[0])
+    idx = idx.expand(n, width)
+    value = value.to(region.dtype).expand(n, width)
+    if not mask:
+        return region.index_put((idx.reshape(-1),), value.reshape(-1))
+    # masked-off threads write into one extra element past the end, which is then dropped
+    size = region.shape[0]
+    padded = torch.cat([region, region.new_zeros(width)])
+    idx = torch.where(mask[0], idx, size + _lanes(width, idx))
+    return padded.index_put((idx.reshape(-1),), value.reshape(-1))[:size]
+
+
+def _view(region, offset, width, count):
+    return region[offset:offset + count * width].reshape(count, width)
+
+
+def _overwrite(region, value, *mask, offset, width, count):
+    slab = value.to(region.dtype).expand(count, width)
+    if mask:
+        slab = torch.where(mask[0], slab, _view(region, offset, width, count))
+    return torch.cat([region[:offset], slab.reshape(-1), region[offset + count * width:]])
+
+
+def _fill(region, offset, count, pattern):
+    reps = count // len(pattern)
+    slab = torch.tensor(list(pattern), dtype=region.dtype, device=region.device).repeat(reps)
+    return torch.cat([region[:offset], slab, region[offset + count:]])
+
+
+def _copy(dst, src, dst_offset, src_offset, count):
+    return torch.cat([dst[:dst_offset], src[src_offset:src_offset + count].to(dst.dtype), dst[dst_offset + count:]])
+
+
+def _tid(dims, axis, device=None):
+    inner = math.prod(dims[axis + 1:])
+    t = torch.arange(math.prod(dims), dtype=torch.int32, device=device)
+    return ((t // inner) % dims[axis]).reshape(-1, 1)
+
+
+def _const(value, of):
+    return torch.tensor([list(value)], dtype=DTYPES[scalar_of(of)])
+
+
+def _int_div(a, b):
+    safe = torch.where(b == 0, torch.ones_like(b), b)  # Warp's result for 0 is undefined; never raise here
+    return torch.div(a, safe, rounding_mode="trunc")
+
+
+def _int_mod(a, b):
+    safe = torch.where(b == 0, torch.ones_like(b), b)
+    return torch.fmod(a, safe)
+
+
+def _matmul(a, b, m, k, n):
+    out = torch.matmul(a.reshape(-1, m, k), b.reshape(-1, k, n))
+    return out.reshape(-1, m * n)
+
+
+def _transpose(a, m, n):
+    return a.reshape(-1, m, n).transpose(1, 2).reshape(-1, m * n)
+
+
+def _concat(*parts):
+    n = max(p.shape[0] for p in parts)
+    return torch.cat([p.expand(n, p.shape[1]) for p in parts], dim=-1)
+
+
+def _sign(a):  # Warp: sign(x) = x < 0 ? -1 : 1
+    return torch.where(a < 0, -torch.ones_like(a), torch.ones_like(a))
+
+
+PRIMITIVES = {
+    "Add": lambda a, b: a + b,
+    "Sub": lambda a, b: a - b,
+    "Mul": lambda a, b: a * b,
+    "Div": lambda a, b: a / b,
+    "IDiv": _int_div,
+    "IMod": _int_mod,
+    "FMod": torch.fmod,
+    "Min": torch.minimum,
+    "Max": torch.maximum,
+    "Pow": torch.pow,
+    "Atan2": torch.atan2,
+    "Neg": torch.neg,
+    "Sqrt": torch.sqrt,
+    "Sin": torch.sin,
+    "Cos": torch.cos,
+    "Tan": torch.tan,
+    "Asin": torch.asin,
+    "Acos": torch.acos,
+    "Atan": torch.atan,
+    "Sinh": torch.sinh,
+    "Cosh": torch.cosh,
+    "Tanh": torch.tanh,
+    "Exp": torch.exp,
+    "Log": torch.log,
+    "Abs": torch.abs,
+    "Floor": torch.floor,
+    "Ceil": torch.ceil,
+    "Round": torch.round,
+    "Trunc": torch.trunc,
+    "Sign": _sign,
+    "Greater": lambda a, b: a > b,
+    "Less": lambda a, b: a < b,
+    "GreaterEqual": lambda a, b: a >= b,
+    "LessEqual": lambda a, b: a <= b,
+    "Equal": lambda a, b: a == b,
+    "NotEqual": lambda a, b: a != b,
+    "And": torch.logical_and,
+    "Or": torch.logical_or,
+    "Not": torch.logical_not,
+    "Where": lambda c, a, b: torch.where(c, a, b),
+    "Cast": lambda a, to: a.to(DTYPES[to]),
+    "Identity": lambda a: a,
+    "Pick": lambda a, indices: a[:, list(indices)],
+    "Concat": _concat,
+    "SumLast": lambda a: a.sum(dim=-1, keepdim=True),
+    "MatMul": _matmul,
+    "Transpose": _transpose,
+    "Const": _const,
+    "Tid": _tid,
+    "Gather": _gather,
+    "Scatter": _scatter,
+    "View": _view,
+    "Overwrite": _overwrite,
+    "Fill": _fill,
+    "Copy": _copy,
+}
+
+
+def apply(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    """One primitive on tensors (the backend's single definition of it)."""
+    return PRIMITIVES[op.primitive](*args, **dict(op.attrs))
+
+
+def constant_tensor(region: Region) -> torch.Tensor:
+    """A constant region's captured lanes."""
+    array = np.frombuffer(region.data, dtype=np.float32 if region.scalar == "float32" else np.int32)
+    return torch.from_numpy(array.copy())
+
+
+def region_tensor(region: Region, inputs, constants=None) -> torch.Tensor:
+    """A region's first version: its input's lanes, its captured bytes (``constants[id]`` when given), or zeros."""
+    dtype = DTYPES[region.scalar]
+    if region.source == "input":
+        return inputs[region.index].reshape(-1).to(dtype)
+    if region.source == "constant":
+        return constants[region.id] if constants is not None else constant_tensor(region)
+    device = inputs[0].device if inputs else None
+    return torch.zeros(region.lanes, dtype=dtype, device=device)
+
+
+def run_graph(graph: Graph, inputs, constants=None) -> dict[int, torch.Tensor]:
+    """Evaluates ``graph`` on the segment's input tensors (and its constant regions' tensors, region id ->
+    flat lanes, else their captured bytes); region id -> its last version (flat lanes)."""
+    device = inputs[0].device if inputs else torch.device("cpu")
+    values: dict[str, torch.Tensor] = {}
+    for region in graph.regions.values():
+        values[f"region{region.id}_0"] = region_tensor(region, inputs, constants).to(device)
+    for op in graph.ops:
+        attrs = dict(op.attrs)
+        if op.primitive == "Tid":
+            attrs["device"] = device
+            values[op.output.name] = _tid(**attrs)
+            continue
+        out = PRIMITIVES[op.primitive](*[values[v.name] for v in op.inputs], **attrs)
+        values[op.output.name] = out.to(device) if op.primitive == "Const" else out
+    return {rid: values[v.name] for rid, v in graph.current.items()}
