@@ -10,6 +10,9 @@ The script traces the pipeline (two passes plus validation samples), exports it 
 ./exports/go2, reloads it with leapp.load and compares it with the eager result.
 Without a GPU it stops after the export: Warp segments replay on CUDA only, so
 validation is switched off there and the script says so.
+
+``--warp lower`` writes every Warp segment as standard ops (ATen in obs.pt2, ONNX in action.onnx), so the
+export runs without leapp; ``auto`` lowers what it can and replays the rest (docs/lowering.md).
 """
 
 from __future__ import annotations
@@ -151,6 +154,9 @@ def main(argv=None) -> int:
                         help="export once for any number of robots in [MIN, MAX] (also traced at MIN and MAX)")
     parser.add_argument("--check-batches", default=None, metavar="N,N,...",
                         help="with --dynamic-batch: numbers of robots the loaded export is compared with eager at")
+    parser.add_argument("--warp", choices=("replay", "lower", "auto"), default="replay",
+                        help="Warp segments: replay their bundles (default), lower them to standard ops (refused "
+                        "when one cannot lower), or lower what can (docs/lowering.md)")
     parser.add_argument("--verbose", action="store_true", help="also Warp's banner and torch's exporter notes")
     args = parser.parse_args(argv)
     dynamic = tuple(int(v) for v in args.dynamic_batch.split(",")) if args.dynamic_batch else None
@@ -167,7 +173,7 @@ def main(argv=None) -> int:
         for quat, joints in batches:  # pass 1: discovery, pass 2: capture, then validation samples
             robot.step(quat, joints)
     try:
-        report = session.compile(validate=True)
+        report = session.compile(validate=True, warp=args.warp)
     except ValidationError as e:
         # Without a GPU and without their CPU code (no C++ compiler at export: docs/export-cpu.md) the nodes
         # with Warp segments cannot be replayed ("needs-cuda"); the others were validated on the CPU. Anything
