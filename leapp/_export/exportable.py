@@ -136,10 +136,11 @@ def _lower_call(gm: torch.fx.GraphModule, record: NodeRecord, seg: SegmentRecord
                 inputs) -> LoweredExport:
     """Replaces ``call`` with the segment's lowered torch function (docs/lowering.md); its constant regions
     become buffers of ``gm`` on the segment's device."""
-    from leapp._export.lower_segment import LoweredCall, lower_segment
+    from leapp._export.lower_segment import LoweredCall
+    from leapp._export.warp_route import lower_for_export
     from leapp.lowering.torch_backend import constant_tensor
 
-    lowered = lower_segment(seg)
+    lowered, batch_input = lower_for_export(record, seg)
     consts = []
     for rid in lowered.constant_regions:
         name = f"lowered_{seg.index}_region{rid}"
@@ -147,7 +148,7 @@ def _lower_call(gm: torch.fx.GraphModule, record: NodeRecord, seg: SegmentRecord
         with gm.graph.inserting_before(call):
             consts.append(gm.graph.get_attr(name))
     with gm.graph.inserting_before(call):
-        new = gm.graph.call_function(LoweredCall(lowered, len(inputs)), (*inputs, *consts))
+        new = gm.graph.call_function(LoweredCall(lowered, len(inputs), batch_input), (*inputs, *consts))
     new.meta.update(call.meta)
     call.replace_all_uses_with(new)
     gm.graph.erase_node(call)

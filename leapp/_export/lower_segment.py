@@ -30,7 +30,7 @@ from leapp._contract.records import SegmentRecord
 from leapp.errors import ExportError
 from leapp.lowering import torch_backend
 from leapp.lowering.frontend import ArrayBinding, LaunchBinding, lower_launch
-from leapp.lowering.ir import KINDS, Graph, Region, Value, scalar_of, width_of
+from leapp.lowering.ir import KINDS, Graph, Region, Value, resolve, scalar_of
 
 __all__ = ["LoweredCall", "LoweredSegment", "SegmentRefused", "lower_segment"]
 
@@ -63,16 +63,19 @@ class LoweredCall:
     """The torch function of a lowered segment: ``(*inputs, *constants) -> outputs`` (constants in
     ``constant_regions`` order, flat lanes)."""
 
-    def __init__(self, lowered: LoweredSegment, n_inputs: int):
+    def __init__(self, lowered: LoweredSegment, n_inputs: int, batch_input: int | None = None):
         self.lowered = lowered
         self.n_inputs = n_inputs
+        self.batch_input = batch_input  # dynamic batch: the input whose dim 0 is the batch
         self.__name__ = f"lowered_{lowered.id.replace('/', '_')}"
 
     def __call__(self, *args):
         inputs, consts = args[:self.n_inputs], args[self.n_inputs:]
         constants = dict(zip(self.lowered.constant_regions, consts))
-        regions = torch_backend.run_graph(self.lowered.graph, list(inputs), constants)
-        return tuple(regions[rid].reshape(shape).to(dtype) for rid, shape, dtype in self.lowered.outputs)
+        batch = None if self.batch_input is None else inputs[self.batch_input].shape[0]
+        regions = torch_backend.run_graph(self.lowered.graph, list(inputs), constants, batch)
+        return tuple(regions[rid].reshape(resolve(shape, batch)).to(dtype)
+                     for rid, shape, dtype in self.lowered.outputs)
 
 
 # leapp's own strided-copy kernel (leapp/_recorder/strided_copy.py) moves raw 32-bit lanes as uint32: those

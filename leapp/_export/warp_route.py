@@ -13,18 +13,30 @@ from leapp._contract.records import NodeRecord, SessionRecord
 from leapp._export.lower_segment import SegmentRefused, lower_segment
 from leapp.errors import ExportError
 
-__all__ = ["LOWERED", "WARP_ROUTES", "plan_routes"]
+__all__ = ["LOWERED", "WARP_ROUTES", "lower_for_export", "plan_routes"]
 
 WARP_ROUTES = ("replay", "lower", "auto")
 LOWERED = "lowered"
 
 
+def lower_for_export(record: NodeRecord, seg):
+    """(LoweredSegment, index of the input that carries the batch or None) of a segment of ``record``.
+
+    Raises:
+        SegmentRefused: naming why it does not lower.
+    """
+    if record.dynamic_batch is None:
+        return lower_segment(seg), None
+    from leapp._export.lower_dynamic import lower_dynamic_segment
+
+    probes = [(p.batch, p.segments[seg.index]) for p in record.probes if seg.index < len(p.segments)]
+    return lower_dynamic_segment(seg, probes, int(record.inputs[0].shape[0]))
+
+
 def _why(record: NodeRecord, seg) -> str | None:
     """None when the segment lowers, else why not."""
-    if record.dynamic_batch is not None:
-        return "lowering keeps the traced batch (dynamic_batch nodes are not lowered yet)"
     try:
-        lower_segment(seg)
+        lower_for_export(record, seg)
     except SegmentRefused as e:
         return "; ".join(e.reasons)
     return None

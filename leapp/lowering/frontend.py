@@ -113,6 +113,8 @@ class _Launch:
         scalar = scalar_of(kind)
         cast = float if scalar == "float32" else bool if scalar == "bool" else int
         key = (kind, tuple(cast(v) for v in values))
+        if scalar == "int32":  # never shared: at another batch two equal sizes may differ (lower_dynamic)
+            key = key + (len(self.consts),)
         if key not in self.consts:
             v = self.emit("Const", (), kind, value=key[1], of=kind)
             self.consts[key] = v

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["KINDS", "SCALARS", "Value", "Op", "Region", "Graph", "kind_of", "scalar_of", "width_of"]
+__all__ = ["KINDS", "SCALARS", "Affine", "Value", "Op", "Region", "Graph", "kind_of", "resolve", "scalar_of",
+           "width_of"]
 
 SCALARS = ("float32", "int32", "bool")
 
@@ -50,6 +51,26 @@ def kind_of(scalar: str, width: int) -> str:
 
 
 @dataclass(frozen=True)
+class Affine:
+    """An integer that follows the batch: ``a * batch + c`` (a dynamic-batch segment's sizes and offsets)."""
+
+    a: int
+    c: int
+
+    def at(self, batch):
+        return self.a * batch + self.c
+
+
+def resolve(value, batch):
+    """``value`` with every Affine in it evaluated at ``batch`` (an int, or a torch SymInt while exporting)."""
+    if isinstance(value, Affine):
+        return value.at(batch)
+    if isinstance(value, tuple):
+        return tuple(resolve(v, batch) for v in value)
+    return value
+
+
+@dataclass(frozen=True)
 class Value:
     """One SSA value: a name in the graph and its Warp kind ("region" for a memory version)."""
 
@@ -78,7 +99,7 @@ class Region:
 
     id: int
     scalar: str
-    lanes: int
+    lanes: "int | Affine"
     source: str
     index: int = -1
     data: bytes = b""

@@ -14,9 +14,9 @@ import math
 import numpy as np
 import torch
 
-from leapp.lowering.ir import Graph, Op, Region, scalar_of
+from leapp.lowering.ir import Affine, Graph, Op, Region, resolve, scalar_of
 
-__all__ = ["PRIMITIVES", "DTYPES", "apply", "constant_tensor", "region_tensor", "run_graph"]
+__all__ = ["PRIMITIVES", "DTYPES", "Affine", "apply", "constant_tensor", "region_tensor", "run_graph"]
 
 DTYPES = {"float32": torch.float32, "int32": torch.int32, "bool": torch.bool}
 
@@ -76,7 +76,11 @@ def _tid(dims, axis, device=None):
 
 
 def _const(value, of):
-    return torch.tensor([list(value)], dtype=DTYPES[scalar_of(of)])
+    dtype = DTYPES[scalar_of(of)]
+    if all(isinstance(v, (int, float, bool)) for v in value):
+        return torch.tensor([list(value)], dtype=dtype)
+    # a batch-dependent integer while exporting (a SymInt): full() keeps it symbolic
+    return torch.cat([torch.full((1, 1), v, dtype=dtype) for v in value], dim=1)
 
 
 def _int_div(a, b):
@@ -177,7 +181,7 @@ def constant_tensor(region: Region) -> torch.Tensor:
     return torch.from_numpy(array.copy())
 
 
-def region_tensor(region: Region, inputs, constants=None) -> torch.Tensor:
+def region_tensor(region: Region, inputs, constants=None, batch=None) -> torch.Tensor:
     """A region's first version: its input's lanes, its captured bytes (``constants[id]`` when given), or zeros."""
     dtype = DTYPES[region.scalar]
     if region.source == "input":
@@ -185,18 +189,19 @@ def region_tensor(region: Region, inputs, constants=None) -> torch.Tensor:
     if region.source == "constant":
         return constants[region.id] if constants is not None else constant_tensor(region)
     device = inputs[0].device if inputs else None
-    return torch.zeros(region.lanes, dtype=dtype, device=device)
+    return torch.zeros(resolve(region.lanes, batch), dtype=dtype, device=device)
 
 
-def run_graph(graph: Graph, inputs, constants=None) -> dict[int, torch.Tensor]:
+def run_graph(graph: Graph, inputs, constants=None, batch=None) -> dict[int, torch.Tensor]:
     """Evaluates ``graph`` on the segment's input tensors (and its constant regions' tensors, region id ->
-    flat lanes, else their captured bytes); region id -> its last version (flat lanes)."""
+    flat lanes, else their captured bytes); region id -> its last version (flat lanes). ``batch`` evaluates
+    the graph's ``Affine`` sizes (a dynamic-batch segment)."""
     device = inputs[0].device if inputs else torch.device("cpu")
     values: dict[str, torch.Tensor] = {}
     for region in graph.regions.values():
-        values[f"region{region.id}_0"] = region_tensor(region, inputs, constants).to(device)
+        values[f"region{region.id}_0"] = region_tensor(region, inputs, constants, batch).to(device)
     for op in graph.ops:
-        attrs = dict(op.attrs)
+        attrs = {k: resolve(v, batch) for k, v in op.attrs}
         if op.primitive == "Tid":
             attrs["device"] = device
             values[op.output.name] = _tid(**attrs)
