@@ -14,9 +14,9 @@ import math
 import numpy as np
 import torch
 
-from leapp.lowering.ir import Affine, Graph, Op, Region, resolve, scalar_of
+from leapp.lowering.ir import Graph, Op, Region, resolve, scalar_of
 
-__all__ = ["PRIMITIVES", "DTYPES", "Affine", "apply", "constant_tensor", "region_tensor", "run_graph"]
+__all__ = ["PRIMITIVES", "DTYPES", "apply", "constant_tensor", "region_tensor", "run_graph"]
 
 DTYPES = {"float32": torch.float32, "int32": torch.int32, "bool": torch.bool}
 
