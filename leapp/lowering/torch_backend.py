@@ -107,6 +107,14 @@ def _concat(*parts):
     return torch.cat([p.expand(n, p.shape[1]) for p in parts], dim=-1)
 
 
+def _pick(a, indices):
+    """Components ``indices`` of each value: a slice when they are consecutive (ONNX Slice), else one Gather."""
+    first = indices[0]
+    if list(indices) == list(range(first, first + len(indices))):
+        return a[:, first:first + len(indices)]
+    return torch.index_select(a, 1, torch.tensor(list(indices), dtype=torch.int64, device=a.device))
+
+
 def _sign(a):  # Warp: sign(x) = x < 0 ? -1 : 1
     return torch.where(a < 0, -torch.ones_like(a), torch.ones_like(a))
 
@@ -154,7 +162,7 @@ PRIMITIVES = {
     "Where": lambda c, a, b: torch.where(c, a, b),
     "Cast": lambda a, to: a.to(DTYPES[to]),
     "Identity": lambda a: a,
-    "Pick": lambda a, indices: a[:, list(indices)],
+    "Pick": _pick,
     "Concat": _concat,
     "SumLast": lambda a: a.sum(dim=-1, keepdim=True),
     "MatMul": _matmul,
