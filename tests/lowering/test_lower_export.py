@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -174,3 +175,20 @@ def test_default_replays_and_writes_no_route(tmp_path):
 def test_unknown_route_is_refused(tmp_path):
     with pytest.raises(ExportError, match="warp='fast'"):
         _trace(tmp_path, "bad").compile(warp="fast")
+
+
+def test_leapp_testing_finds_the_lowered_export_equal_to_eager_on_every_route(tmp_path):
+    """leapp.testing's property check over the lowered export: leapp.load, ONNX Runtime's CPU EP and leapp-run
+    (where built) all run it and equal the eager node on random quaternions, non-unit and zero included."""
+    from leapp.testing import assert_equivalent, input_strategy
+
+    def node_output(quat):  # what the node exports: tanh of the Warp result
+        return torch.tanh(obs(quat))
+
+    report = _trace(tmp_path, "routes").compile(warp="lower")
+    result = assert_equivalent(node_output, report.path, input_strategy(report.path), max_examples=6, rtol=1e-5,
+                               atol=1e-5)
+    assert "load" in result.ran, result
+    leapp_run = Path(sys.executable).with_name("leapp-run")
+    if leapp_run.is_file():
+        assert "cpp-runner" in result.ran, result
