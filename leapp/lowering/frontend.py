@@ -202,9 +202,11 @@ class _Launch:
             return self.const((0,) * width if width > 1 else 0, b.kind)
         region = self.region_value(b.region)
         index, form = self.element_index(view, indices)
-        base = self.slab(form, width, self.g.regions[b.region].lanes)
+        lanes = self.g.regions[b.region].lanes
+        base = self.slab(form, width, lanes)
         if base is not None:
-            return self.emit("View", (region,), b.kind, offset=base, width=width, count=self.n)
+            return self.emit("View", (region,), b.kind, offset=base, width=width, count=self.n,
+                             whole=base == 0 and self.n * width == lanes)
         if self.active is not None:
             index = self.emit("Where", (self.active, index, self.const(b.offset, "int32")), "int32")
         return self.emit("Gather", (region, index), b.kind, width=width)
@@ -219,9 +221,11 @@ class _Launch:
         region = self.region_value(b.region)
         index, form = self.element_index(view, indices)
         mask = () if self.active is None else (self.active,)
-        base = self.slab(form, width, self.g.regions[b.region].lanes)
+        lanes = self.g.regions[b.region].lanes
+        base = self.slab(form, width, lanes)
         if base is not None:
-            new = self.emit("Overwrite", (region, value, *mask), "region", offset=base, width=width, count=self.n)
+            new = self.emit("Overwrite", (region, value, *mask), "region", offset=base, width=width, count=self.n,
+                            whole=base == 0 and self.n * width == lanes)
         else:
             new = self.emit("Scatter", (region, index, value, *mask), "region", width=width)
         self.g.current[b.region] = new

@@ -48,14 +48,18 @@ def _scatter(region, index, value, *mask, width):
     return padded.index_put((idx.reshape(-1),), value.reshape(-1))[:size]
 
 
-def _view(region, offset, width, count):
+def _view(region, offset, width, count, whole=False):
+    if whole:  # the launch reads the whole region: no slice
+        return region.reshape(count, width)
     return region[offset:offset + count * width].reshape(count, width)
 
 
-def _overwrite(region, value, *mask, offset, width, count):
+def _overwrite(region, value, *mask, offset, width, count, whole=False):
     slab = value.to(region.dtype).expand(count, width)
     if mask:
-        slab = torch.where(mask[0], slab, _view(region, offset, width, count))
+        slab = torch.where(mask[0], slab, _view(region, offset, width, count, whole))
+    if whole:  # the launch writes the whole region: its next version is the value
+        return slab.reshape(-1)
     return torch.cat([region[:offset], slab.reshape(-1), region[offset + count * width:]])
 
 
