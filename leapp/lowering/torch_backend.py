@@ -39,13 +39,13 @@ def _scatter(region, index, value, *mask, width):
     n = max(idx.shape[0], value.shape[0])
     idx = idx.expand(n, width)
     value = value.to(region.dtype).expand(n, width)
-    if not mask:
-        return region.index_put((idx.reshape(-1),), value.reshape(-1))
+    if not mask:  # scatter (ONNX ScatterElements) rather than index_put (ScatterND)
+        return region.scatter(0, idx.reshape(-1), value.reshape(-1))
     # masked-off threads write into one extra element past the end, which is then dropped
     size = region.shape[0]
     padded = torch.cat([region, region.new_zeros(width)])
     idx = torch.where(mask[0], idx, size + _lanes(width, idx))
-    return padded.index_put((idx.reshape(-1),), value.reshape(-1))[:size]
+    return padded.scatter(0, idx.reshape(-1), value.reshape(-1))[:size]
 
 
 def _view(region, offset, width, count, whole=False):
