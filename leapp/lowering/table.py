@@ -58,6 +58,19 @@ _NORMALIZE = _LENGTH[:2] + (
     ("c", "Greater", ("l", 0.0), ()),
     ("r", "Where", ("c", "q", "z"), ()),
 )
+# quat.h normalize(q): l = length(q); l > 0 ? q * (1 / l) : identity (0, 0, 0, 1)
+_QUAT_NORMALIZE = _LENGTH[:2] + (
+    ("l", "Sqrt", ("s",), ()),
+    ("il", "Div", (1.0, "l"), ()),
+    ("q", "Mul", ("$0", "il"), ()),
+    ("z", "Mul", ("$0", 0.0), ()),
+    _pick("z", 0, 1, 2, name="zv"),
+    _pick("z", 3, name="zw"),
+    ("one", "Add", ("zw", 1.0), ()),
+    ("i", "Concat", ("zv", "one"), ()),
+    ("c", "Greater", ("l", 0.0), ()),
+    ("r", "Where", ("c", "q", "i"), ()),
+)
 # cross(a, b) = a.yzx * b.zxy - a.zxy * b.yzx
 _CROSS = (
     _pick("$0", 1, 2, 0, name="a1"),
@@ -134,9 +147,9 @@ def _elementwise(key: str, primitive: str, kinds, arity: int):
 
 
 def _math(kinds=(F,)):
-    names = {"sqrt": "Sqrt", "sin": "Sin", "cos": "Cos", "tan": "Tan", "asin": "Asin", "acos": "Acos",
-             "atan": "Atan", "sinh": "Sinh", "cosh": "Cosh", "tanh": "Tanh", "exp": "Exp", "log": "Log",
-             "floor": "Floor", "ceil": "Ceil", "round": "Round", "trunc": "Trunc"}
+    names = {"sqrt": "Sqrt", "sin": "Sin", "cos": "Cos", "tan": "Tan", "atan": "Atan", "sinh": "Sinh",
+             "cosh": "Cosh", "tanh": "Tanh", "exp": "Exp", "log": "Log",
+             "floor": "Floor", "ceil": "Ceil", "round": "Round", "trunc": "Trunc", "rint": "Rint"}
     rows = {}
     for key, prim in names.items():
         rows.update(_elementwise(key, prim, kinds, 1))
@@ -169,21 +182,38 @@ BUILTINS: dict[tuple[str, tuple[str, ...]], tuple[str, tuple]] = {
     **{("div", (F, k)): (k, _binary("Div")) for k in VECS},
     ("mod", (I, I)): (I, _binary("IMod")),
     ("mod", (F, F)): (F, _binary("FMod")),
+    # builtin.h floordiv: floorf(a / b) for floats, floordiv_signed (toward -inf) for ints
+    ("floordiv", (F, F)): (F, (("q", "Div", ("$0", "$1"), ()), ("r", "Floor", ("q",), ()))),
+    ("floordiv", (I, I)): (I, _binary("IFloorDiv")),
     **_math(),
+    # builtin.h asin/acos: of min(max(x, -1), 1) (fminf/fmaxf, so a nan argument reads as -1)
+    **{(key, (F,)): (F, (("lo", "FMax", ("$0", -1.0), ()), ("c", "FMin", ("lo", 1.0), ()), ("r", prim, ("c",), ())))
+       for key, prim in (("asin", "Asin"), ("acos", "Acos"))},
+    ("frac", (F,)): (F, (("t", "Trunc", ("$0",), ()), ("r", "Sub", ("$0", "t"), ()))),
+    ("degrees", (F,)): (F, (("r", "Mul", ("$0", 57.29577951308232), ()),)),
+    ("radians", (F,)): (F, (("r", "Mul", ("$0", 0.017453292519943295), ()),)),
+    # builtin.h unot(b) = !b
+    ("unot", (B,)): (B, _unary("Not")),
+    **{("unot", (k,)): (B, (("r", "Equal", ("$0", 0.0), ()),)) for k in (F, I)},
     ("log2", (F,)): (F, (("l", "Log", ("$0",), ()), ("r", "Div", ("l", 0.6931471805599453), ()))),
     ("log10", (F,)): (F, (("l", "Log", ("$0",), ()), ("r", "Div", ("l", 2.302585092994046), ()))),
     ("pow", (F, F)): (F, _binary("Pow")),
     ("atan2", (F, F)): (F, _binary("Atan2")),
     **_elementwise("abs", "Abs", (F, I, *VECS), 1),
     ("sign", (F,)): (F, _unary("Sign")),
-    **_elementwise("min", "Min", (F, I, *VECS), 2),
-    **_elementwise("max", "Max", (F, I, *VECS), 2),
+    # builtin.h: float min/max are fminf/fmaxf (a nan operand yields the other), int ones a < b ? a : b
+    **_elementwise("min", "FMin", (F, *VECS), 2),
+    **_elementwise("max", "FMax", (F, *VECS), 2),
+    **_elementwise("min", "Min", (I,), 2),
+    **_elementwise("max", "Max", (I,), 2),
     # builtin.h: clamp(x, a, b) = min(max(a, x), b)
-    **{("clamp", (k, k, k)): (k, (("m", "Max", ("$1", "$0"), ()), ("r", "Min", ("m", "$2"), ()))) for k in (F, I)},
+    ("clamp", (F, F, F)): (F, (("m", "FMax", ("$1", "$0"), ()), ("r", "FMin", ("m", "$2"), ()))),
+    ("clamp", (I, I, I)): (I, (("m", "Max", ("$1", "$0"), ()), ("r", "Min", ("m", "$2"), ()))),
     **{("dot", (k, k)): (F, _DOT) for k in (*VECS, Q)},
     **{("length", (k,)): (F, _LENGTH) for k in (*VECS, Q)},
     **{("length_sq", (k,)): (F, _LENGTH_SQ) for k in (*VECS, Q)},
-    **{("normalize", (k,)): (k, _NORMALIZE) for k in (*VECS, Q)},
+    **{("normalize", (k,)): (k, _NORMALIZE) for k in VECS},
+    ("normalize", (Q,)): (Q, _QUAT_NORMALIZE),
     ("cross", (V3, V3)): (V3, _CROSS),
     **{("cw_mul", (k, k)): (k, _binary("Mul")) for k in VECS},
     **{("cw_div", (k, k)): (k, _binary("Div")) for k in VECS},
@@ -224,6 +254,8 @@ BUILTINS: dict[tuple[str, tuple[str, ...]], tuple[str, tuple]] = {
     ("int32", (B,)): (I, _cast(I)),
     ("float", (I,)): (F, _cast(F)),
     ("float", (F,)): (F, _unary("Identity")),
+    ("float", (B,)): (F, _cast(F)),
+    ("int", (B,)): (I, _cast(I)),
     ("int", (F,)): (I, _cast(I)),
     ("int", (I,)): (I, _unary("Identity")),
     ("bool", (I,)): (B, (("r", "NotEqual", ("$0", 0.0), ()),)),

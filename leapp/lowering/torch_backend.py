@@ -97,6 +97,32 @@ def _int_mod(a, b):
     return torch.fmod(a, safe)
 
 
+def _int_floor_div(a, b):  # builtin.h floordiv_signed: C's quotient, one less where the signs differ
+    safe = torch.where(b == 0, torch.ones_like(b), b)
+    return torch.div(a, safe, rounding_mode="floor")
+
+
+def _fmin(a, b):  # C fminf: a nan operand yields the other one
+    return torch.where(torch.isnan(a), b, torch.where(torch.isnan(b), a, torch.minimum(a, b)))
+
+
+def _fmax(a, b):
+    return torch.where(torch.isnan(a), b, torch.where(torch.isnan(b), a, torch.maximum(a, b)))
+
+
+def _round(a):  # C roundf: halves away from zero (torch.round rounds them to even)
+    t = torch.trunc(a)
+    return torch.where(torch.abs(a - t) >= 0.5, t + _sign(a), t)
+
+
+def _sum_last(a):
+    """Warp's ``ret += a[i]`` in component order (vec.h dot), so float32 rounding matches term by term."""
+    out = a[:, 0:1]
+    for k in range(1, a.shape[1]):
+        out = out + a[:, k:k + 1]
+    return out
+
+
 def _matmul(a, b, m, k, n):
     out = torch.matmul(a.reshape(-1, m, k), b.reshape(-1, k, n))
     return out.reshape(-1, m * n)
@@ -130,6 +156,9 @@ PRIMITIVES = {
     "Div": lambda a, b: a / b,
     "IDiv": _int_div,
     "IMod": _int_mod,
+    "IFloorDiv": _int_floor_div,
+    "FMin": _fmin,
+    "FMax": _fmax,
     "FMod": torch.fmod,
     "Min": torch.minimum,
     "Max": torch.maximum,
@@ -151,7 +180,8 @@ PRIMITIVES = {
     "Abs": torch.abs,
     "Floor": torch.floor,
     "Ceil": torch.ceil,
-    "Round": torch.round,
+    "Round": _round,
+    "Rint": torch.round,  # C rintf in the default mode: halves to even, as torch.round
     "Trunc": torch.trunc,
     "Sign": _sign,
     "Greater": lambda a, b: a > b,
@@ -168,7 +198,7 @@ PRIMITIVES = {
     "Identity": lambda a: a,
     "Pick": _pick,
     "Concat": _concat,
-    "SumLast": lambda a: a.sum(dim=-1, keepdim=True),
+    "SumLast": _sum_last,
     "MatMul": _matmul,
     "Transpose": _transpose,
     "Const": _const,
