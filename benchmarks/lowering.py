@@ -22,7 +22,9 @@ Each route's step is checked against eager first (the table's error column). Tim
 round medians. CPU: time.perf_counter per call, torch and ORT on ``--threads`` threads (default 1: the machine
 is shared, and Warp's CPU launches and leapp's CPU code are single-threaded). CUDA: CUDA events on torch's
 current stream, synchronised each call (benchmarks/timing.py's time_calls). ``eager ms`` is the case's own
-Python step (Warp launches + torch).
+Python step (Warp launches + torch). On the CPU the table also gives the calling thread's CPU time (median of
+the round medians): other processes on a shared machine preempt the wall clock, not that; and each variant's
+range of round medians (wall).
 
     python benchmarks/lowering.py                         # CPU: go2 and seg at 1, 64, 4096 robots, AOTI too
     python benchmarks/lowering.py --device cuda
@@ -203,21 +205,27 @@ def chain(folder: Path, route: str, device: str, replayed: bool):
     return run, sorted(what)
 
 
-def cpu_median_ms(fn, calls: int) -> float:
-    samples = []
+def cpu_median_ms(fn, calls: int) -> tuple[float, float]:
+    """(wall, thread CPU time) medians in ms. The wall clock is what a control loop waits; the calling thread's
+    CPU time leaves out the time other processes of a shared machine took the core (every route here runs in
+    the calling thread with --threads 1). The CPU clock is read outside the wall clock's interval."""
+    wall, cpu = [], []
     for _ in range(calls):
-        start = time.perf_counter()
+        c0 = time.thread_time()
+        t0 = time.perf_counter()
         fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1e3
+        t1 = time.perf_counter()
+        cpu.append(time.thread_time() - c0)
+        wall.append(t1 - t0)
+    return statistics.median(wall) * 1e3, statistics.median(cpu) * 1e3
 
 
-def median_ms(fn, calls: int, device: str) -> float:
+def median_ms(fn, calls: int, device: str) -> tuple[float, float | None]:
     if device == "cpu":
         return cpu_median_ms(fn, calls)
     import timing
 
-    return timing.time_calls(fn, calls, warmup=0)["median_us"] / 1e3
+    return timing.time_calls(fn, calls, warmup=0)["median_us"] / 1e3, None
 
 
 def measure(case: str, route: str, n: int, device: str, out: Path, args) -> dict:
@@ -241,9 +249,11 @@ def measure(case: str, route: str, n: int, device: str, out: Path, args) -> dict
         for _ in range(args.repeats):
             for w, fn in calls.items():
                 rounds[w].append(median_ms(fn, args.calls, device))
-    ms = {w: statistics.median(v) for w, v in rounds.items()}
+    ms = {w: statistics.median(r[0] for r in v) for w, v in rounds.items()}
+    cpu = {w: statistics.median(r[1] for r in v) if v[0][1] is not None else None for w, v in rounds.items()}
+    spread = {w: (min(r[0] for r in v), max(r[0] for r in v)) for w, v in rounds.items()}
     return {"route": route, "case": case, "batch": n, "replay": ms["replay"], "lower": ms["lower"],
-            "eager": ms["eager"], "err": max(err.values()), "notes": sorted(notes)}
+            "eager": ms["eager"], "cpu": cpu, "spread": spread, "err": max(err.values()), "notes": sorted(notes)}
 
 
 def machine_line(device: str) -> str:
@@ -307,11 +317,16 @@ def main(argv=None) -> int:
     clock = "CUDA events" if args.device == "cuda" else "perf_counter"
     print(f"lowering ({args.device}, {clock}; median of {args.repeats} round medians of {args.calls} calls after "
           f"{args.warmup} warm-up; {args.threads} intra-op thread(s)): {machine_line(args.device)}")
-    print("| route | case | batch | replay ms | lowered ms | ratio lowered/replay | eager ms | max abs err |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("| route | case | batch | replay ms | lowered ms | ratio lowered/replay | replay cpu ms | lowered cpu ms | "
+          "cpu ratio | eager ms | rounds' range replay / lowered ms | max abs err |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
     for r in rows:
+        c, (a, b), (x, y) = r["cpu"], r["spread"]["replay"], r["spread"]["lower"]
+        cpu = (f"{c['replay']:.4f} | {c['lower']:.4f} | {c['lower'] / c['replay']:.2f}" if c["replay"] is not None
+               else "- | - | -")
         print(f"| {r['route']} | {r['case']} | {r['batch']} | {r['replay']:.4f} | {r['lower']:.4f} | "
-              f"{r['lower'] / r['replay']:.2f} | {r['eager']:.4f} | {r['err']:.1e} |")
+              f"{r['lower'] / r['replay']:.2f} | {cpu} | {r['eager']:.4f} | {a:.3f}-{b:.3f} / {x:.3f}-{y:.3f} | "
+              f"{r['err']:.1e} |")
     notes = sorted({note for r in rows for note in r["notes"]})
     print(f"\nnode runners: {'; '.join(notes)}")
     worst = max(r["err"] for r in rows)
