@@ -31,7 +31,8 @@ def _index(index: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def _gather(region, index, width):
-    return region[_index(index, width)]
+    idx = _index(index, width)  # index_select: one ONNX Gather (advanced indexing writes GatherND)
+    return torch.index_select(region, 0, idx.reshape(-1)).reshape(idx.shape)
 
 
 def _scatter(region, index, value, *mask, width):
