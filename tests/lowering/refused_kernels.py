@@ -1,37 +1,8 @@
-"""Kernels the first lowering slice refuses, each for one named construct."""
+"""Kernels the lowering refuses, each for one named construct (test_lower_refusals)."""
 
 from __future__ import annotations
 
 import warp as wp
-
-
-@wp.func
-def twice(x: float):
-    return 2.0 * x
-
-
-@wp.kernel
-def k_branch(a: wp.array(dtype=float), out: wp.array(dtype=float)):
-    i = wp.tid()
-    v = a[i]
-    if v > 0.0:
-        v = -v
-    out[i] = v
-
-
-@wp.kernel
-def k_loop(a: wp.array(dtype=float), n: int, out: wp.array(dtype=float)):
-    i = wp.tid()
-    s = float(0.0)
-    for _j in range(n):
-        s = s + a[i]
-    out[i] = s
-
-
-@wp.kernel
-def k_gather(a: wp.array(dtype=float), idx: wp.array(dtype=wp.int32), out: wp.array(dtype=float)):
-    i = wp.tid()
-    out[i] = a[idx[i]]
 
 
 @wp.kernel
@@ -41,30 +12,57 @@ def k_atomic(a: wp.array(dtype=float), out: wp.array(dtype=float)):
 
 
 @wp.kernel
-def k_func(a: wp.array(dtype=float), out: wp.array(dtype=float)):
+def k_data_loop(a: wp.array(dtype=float), n: wp.array(dtype=int), out: wp.array(dtype=float)):
     i = wp.tid()
-    out[i] = twice(a[i])
+    s = float(0.0)
+    for _j in range(n[i]):
+        s = s + a[i]
+    out[i] = s
 
 
 @wp.kernel
-def k_2d(a: wp.array2d(dtype=float), out: wp.array2d(dtype=float)):
-    i, j = wp.tid()
-    out[i, j] = a[i, j]
+def k_data_while(a: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    x = a[i]
+    while x > 1.0:
+        x = x * 0.5
+    out[i] = x
 
 
 @wp.kernel
-def k_exp(a: wp.array(dtype=float), out: wp.array(dtype=float)):
+def k_printf(a: wp.array(dtype=float), out: wp.array(dtype=float)):
     i = wp.tid()
-    out[i] = wp.exp(a[i])
+    wp.printf("%f\n", a[i])
+    out[i] = a[i]
 
 
-# kernel -> the construct its refusal must name
+@wp.kernel
+def k_tile(a: wp.array(dtype=float), out: wp.array(dtype=float)):
+    wp.tid()
+    t = wp.tile_load(a, shape=4)
+    wp.tile_store(out, t)
+
+
+@wp.kernel
+def k_float64(a: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
+    i = wp.tid()
+    out[i] = a[i] * wp.float64(2.0)
+
+
+@wp.kernel
+def k_mesh(mesh: wp.uint64, p: wp.array(dtype=wp.vec3), out: wp.array(dtype=float)):
+    i = wp.tid()
+    q = wp.mesh_query_point(mesh, p[i], 10.0)
+    out[i] = q.u
+
+
+# kernel -> the construct its refusal must name (a regular expression)
 REFUSED = {
-    k_branch: "if/else on data",
-    k_loop: "loop",
-    k_gather: "index other than wp.tid()",
-    k_atomic: "atomic_add",
-    k_func: "wp.func call `twice`",
-    k_2d: "more than one dimension",
-    k_exp: "builtin `exp(float32)`",
+    k_atomic: r"builtin `atomic_add\(",
+    k_data_loop: r"loop whose trip count is not known when lowering \(dynamic loop\)",
+    k_data_while: r"while loop whose condition is not known when lowering \(dynamic loop\)",
+    k_printf: r"printf",
+    k_tile: r"tile_load",
+    k_float64: r"float64",
+    k_mesh: r"(mesh|uint64)",
 }
