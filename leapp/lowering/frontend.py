@@ -20,7 +20,7 @@ import torch
 
 from leapp.lowering import torch_backend
 from leapp.lowering.ir import KINDS, Graph, Value, kind_of, scalar_of, width_of
-from leapp.lowering.table import STATIC_PARAMS, builtin_row
+from leapp.lowering.table import STATIC_PARAMS, builtin_row, has_rows
 
 __all__ = ["ArrayBinding", "Refusal", "LaunchBinding", "lower_launch", "MAX_TRIPS"]
 
@@ -490,6 +490,8 @@ class _Kernel:
         if handler is not None:
             handler(args, outputs)
             return
+        if not has_rows(key):  # named before its arguments (a format string, a tile's storage) are read
+            raise Refusal(f"builtin `{key}`")
         operands = []
         for name, arg in args.items():
             if name in STATIC_PARAMS:
@@ -499,11 +501,8 @@ class _Kernel:
         kinds = tuple(o.kind if isinstance(o, Value) else "?" for o in operands)
         out_kind = _strip(outputs[0][1]) if len(outputs) == 1 else None
         if key in ("vector", "matrix", "quaternion", "transformation", "spatial_vector") and not operands \
-                and out_kind in KINDS:  # wp.vec3(): zeros; wp.quat(): identity
-            zero = [0.0] * width_of(out_kind)
-            if key == "quaternion":
-                zero[3] = 1.0
-            self.env[outputs[0][0]] = self.l.const(tuple(zero), out_kind)
+                and out_kind in KINDS:  # wp.vec3(), wp.quat(): zeros, as Warp 1.19 builds them
+            self.env[outputs[0][0]] = self.l.const((0.0,) * width_of(out_kind), out_kind)  # Warp: all zeros
             return
         if key in ("vector", "quaternion") and len(operands) == 1 and outputs and kinds[0] == "float32":
             out_kind = _strip(outputs[0][1])  # wp.vec3(s): every component s

@@ -47,9 +47,12 @@ def lower_wp_launch(kernel, dim, inputs: list) -> LoweredLaunch:
     for arg, value in zip(_warp_private.kernel_args(kernel), inputs):
         type_name = _warp_private.kernel_arg_type_name(arg.type)
         if isinstance(value, wp.array):
-            kind = type_name.split("d[", 1)[1][:-1]
-            if kind not in KINDS or not value.is_contiguous:
-                raise ExportError(f"array `{arg.label}` of {type_name}: contiguous 32-bit arrays only")
+            kind = type_name.split("d[", 1)[1][:-1] if "d[" in type_name else type_name
+            if kind not in KINDS or scalar_of(kind) == "bool":
+                continue  # the frontend names the argument, with its file:line, where the kernel uses it
+            if not value.is_contiguous:
+                raise ExportError(f"kernel `{kernel.key}`: array `{arg.label}` of {type_name} is not contiguous "
+                                  "(lower_wp_launch binds contiguous arrays; exports bind any strides)")
             rid = len(regions)
             lanes = value.size * (KINDS[kind][1])
             graph.regions[rid] = Region(rid, scalar_of(kind), lanes, "input", index=rid)
@@ -59,7 +62,7 @@ def lower_wp_launch(kernel, dim, inputs: list) -> LoweredLaunch:
             names.append(arg.label)
             regions.append(rid)
             shapes.append(tuple(value.shape) + ((KINDS[kind][1],) if KINDS[kind][1] > 1 else ()))
-        else:
+        elif type_name in KINDS:
             scalar, width = KINDS[type_name]
             values = tuple(value) if width > 1 else (value,)
             fmt = {"float32": "f", "int32": "i", "bool": "?"}[scalar]

@@ -12,7 +12,7 @@ stays close. docs/lowering.md lists the rows.
 
 from __future__ import annotations
 
-__all__ = ["BUILTINS", "STATIC_PARAMS", "builtin_row"]
+__all__ = ["BUILTINS", "STATIC_PARAMS", "builtin_row", "has_rows"]
 
 # Keyword parameters Warp binds from the output type (e.g. wp.vec3's length and dtype): checked, not computed.
 STATIC_PARAMS = frozenset({"length", "dtype", "shape"})
@@ -265,6 +265,14 @@ BUILTINS: dict[tuple[str, tuple[str, ...]], tuple[str, tuple]] = {
     **{("load", (k,)): (k, _unary("Identity")) for k in ALL_KINDS},
     **{("copy", (k,)): (k, _unary("Identity")) for k in ALL_KINDS},
 }
+
+
+_KEYS = frozenset(key for key, _ in BUILTINS)
+
+
+def has_rows(key: str) -> bool:
+    """Whether any row lowers builtin ``key`` (for some argument kinds)."""
+    return key in _KEYS
 
 
 def builtin_row(key: str, kinds: tuple[str, ...]):
