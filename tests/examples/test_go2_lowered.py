@@ -25,6 +25,7 @@ wp = pytest.importorskip("warp")
 pytest.importorskip("onnxruntime")
 
 import leapp  # noqa: E402
+from test_examples import cpu_only, max_error, report_statuses, run_example  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
@@ -156,3 +157,17 @@ def test_go2_lowered_runs_node_by_node_without_leapp(tmp_path, obs_with):
         assert got.shape == (ENVS, go2_pipeline.NUM_JOINTS) and got.dtype == np.float32
         np.testing.assert_allclose(got, eager[seed], rtol=1e-4, atol=1e-5, err_msg=f"seed {seed}")
         assert np.abs(eager[seed]).max() > 0.01  # the comparison sees a non-trivial action
+
+
+@cpu_only
+def test_go2_example_lowers_every_segment_with_warp_lower(tmp_path):
+    """The example's --warp lower: both Warp segments lowered, every node validated, the loaded export equals
+    eager (the default, replay, is tests/examples/test_examples.py's)."""
+    proc = run_example("go2_pipeline.py", "--out", str(tmp_path), "--envs", "5", "--warp", "lower")
+    assert report_statuses(proc.stdout, ["obs", "policy", "action"]) == dict.fromkeys(["obs", "policy", "action"],
+                                                                                      "passed")
+    for segment in ("obs/warp_segment_0", "action/warp_segment_0"):
+        assert f"segment '{segment}': lowered" in proc.stdout, proc.stdout
+    assert max_error(proc.stdout, "max |exported - eager| over 5 robots") <= 1e-5
+    desc = yaml.safe_load((tmp_path / "go2" / "pipeline.yaml").read_text())
+    assert [n["segments"] for n in desc["nodes"]] == [[], [], []]
