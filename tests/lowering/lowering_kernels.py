@@ -169,6 +169,7 @@ def k_quat(q: wp.array(dtype=wp.quat), r: wp.array(dtype=wp.quat), v: wp.array(d
     out[i, 9] = wp.quat_from_axis_angle(v[i], s[i])
     out[i, 10] = wp.quat(v[i], s[i])
     out[i, 11] = wp.quat(s[i], q[i].x, q[i][2], 1.0)
+    out[i, 12] = wp.quat()  # zeros in Warp 1.19
     vout[i, 0] = wp.quat_rotate(q[i], v[i])
     vout[i, 1] = wp.quat_rotate_inv(q[i], v[i])
     vout[i, 2] = wp.quat_rotate(wp.normalize(q[i]), v[i])
@@ -302,7 +303,7 @@ CASES = {
     k_geometry: Case("dot/length/length_sq/normalize/cross", dims={"out": (3,), "sc": (3,)}),
     k_other_vecs: Case("vec2/vec4/vec6 arithmetic, dot, length", dims={"sc": (4,)}),
     k_int_vecs: Case("vec3i arithmetic, constructor, extract", dims={"out": (4,), "sc": (2,)}),
-    k_quat: Case("quaternions", dims={"out": (12,), "vout": (3,), "sc": (5,)}),
+    k_quat: Case("quaternions", dims={"out": (13,), "vout": (3,), "sc": (5,)}),
     k_transform: Case("transforms", dims={"tout": (3,), "vout": (3,)}),
     k_spatial: Case("spatial vectors", dims={"out": (2,), "vout": (2,)}),
     k_matrix: Case("mat33 arithmetic, mat*vec, transpose, rows, elements", dims={"out": (8,), "vout": (3,),
@@ -314,8 +315,3 @@ CASES = {
     k_constructors: Case("vector/matrix constructors, extract", dims={"sc": (3,)}),
 }
 
-
-@wp.kernel
-def k_empty_quat(out: wp.array(dtype=wp.quat)):
-    i = wp.tid()
-    out[i] = wp.quat()

@@ -58,11 +58,11 @@ def k_mesh(mesh: wp.uint64, p: wp.array(dtype=wp.vec3), out: wp.array(dtype=floa
 
 # kernel -> the construct its refusal must name (a regular expression)
 REFUSED = {
-    k_atomic: r"builtin `atomic_add\(",
+    k_atomic: r"builtin `atomic_add`",
     k_data_loop: r"loop whose trip count is not known when lowering \(dynamic loop\)",
     k_data_while: r"while loop whose condition is not known when lowering \(dynamic loop\)",
-    k_printf: r"printf",
-    k_tile: r"tile_load",
-    k_float64: r"float64",
-    k_mesh: r"(mesh|uint64)",
+    k_printf: r"builtin `printf`",
+    k_tile: r"builtin `tile_load`",
+    k_float64: r"array argument 'a' of type array1d\[float64\]",
+    k_mesh: r"builtin `mesh_query_point`",
 }
