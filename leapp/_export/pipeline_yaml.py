@@ -269,7 +269,7 @@ def describe_pipeline(record: SessionRecord, artifacts: list[NodeArtifact], fold
 def _recorded_line(line: str, artifacts) -> str:
     """A constants report line (``obs/warp_segment_0 (/abs/f.py:45): ...``) with its segment's source as recorded."""
     for art in artifacts:
-        for seg in art.segments:
+        for seg in [*art.segments, *art.lowered]:
             line = line.replace(f"{seg.id} ({seg.source})", f"{seg.id} ({recorded_source(seg.source)})")
     return line
 

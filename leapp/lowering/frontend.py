@@ -185,8 +185,8 @@ class _Launch:
             return None
         coef, base = form
         dims = self.b.dims
-        for axis in range(len(dims)):
-            if dims[axis] > 1 and coef.get(axis, 0) != width * math.prod(dims[axis + 1:]):
+        for axis in range(len(dims)):  # every axis, even of extent 1: the choice must not follow the batch
+            if coef.get(axis, 0) != width * math.prod(dims[axis + 1:]):
                 return None
         if base < 0 or base + self.n * width > lanes:
             return None

@@ -173,9 +173,6 @@ def test_go2_example_lowers_every_segment_with_warp_lower(tmp_path):
     assert [n["segments"] for n in desc["nodes"]] == [[], [], []]
 
 
-@pytest.mark.xfail(strict=True, reason="pipeline_yaml._recorded_line makes the constants lines' sources relative for "
-                   "art.segments only; a lowered segment is not among them, so its line keeps the recorder's absolute "
-                   "path (with warp='replay' the same line is relative)")
 def test_go2_lowered_records_no_absolute_path(tmp_path):
     folder, _ = _export(tmp_path / "export", "pt2")
     text = (folder / "pipeline.yaml").read_text()
