@@ -104,7 +104,8 @@ def _rotate(sign: str):
     )
 
 
-# quat.h mul(a, b): (a.w*b.xyz + b.w*a.xyz + cross(a.xyz, b.xyz), a.w*b.w - dot(a.xyz, b.xyz))
+# quat.h mul(a, b), term by term: xyz = a.w*b.xyz + b.w*a.xyz + a.yzx*b.zxy - b.yzx*a.zxy,
+# w = a.w*b.w - a.x*b.x - a.y*b.y - a.z*b.z
 _QUAT_MUL = (
     _pick("$0", 0, 1, 2, name="av"),
     _pick("$0", 3, name="aw"),
@@ -113,12 +114,22 @@ _QUAT_MUL = (
     ("t1", "Mul", ("aw", "bv"), ()),
     ("t2", "Mul", ("bw", "av"), ()),
     ("t12", "Add", ("t1", "t2"), ()),
-    *_rename(_CROSS, {"$0": "av", "$1": "bv"}, "x_"),
-    ("v", "Add", ("t12", "x_r"), ()),
-    ("ww", "Mul", ("aw", "bw"), ()),
+    _pick("$0", 1, 2, 0, name="a1"),
+    _pick("$1", 2, 0, 1, name="b1"),
+    ("m1", "Mul", ("a1", "b1"), ()),
+    _pick("$1", 1, 2, 0, name="b2"),
+    _pick("$0", 2, 0, 1, name="a2"),
+    ("m2", "Mul", ("b2", "a2"), ()),
+    ("s1", "Add", ("t12", "m1"), ()),
+    ("v", "Sub", ("s1", "m2"), ()),
     ("pd", "Mul", ("av", "bv"), ()),
-    ("d", "SumLast", ("pd",), ()),
-    ("w", "Sub", ("ww", "d"), ()),
+    _pick("pd", 0, name="px"),
+    _pick("pd", 1, name="py"),
+    _pick("pd", 2, name="pz"),
+    ("ww", "Mul", ("aw", "bw"), ()),
+    ("w1", "Sub", ("ww", "px"), ()),
+    ("w2", "Sub", ("w1", "py"), ()),
+    ("w", "Sub", ("w2", "pz"), ()),
     ("r", "Concat", ("v", "w"), ()),
 )
 # quat.h quat_inverse(q) = (-x, -y, -z, w)
