@@ -189,7 +189,7 @@ def k_transform(t: wp.array(dtype=wp.transform), p: wp.array(dtype=wp.vec3), q: 
     tout[i, 2] = t[i] - wp.transform(p[i], q[i])
     vout[i, 0] = wp.transform_point(t[i], p[i])
     vout[i, 1] = wp.transform_vector(t[i], p[i])
-    vout[i, 2] = wp.transform_get_translation(t[i])
+    vout[i, 2] = wp.transform_get_translation(t[i]) + wp.vec3(t[i][0], t[i][6], 1.0)
     qout[i] = wp.transform_get_rotation(t[i])
 
 
@@ -232,7 +232,7 @@ def k_matmul(m: wp.array(dtype=wp.mat33), n: wp.array(dtype=wp.mat33), a: wp.arr
     i = wp.tid()
     o3[i] = m[i] * n[i]
     o2[i] = a[i] * b[i] + wp.transpose(a[i]) - b[i] * 2.0
-    o4[i] = c[i] * d[i]
+    o4[i] = c[i] * d[i] + wp.transpose(c[i])
     v4[i] = c[i] * wp.vec4(1.0, 2.0, -3.0, 0.5)
 
 
