@@ -134,17 +134,20 @@ def _check_side(record: NodeRecord, seg: SegmentRecord, side: str, specs: list[d
 
 def _lower_call(gm: torch.fx.GraphModule, record: NodeRecord, seg: SegmentRecord, call: torch.fx.Node,
                 inputs) -> LoweredExport:
-    """Replaces ``call`` with the segment's lowered torch function (docs/lowering.md); its constant regions
-    become buffers of ``gm`` on the segment's device."""
+    """Replaces ``call`` with the segment's lowered torch function (docs/lowering.md); its constant regions and
+    constant values become buffers of ``gm`` on the segment's device (not rebuilt at every call)."""
     from leapp._export.lower_segment import LoweredCall
     from leapp._export.warp_route import lower_for_export
-    from leapp.lowering.torch_backend import constant_tensor
+    from leapp.lowering.torch_backend import const_tensor, constant_tensor
 
     lowered, batch_input = lower_for_export(record, seg)
+    buffers = [(f"lowered_{seg.index}_region{rid}", constant_tensor(lowered.graph.regions[rid]))
+               for rid in lowered.constant_regions]
+    buffers += [(f"lowered_{seg.index}_value{k}", const_tensor(value, of))
+                for k, (of, value) in enumerate(lowered.constant_values())]
     consts = []
-    for rid in lowered.constant_regions:
-        name = f"lowered_{seg.index}_region{rid}"
-        gm.register_buffer(name, constant_tensor(lowered.graph.regions[rid]).to(seg.device))
+    for name, tensor in buffers:
+        gm.register_buffer(name, tensor.to(seg.device))
         with gm.graph.inserting_before(call):
             consts.append(gm.graph.get_attr(name))
     with gm.graph.inserting_before(call):

@@ -30,7 +30,7 @@ from leapp._contract.records import SegmentRecord
 from leapp.errors import ExportError
 from leapp.lowering import torch_backend
 from leapp.lowering.frontend import ArrayBinding, LaunchBinding, lower_launch
-from leapp.lowering.ir import KINDS, Graph, Region, Value, resolve, scalar_of
+from leapp.lowering.ir import KINDS, Affine, Graph, Region, Value, resolve, scalar_of
 
 __all__ = ["LoweredCall", "LoweredSegment", "SegmentRefused", "lower_segment"]
 
@@ -58,24 +58,38 @@ class LoweredSegment:
     def constant_regions(self) -> list[int]:
         return [r.id for r in self.graph.regions.values() if r.source == "constant"]
 
+    def constant_values(self) -> dict[tuple, list[str]]:
+        """(kind, value) -> the ``Const`` ops of that value, for every constant that does not follow the batch."""
+        found: dict[tuple, list[str]] = {}
+        for op in self.graph.ops:
+            attrs = dict(op.attrs)
+            if op.primitive == "Const" and not any(isinstance(v, Affine) for v in attrs["value"]):
+                found.setdefault((attrs["of"], attrs["value"]), []).append(op.output.name)
+        return found
+
 
 class LoweredCall:
-    """The torch function of a lowered segment: ``(*inputs, *constants) -> outputs`` (constants in
-    ``constant_regions`` order, flat lanes)."""
+    """The torch function of a lowered segment: ``(*inputs, *regions, *values) -> outputs``: the segment's
+    inputs, its constant regions (``constant_regions`` order, flat lanes) and its constant values (one tensor
+    per key of ``constant_values()``, in that order), which the module holds as buffers."""
 
     def __init__(self, lowered: LoweredSegment, n_inputs: int, batch_input: int | None = None):
         self.lowered = lowered
         self.n_inputs = n_inputs
         self.batch_input = batch_input  # dynamic batch: the input whose dim 0 is the batch
+        self.values = list(lowered.constant_values().values())
         self.__name__ = f"lowered_{lowered.id.replace('/', '_')}"
 
     def __call__(self, *args):
-        inputs, consts = args[:self.n_inputs], args[self.n_inputs:]
+        n_regions = len(self.lowered.constant_regions)
+        inputs, consts = args[:self.n_inputs], args[self.n_inputs:self.n_inputs + n_regions]
+        preset = {name: tensor for names, tensor in zip(self.values, args[self.n_inputs + n_regions:])
+                  for name in names}
         constants = dict(zip(self.lowered.constant_regions, consts))
         batch = None if self.batch_input is None else inputs[self.batch_input].shape[0]
-        regions = torch_backend.run_graph(self.lowered.graph, list(inputs), constants, batch)
-        return tuple(regions[rid].reshape(resolve(shape, batch)).to(dtype)
-                     for rid, shape, dtype in self.lowered.outputs)
+        regions = torch_backend.run_graph(self.lowered.graph, list(inputs), constants, batch, preset)
+        out = [regions[rid].reshape(resolve(shape, batch)) for rid, shape, _ in self.lowered.outputs]
+        return tuple(t if t.dtype == dtype else t.to(dtype) for t, (_, _, dtype) in zip(out, self.lowered.outputs))
 
 
 # leapp's own strided-copy kernel (leapp/_recorder/strided_copy.py) moves raw 32-bit lanes as uint32: those
@@ -260,4 +274,5 @@ def lower_segment(seg: SegmentRecord) -> LoweredSegment:
         lowered.outputs.append((io.region_id, tuple(io.spec.shape), io.spec.dtype))
     if b.reasons:
         raise SegmentRefused(where, list(dict.fromkeys(b.reasons)))
+    b.graph.prune()
     return lowered

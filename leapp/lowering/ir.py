@@ -123,3 +123,14 @@ class Graph:
         out = self.fresh(kind, primitive.lower())
         self.ops.append(Op(primitive, tuple(inputs), out, tuple(sorted(attrs.items()))))
         return out
+
+    def prune(self) -> None:
+        """Drops every op that no region's last version depends on (index arithmetic of a slice, values
+        computed and never stored): the exported graph holds only what the segment's memory needs."""
+        live = {v.name for v in self.current.values()}
+        kept = []
+        for op in reversed(self.ops):
+            if op.output.name in live:
+                kept.append(op)
+                live.update(i.name for i in op.inputs)
+        self.ops = kept[::-1]

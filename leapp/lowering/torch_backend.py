@@ -16,7 +16,7 @@ import torch
 
 from leapp.lowering.ir import Graph, Op, Region, resolve, scalar_of
 
-__all__ = ["PRIMITIVES", "DTYPES", "apply", "constant_tensor", "region_tensor", "run_graph"]
+__all__ = ["PRIMITIVES", "DTYPES", "apply", "const_tensor", "constant_tensor", "region_tensor", "run_graph"]
 
 DTYPES = {"float32": torch.float32, "int32": torch.int32, "bool": torch.bool}
 
@@ -56,7 +56,7 @@ def _view(region, offset, width, count, whole=False):
 
 
 def _overwrite(region, value, *mask, offset, width, count, whole=False):
-    slab = value.to(region.dtype).expand(count, width)
+    slab = (value if value.dtype == region.dtype else value.to(region.dtype)).expand(count, width)
     if mask:
         slab = torch.where(mask[0], slab, _view(region, offset, width, count, whole))
     if whole:  # the launch writes the whole region: its next version is the value
@@ -77,7 +77,16 @@ def _copy(dst, src, dst_offset, src_offset, count):
 def _tid(dims, axis, device=None):
     inner = math.prod(dims[axis + 1:])
     t = torch.arange(math.prod(dims), dtype=torch.int32, device=device)
-    return ((t // inner) % dims[axis]).reshape(-1, 1)
+    if axis + 1 < len(dims):
+        t = t // inner
+    if axis > 0:
+        t = t % dims[axis]
+    return t.reshape(-1, 1)
+
+
+def const_tensor(value, of: str) -> torch.Tensor:
+    """The [1, width] tensor of a ``Const`` op (its ``value`` and kind ``of``)."""
+    return _const(value, of)
 
 
 def _const(value, of):
@@ -144,11 +153,14 @@ def _concat(*parts):
 
 
 def _pick(a, indices):
-    """Components ``indices`` of each value: a slice when they are consecutive (ONNX Slice), else one Gather."""
-    first = indices[0]
-    if list(indices) == list(range(first, first + len(indices))):
-        return a[:, first:first + len(indices)]
-    return torch.index_select(a, 1, torch.tensor(list(indices), dtype=torch.int64, device=a.device))
+    """Components ``indices`` of each value: one slice per run of consecutive indices, joined (no index tensor
+    to build at each call; ONNX Slice and Concat)."""
+    runs, start = [], 0
+    for k in range(1, len(indices) + 1):
+        if k == len(indices) or indices[k] != indices[k - 1] + 1:
+            runs.append(a[:, indices[start]:indices[k - 1] + 1])
+            start = k
+    return runs[0] if len(runs) == 1 else torch.cat(runs, dim=1)
 
 
 def _sign(a):  # Warp: sign(x) = x < 0 ? -1 : 1
@@ -240,15 +252,18 @@ def region_tensor(region: Region, inputs, constants=None, batch=None) -> torch.T
     return torch.zeros(resolve(region.lanes, batch), dtype=dtype, device=device)
 
 
-def run_graph(graph: Graph, inputs, constants=None, batch=None) -> dict[int, torch.Tensor]:
+def run_graph(graph: Graph, inputs, constants=None, batch=None, preset=None) -> dict[int, torch.Tensor]:
     """Evaluates ``graph`` on the segment's input tensors (and its constant regions' tensors, region id ->
     flat lanes, else their captured bytes); region id -> its last version (flat lanes). ``batch`` evaluates
-    the graph's ``Affine`` sizes (a dynamic-batch segment)."""
+    the graph's ``Affine`` sizes (a dynamic-batch segment); ``preset`` gives values by name (the ``Const``
+    ops that a module holds as buffers, so that they are not rebuilt at every call)."""
     device = inputs[0].device if inputs else torch.device("cpu")
-    values: dict[str, torch.Tensor] = {}
+    values: dict[str, torch.Tensor] = dict(preset or {})
     for region in graph.regions.values():
         values[f"region{region.id}_0"] = region_tensor(region, inputs, constants, batch).to(device)
     for op in graph.ops:
+        if op.output.name in values:
+            continue
         attrs = {k: resolve(v, batch) for k, v in op.attrs}
         if op.primitive == "Tid":
             attrs["device"] = device
