@@ -8,7 +8,7 @@ outputs as .npz or the traceback as text, so that one job's failure is reported 
 Routes: ``ort-cpu`` / ``ort-cuda`` (ONNX Runtime's CPU or CUDA execution provider), ``reference``
 (``onnx.reference.ReferenceEvaluator``), ``pt2`` (``torch.export.load`` then ``module()``) and ``aoti-cpu`` /
 ``aoti-cuda`` (``torch._inductor.aoti_compile_and_package`` of the loaded ExportedProgram, then
-``aoti_load_package``). leapp's ``.pt2`` stores no example inputs (docs/aoti.md), so the AOTI routes set the
+``aoti_load_package``). The ``pt2`` job also writes what the loaded graph calls (``graph.json``). leapp's ``.pt2`` stores no example inputs (docs/aoti.md), so the AOTI routes set the
 job's inputs as the program's example inputs, as a user compiling it would.
 """
 
@@ -75,6 +75,12 @@ _CHILD = textwrap.dedent("""
         program = programs[artifact]
         args = tuple(torch.from_numpy(a).to(device) for a in arrays)
         if route == "pt2":
+            graph = {"targets": sorted({str(n.target) for m in program.graph_module.modules() if hasattr(m, "graph")
+                                        for n in m.graph.nodes if n.op == "call_function"}),
+                     "uint8": sorted(k for k, t in {**program.state_dict, **program.constants}.items()
+                                     if torch.is_tensor(t) and t.dtype == torch.uint8),
+                     "user_inputs": len(program.graph_signature.user_inputs)}
+            Path(workdir, "graph.json").write_text(json.dumps(graph))  # read by the structure test
             out = program.module()(*args)
         else:
             from torch._inductor import aoti_compile_and_package, aoti_load_package

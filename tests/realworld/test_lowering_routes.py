@@ -12,7 +12,7 @@ terms, MuJoCo Warp's kernels, run by Warp in this process) within rtol = atol = 
 
 from __future__ import annotations
 
-import os
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,12 +112,6 @@ def _export(case: str, backend: str, folder: Path) -> Export:
 GROUPS = {"pt2": ("pt2", "aoti-cpu"), "onnx": ("ort-cpu", "reference"), "cuda-pt2": ("aoti-cuda",),
           "cuda-onnx": ("ort-cuda",)}
 JOB_ORDER = ("action", "locomotion", "policy", "fk")  # the cheap ones first: their tests need not wait for fk
-# The FK node's lowered PT2 holds some 16,000 ATen nodes (every constant of the lowering is its own
-# lift_fresh_copy/detach_/to/_assert_tensor_metadata chain; the ONNX of the same node has about 1,100 nodes):
-# AOTInductor needs more than 8 minutes for it on a 2-core machine, so it runs only when asked for.
-AOTI_FK = os.environ.get("LEAPP_REALWORLD_AOTI_FK") == "1"
-AOTI_FK_SKIP = ("AOTInductor compiles the FK node's 16,000-node lowered PT2 in more than 8 min on 2 cores; "
-                "LEAPP_REALWORLD_AOTI_FK=1 runs it")
 
 
 def _selected_routes(request) -> set[str]:
@@ -145,7 +139,7 @@ def _start(exports, backend: str, routes: set[str], folder: Path, runs: dict) ->
             continue
         jobs = [(route, case, Job(route, exports[case, backend].artifact,
                                   [t.numpy() for t in exports[case, backend].new_inputs], folder / route / case))
-                for case in JOB_ORDER for route in members if AOTI_FK or not (case == "fk" and "aoti" in route)]
+                for case in JOB_ORDER for route in members]
         if not jobs:
             continue
         run = RouteRun([job for _, _, job in jobs], folder / group)
@@ -161,7 +155,9 @@ def lowered(request, tmp_path_factory):
     exports, runs = {}, {}
     try:
         for backend in ("pt2", "onnx"):
-            exports.update({(case, backend): _export(case, backend, folder / "exports") for case in JOB_ORDER})
+            for case in JOB_ORDER:
+                exports[case, backend] = _export(case, backend, folder / "exports")
+                print(f"\nexport {case}/{backend} (trace and compile): {exports[case, backend].seconds:.1f} s")
             _start(exports, backend, routes, folder / "routes", runs)
         yield Lowered(exports, runs)
     finally:
@@ -170,10 +166,9 @@ def lowered(request, tmp_path_factory):
 
 
 def _check_route(lowered: Lowered, route: str, case: str) -> None:
-    if case == "fk" and "aoti" in route and not AOTI_FK:
-        pytest.skip(AOTI_FK_SKIP)
     run, job = lowered.runs[route, case]
     status, got, seconds = run.result(job)
+    print(f"\n{route}/{case} in the fresh process: {seconds:.1f} s")
     if status.startswith("unavailable: "):
         pytest.skip(f"{route}: {status}")
     assert status == "ok", f"{case} on {route}:\n{status}"
@@ -222,15 +217,28 @@ def test_lowered_onnx_is_standard_onnx(lowered, case):
     assert len(model.graph.input) == len(export.new_inputs), [i.name for i in model.graph.input]
 
 
+def _pt2_graph(lowered: Lowered, export: Export) -> dict:
+    """What the loaded PT2 graph calls: from the fresh process's ``pt2`` job when it ran (the FK program takes
+    half a minute to load), else loaded here."""
+    if ("pt2", export.case) in lowered.runs:
+        run, job = lowered.runs["pt2", export.case]
+        status, _, _ = run.result(job)
+        assert status == "ok", status
+        return json.loads((job.folder / "graph.json").read_text())
+    program = torch.export.load(str(export.artifact))
+    tensors = {**program.state_dict, **program.constants}
+    return {"targets": sorted({str(n.target) for m in program.graph_module.modules() if hasattr(m, "graph")
+                               for n in m.graph.nodes if n.op == "call_function"}),
+            "uint8": sorted(k for k, t in tensors.items() if torch.is_tensor(t) and t.dtype == torch.uint8),
+            "user_inputs": len(program.graph_signature.user_inputs)}
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_lowered_pt2_holds_no_warp_segment(lowered, case):
     export = lowered.exports[case, "pt2"]
     assert export.routes and set(export.routes.values()) == {"lowered"}, str(export.report)
-    program = torch.export.load(str(export.artifact))
-    targets = {str(node.target) for module in program.graph_module.modules() if hasattr(module, "graph")
-               for node in module.graph.nodes if node.op == "call_function"}
-    assert not {t for t in targets if "warp_segment" in t or t.startswith("leapp.")}, sorted(targets)
-    tensors = {**program.state_dict, **program.constants}
-    assert all(not torch.is_tensor(t) or t.dtype != torch.uint8 for t in tensors.values()), sorted(tensors)
-    assert len(program.graph_signature.user_inputs) == len(export.new_inputs)
-
+    graph = _pt2_graph(lowered, export)
+    assert not [t for t in graph["targets"] if "warp_segment" in t or t.startswith("leapp.")], graph["targets"]
+    assert any(t.startswith("aten.") for t in graph["targets"]), graph["targets"]
+    assert not graph["uint8"], graph["uint8"]  # no bundle bytes
+    assert graph["user_inputs"] == len(export.new_inputs)
