@@ -100,4 +100,5 @@ def lower_dynamic_segment(seg, probes, traced_batch: int) -> tuple[LoweredSegmen
                         and all(int(s.inputs[j].spec.shape[0]) == b for b, s in probes)), None)
     if batch_input is None:
         raise SegmentRefused(where, ["with dynamic_batch: no input of the segment has the batch as dim 0"])
+    graph.simplify()
     return LoweredSegment(seg.id, lowered[0].kernels, graph, outputs), batch_input

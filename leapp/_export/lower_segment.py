@@ -274,5 +274,5 @@ def lower_segment(seg: SegmentRecord) -> LoweredSegment:
         lowered.outputs.append((io.region_id, tuple(io.spec.shape), io.spec.dtype))
     if b.reasons:
         raise SegmentRefused(where, list(dict.fromkeys(b.reasons)))
-    b.graph.prune()
+    b.graph.prune()  # simplify() once the graph is final: lower_for_export / lower_dynamic_segment
     return lowered

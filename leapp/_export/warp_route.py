@@ -26,7 +26,9 @@ def lower_for_export(record: NodeRecord, seg):
         SegmentRefused: naming why it does not lower.
     """
     if record.dynamic_batch is None:
-        return lower_segment(seg), None
+        lowered = lower_segment(seg)
+        lowered.graph.simplify()
+        return lowered, None
     from leapp._export.lower_dynamic import lower_dynamic_segment
 
     probes = [(p.batch, p.segments[seg.index]) for p in record.probes if seg.index < len(p.segments)]

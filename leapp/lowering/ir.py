@@ -124,6 +124,26 @@ class Graph:
         self.ops.append(Op(primitive, tuple(inputs), out, tuple(sorted(attrs.items()))))
         return out
 
+    def simplify(self) -> None:
+        """Common subexpressions merged (the same primitive on the same values with the same attributes: an
+        index computed for two loads, a mask built twice), then ``prune``. Run on the final graph (after a
+        dynamic-batch merge, whose ``Affine`` values compare exactly), so that merging never depends on two
+        sizes being equal at one batch only."""
+        rename: dict[str, Value] = {}
+        seen: dict[tuple, Value] = {}
+        ops = []
+        for op in self.ops:
+            inputs = tuple(rename.get(i.name, i) for i in op.inputs)
+            key = (op.primitive, tuple(i.name for i in inputs), op.attrs, op.output.kind)
+            if key in seen:
+                rename[op.output.name] = seen[key]
+                continue
+            seen[key] = op.output
+            ops.append(Op(op.primitive, inputs, op.output, op.attrs))
+        self.ops = ops
+        self.current = {rid: rename.get(v.name, v) for rid, v in self.current.items()}
+        self.prune()
+
     def prune(self) -> None:
         """Drops every op that no region's last version depends on (index arithmetic of a slice, values
         computed and never stored): the exported graph holds only what the segment's memory needs."""

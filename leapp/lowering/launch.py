@@ -71,5 +71,5 @@ def lower_wp_launch(kernel, dim, inputs: list) -> LoweredLaunch:
                             f"kernel `{kernel.key}`")
     if refusals:
         raise ExportError(f"kernel `{kernel.key}` cannot be lowered to standard ops: " + "; ".join(refusals))
-    graph.prune()
+    graph.simplify()
     return LoweredLaunch(graph, names, regions, shapes)
