@@ -134,6 +134,9 @@ class Graph:
         ops = []
         for op in self.ops:
             inputs = tuple(rename.get(i.name, i) for i in op.inputs)
+            if op.primitive == "Identity" and inputs[0].kind == op.output.kind:  # a value read or copied as is
+                rename[op.output.name] = inputs[0]
+                continue
             key = (op.primitive, tuple(i.name for i in inputs), op.attrs, op.output.kind)
             if key in seen:
                 rename[op.output.name] = seen[key]
