@@ -771,6 +771,13 @@ def kernel_ssa(kernel, max_unroll: int = 64) -> dict:
 
     visitors = dict(codegen.Adjoint.node_visitors)  # Warp dispatches statements through this table
 
+    def quietly(original, a, node):
+        quiet[0] += 1
+        try:
+            return original(a, node)
+        finally:
+            quiet[0] -= 1
+
     def continue_or_break(node_type, kind):
         original = visitors[node_type]
 
@@ -778,11 +785,7 @@ def kernel_ssa(kernel, max_unroll: int = 64) -> dict:
             a.materialize_redefinitions(a.loop_symbols[-1])  # recorded as "assign" calls
             events.append((kind, where()))
             a.loop_symbols[-1] = dict(a.symbols)  # nothing left for Warp's own emitter to materialize
-            quiet[0] += 1
-            try:
-                return original(a, node)
-            finally:
-                quiet[0] -= 1
+            return quietly(original, a, node)
 
         visitors[node_type] = emitter
 
@@ -839,11 +842,7 @@ def kernel_ssa(kernel, max_unroll: int = 64) -> dict:
 
         def emitter(a, node):
             events.append(("construct", construct, where()))
-            quiet[0] += 1
-            try:
-                return original(a, node)
-            finally:
-                quiet[0] -= 1
+            return quietly(original, a, node)
 
         visitors[node_type] = emitter
 

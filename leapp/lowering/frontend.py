@@ -137,9 +137,6 @@ class _Launch:
             return a
         return self.emit("And", (a, b), "bool")
 
-    def mask_not(self, a: Value | None) -> Value:
-        return self.const(False, "bool") if a is None else self.emit("Not", (a,), "bool")
-
     def mask_or(self, a: Value | None, b: Value | None) -> Value | None:
         if a is None or b is None:
             return None
