@@ -90,7 +90,8 @@ def _inspect_pipeline_node(folder: Path, index: int, node: dict, report: Report,
         report.line(f"segment {seg['id']}: digest {seg['digest']}, kernels {seg['kernels']}"
                     + (f", route {route}" if route else ""), indent + 1)
     for seg in node.get("lowered_segments") or []:  # compile(warp="lower"|"auto"): standard ops, no bundle
-        report.line(f"segment {seg.get('id')}: kernels {seg.get('kernels')}, route lowered to standard ONNX ops",
+        ops = "ATen" if node["backend"] == "pt2" else "ONNX"
+        report.line(f"segment {seg.get('id')}: kernels {seg.get('kernels')}, route lowered to standard {ops} ops",
                     indent + 1)
     entries = [(node["artifact"], node["sha256"], f"nodes[{index}].artifact")] + [
         (entry["path"], entry["sha256"], f"nodes[{index}].files[{i}].path") for i, entry in enumerate(node["files"])
