@@ -58,6 +58,16 @@ class LoweredSegment:
     def constant_regions(self) -> list[int]:
         return [r.id for r in self.graph.regions.values() if r.source == "constant"]
 
+    def pick_indices(self) -> list[tuple]:
+        """The index tuples of the graph's non-consecutive picks (each becomes one index tensor)."""
+        found = []
+        for op in self.graph.ops:
+            indices = dict(op.attrs).get("indices") if op.primitive == "Pick" else None
+            if indices and list(indices) != list(range(indices[0], indices[0] + len(indices))) \
+                    and indices not in found:
+                found.append(indices)
+        return found
+
     def constant_values(self) -> dict[tuple, list[str]]:
         """(kind, value) -> the ``Const`` ops of that value, for every constant that does not follow the batch."""
         found: dict[tuple, list[str]] = {}
@@ -69,25 +79,29 @@ class LoweredSegment:
 
 
 class LoweredCall:
-    """The torch function of a lowered segment: ``(*inputs, *regions, *values) -> outputs``: the segment's
-    inputs, its constant regions (``constant_regions`` order, flat lanes) and its constant values (one tensor
-    per key of ``constant_values()``, in that order), which the module holds as buffers."""
+    """The torch function of a lowered segment: ``(*inputs, *regions, *values, *picks) -> outputs``: the
+    segment's inputs, its constant regions (``constant_regions`` order, flat lanes), its constant values (one
+    tensor per key of ``constant_values()``) and its picks' index tensors (``pick_indices()`` order), which the
+    module holds as buffers."""
 
     def __init__(self, lowered: LoweredSegment, n_inputs: int, batch_input: int | None = None):
         self.lowered = lowered
         self.n_inputs = n_inputs
         self.batch_input = batch_input  # dynamic batch: the input whose dim 0 is the batch
         self.values = list(lowered.constant_values().values())
+        self.picks = lowered.pick_indices()
         self.__name__ = f"lowered_{lowered.id.replace('/', '_')}"
 
     def __call__(self, *args):
         n_regions = len(self.lowered.constant_regions)
         inputs, consts = args[:self.n_inputs], args[self.n_inputs:self.n_inputs + n_regions]
-        preset = {name: tensor for names, tensor in zip(self.values, args[self.n_inputs + n_regions:])
+        start = self.n_inputs + n_regions
+        preset = {name: tensor for names, tensor in zip(self.values, args[start:start + len(self.values)])
                   for name in names}
+        picks = dict(zip(self.picks, args[start + len(self.values):]))
         constants = dict(zip(self.lowered.constant_regions, consts))
         batch = None if self.batch_input is None else inputs[self.batch_input].shape[0]
-        regions = torch_backend.run_graph(self.lowered.graph, list(inputs), constants, batch, preset)
+        regions = torch_backend.run_graph(self.lowered.graph, list(inputs), constants, batch, preset, picks)
         out = [regions[rid].reshape(resolve(shape, batch)) for rid, shape, _ in self.lowered.outputs]
         return tuple(t if t.dtype == dtype else t.to(dtype) for t, (_, _, dtype) in zip(out, self.lowered.outputs))
 

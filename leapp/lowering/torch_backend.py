@@ -16,7 +16,7 @@ import torch
 
 from leapp.lowering.ir import Graph, Op, Region, resolve, scalar_of
 
-__all__ = ["PRIMITIVES", "DTYPES", "apply", "const_tensor", "constant_tensor", "region_tensor", "run_graph"]
+__all__ = ["PRIMITIVES", "DTYPES", "apply", "const_tensor", "constant_tensor", "pick_index", "region_tensor", "run_graph"]
 
 DTYPES = {"float32": torch.float32, "int32": torch.int32, "bool": torch.bool}
 
@@ -152,15 +152,20 @@ def _concat(*parts):
     return torch.cat([p.expand(n, p.shape[1]) for p in parts], dim=-1)
 
 
-def _pick(a, indices):
-    """Components ``indices`` of each value: one slice per run of consecutive indices, joined (no index tensor
-    to build at each call; ONNX Slice and Concat)."""
-    runs, start = [], 0
-    for k in range(1, len(indices) + 1):
-        if k == len(indices) or indices[k] != indices[k - 1] + 1:
-            runs.append(a[:, indices[start]:indices[k - 1] + 1])
-            start = k
-    return runs[0] if len(runs) == 1 else torch.cat(runs, dim=1)
+def pick_index(indices) -> torch.Tensor:
+    """The index tensor of a non-consecutive pick (a module holds it as a buffer: ``run_graph``'s ``picks``)."""
+    return torch.tensor(list(indices), dtype=torch.int64)
+
+
+def _pick(a, indices, index=None):
+    """Components ``indices`` of each value: a slice when they are consecutive, else one index_select (ONNX
+    Gather) on ``index`` (made here when not given)."""
+    first = indices[0]
+    if list(indices) == list(range(first, first + len(indices))):
+        return a[:, first:first + len(indices)]
+    if index is None:
+        index = pick_index(indices).to(a.device)
+    return torch.index_select(a, 1, index)
 
 
 def _sign(a):  # Warp: sign(x) = x < 0 ? -1 : 1
@@ -252,11 +257,13 @@ def region_tensor(region: Region, inputs, constants=None, batch=None) -> torch.T
     return torch.zeros(resolve(region.lanes, batch), dtype=dtype, device=device)
 
 
-def run_graph(graph: Graph, inputs, constants=None, batch=None, preset=None) -> dict[int, torch.Tensor]:
+def run_graph(graph: Graph, inputs, constants=None, batch=None, preset=None,
+              picks=None) -> dict[int, torch.Tensor]:
     """Evaluates ``graph`` on the segment's input tensors (and its constant regions' tensors, region id ->
     flat lanes, else their captured bytes); region id -> its last version (flat lanes). ``batch`` evaluates
     the graph's ``Affine`` sizes (a dynamic-batch segment); ``preset`` gives values by name (the ``Const``
-    ops that a module holds as buffers, so that they are not rebuilt at every call)."""
+    ops that a module holds as buffers, so that they are not rebuilt at every call) and ``picks`` the index
+    tensors of non-consecutive picks by their indices, likewise."""
     device = inputs[0].device if inputs else torch.device("cpu")
     values: dict[str, torch.Tensor] = dict(preset or {})
     for region in graph.regions.values():
@@ -265,6 +272,8 @@ def run_graph(graph: Graph, inputs, constants=None, batch=None, preset=None) -> 
         if op.output.name in values:
             continue
         attrs = {k: resolve(v, batch) for k, v in op.attrs}
+        if op.primitive == "Pick" and picks and attrs["indices"] in picks:
+            attrs["index"] = picks[attrs["indices"]]
         if op.primitive == "Tid":
             attrs["device"] = device
             values[op.output.name] = _tid(**attrs)
