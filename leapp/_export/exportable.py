@@ -138,13 +138,13 @@ def _lower_call(gm: torch.fx.GraphModule, record: NodeRecord, seg: SegmentRecord
     constant values become buffers of ``gm`` on the segment's device (not rebuilt at every call)."""
     from leapp._export.lower_segment import LoweredCall
     from leapp._export.warp_route import lower_for_export
-    from leapp.lowering.torch_backend import const_tensor, constant_tensor, pick_index
+    from leapp.lowering.torch_backend import const_tensor, constant_tensor, pick_index, table_tensor
 
     lowered, batch_input = lower_for_export(record, seg)
     buffers = [(f"lowered_{seg.index}_region{rid}", constant_tensor(lowered.graph.regions[rid]))
                for rid in lowered.constant_regions]
-    buffers += [(f"lowered_{seg.index}_value{k}", const_tensor(value, of))
-                for k, (of, value) in enumerate(lowered.constant_values())]
+    buffers += [(f"lowered_{seg.index}_value{k}", (const_tensor if primitive == "Const" else table_tensor)(value, of))
+                for k, (primitive, of, value) in enumerate(lowered.constant_values())]
     buffers += [(f"lowered_{seg.index}_pick{k}", pick_index(indices)) for k, indices in enumerate(lowered.pick_indices())]
     consts = []
     for name, tensor in buffers:

@@ -85,7 +85,7 @@ def lower_dynamic_segment(seg, probes, traced_batch: int) -> tuple[LoweredSegmen
     where = f"segment '{seg.id}' ({seg.source})"
     if not probes:
         raise SegmentRefused(where, ["dynamic_batch needs a capture at a second batch size"])
-    lowered = [lower_segment(seg)] + [lower_segment(s) for _, s in probes]
+    lowered = [lower_segment(seg, fold=False)] + [lower_segment(s, fold=False) for _, s in probes]
     batches = [traced_batch] + [int(b) for b, _ in probes]
     try:
         graph = _merge_graphs([low.graph for low in lowered], batches)

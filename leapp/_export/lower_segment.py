@@ -69,12 +69,15 @@ class LoweredSegment:
         return found
 
     def constant_values(self) -> dict[tuple, list[str]]:
-        """(kind, value) -> the ``Const`` ops of that value, for every constant that does not follow the batch."""
+        """(primitive, kind, value) -> the ``Const`` and ``Table`` ops of that value, for every constant that
+        does not follow the batch."""
         found: dict[tuple, list[str]] = {}
         for op in self.graph.ops:
             attrs = dict(op.attrs)
             if op.primitive == "Const" and not any(isinstance(v, Affine) for v in attrs["value"]):
-                found.setdefault((attrs["of"], attrs["value"]), []).append(op.output.name)
+                found.setdefault(("Const", attrs["of"], attrs["value"]), []).append(op.output.name)
+            elif op.primitive == "Table":
+                found.setdefault(("Table", attrs["of"], attrs["rows"]), []).append(op.output.name)
         return found
 
 
@@ -244,8 +247,9 @@ class _Builder:
                                       pattern=tuple(lanes))
 
 
-def lower_segment(seg: SegmentRecord) -> LoweredSegment:
-    """The IR of ``seg``: every launch, copy and memset, in the captured order.
+def lower_segment(seg: SegmentRecord, fold: bool = True) -> LoweredSegment:
+    """The IR of ``seg``: every launch, copy and memset, in the captured order (``fold``: per-thread values
+    known at lowering time become tables; False for the captures of a dynamic-batch node).
 
     Raises:
         SegmentRefused: naming each kernel or operation that does not lower, with its file:line.
@@ -272,7 +276,7 @@ def lower_segment(seg: SegmentRecord) -> LoweredSegment:
             binding = b.binding(op, kernel, here)
             if op.kernel_key not in ssa_cache:
                 ssa_cache[op.kernel_key] = _warp_private.kernel_ssa(kernel)
-            refusals = lower_launch(b.graph, ssa_cache[op.kernel_key], binding, b.known, here)
+            refusals = lower_launch(b.graph, ssa_cache[op.kernel_key], binding, b.known, fold)
             if refusals:
                 raise ExportError(f"{here}: " + "; ".join(refusals))
         except ExportError as e:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from leapp.lowering import torch_backend
-from leapp.lowering.ir import KINDS, Graph, Value, kind_of, scalar_of, width_of
+from leapp.lowering.ir import KINDS, Graph, Op, Value, kind_of, scalar_of, width_of
 from leapp.lowering.table import STATIC_PARAMS, builtin_row, has_rows
 
 __all__ = ["ArrayBinding", "Refusal", "LaunchBinding", "lower_launch", "MAX_TRIPS"]
@@ -82,12 +82,15 @@ class _Loop:
         self.broken = None
 
 
+FOLD_LIMIT = 65536  # the most elements a value folded into a table may have
+
+
 class _Launch:
-    def __init__(self, graph: Graph, binding: LaunchBinding, known: dict, where: str):
+    def __init__(self, graph: Graph, binding: LaunchBinding, known: dict, fold: bool):
         self.g = graph
         self.b = binding
         self.known = known  # value name -> tensor, for values the lowering can compute now
-        self.where = where
+        self.fold = fold  # known per-thread values become tables (not at a dynamic batch: they follow it)
         self.n = math.prod(binding.dims)
         self.active: Value | None = None  # None: every thread
         self.consts: dict = {}
@@ -99,6 +102,10 @@ class _Launch:
     # ------------------------------------------------------------ emission
 
     def emit(self, primitive: str, inputs, kind: str, **attrs) -> Value:
+        if self.fold and inputs and kind in KINDS and all(i.name in self.known for i in inputs):
+            folded = self.table(primitive, inputs, kind, attrs)
+            if folded is not None:
+                return folded
         out = self.g.emit(primitive, inputs, kind, **attrs)
         if all(i.name in self.known for i in inputs) and primitive != "Tid":
             op = self.g.ops[-1]
@@ -106,6 +113,21 @@ class _Launch:
                 self.known[out.name] = torch_backend.apply(op, [self.known[i.name] for i in inputs])
             except Exception:  # noqa: BLE001 - a value we cannot fold now is simply not known
                 pass
+        return out
+
+    def table(self, primitive: str, inputs, kind: str, attrs: dict) -> Value | None:
+        """A per-thread value the lowering can compute now (index arithmetic on the thread index, a model
+        constant read at it) as one table, instead of the ops that compute it at every call."""
+        op = Op(primitive, tuple(inputs), Value("table", kind), tuple(sorted(attrs.items())))
+        try:
+            result = torch_backend.apply(op, [self.known[i.name] for i in inputs])
+        except Exception:  # noqa: BLE001 - not foldable now; emitted as an op
+            return None
+        if result.dim() != 2 or result.shape[1] != width_of(kind) or result.shape[0] in (0, 1) \
+                or result.numel() > FOLD_LIMIT:
+            return None
+        out = self.g.emit("Table", (), kind, rows=tuple(map(tuple, result.tolist())), of=kind)
+        self.known[out.name] = result
         return out
 
     def const(self, value, kind: str) -> Value:
@@ -733,9 +755,10 @@ def _step_kind(primitive: str, inputs, attrs) -> str:
     return max(kinds, key=width_of) if kinds else "float32"
 
 
-def lower_launch(graph: Graph, ssa: dict, binding: LaunchBinding, known: dict, where: str) -> list[str]:
-    """Appends one launch of the kernel ``ssa`` to ``graph``; returns the refusals (empty when it lowered)."""
-    launch = _Launch(graph, binding, known, where)
+def lower_launch(graph: Graph, ssa: dict, binding: LaunchBinding, known: dict, fold: bool = True) -> list[str]:
+    """Appends one launch of the kernel ``ssa`` to ``graph``; returns the refusals (empty when it lowered).
+    ``fold``: per-thread values known now become tables (False for a capture of a dynamic-batch node)."""
+    launch = _Launch(graph, binding, known, fold)
     env: dict = {"__scope__": _Scope(0), "__loop__": None}
     for name, type_name in ssa["args"]:
         if name in binding.arrays:

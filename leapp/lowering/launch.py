@@ -67,8 +67,7 @@ def lower_wp_launch(kernel, dim, inputs: list) -> LoweredLaunch:
             values = tuple(value) if width > 1 else (value,)
             fmt = {"float32": "f", "int32": "i", "bool": "?"}[scalar]
             scalars[arg.label] = struct.unpack(f"<{width}{fmt}", struct.pack(f"<{width}{fmt}", *values))
-    refusals = lower_launch(graph, _warp_private.kernel_ssa(kernel), LaunchBinding(dims, arrays, scalars), known,
-                            f"kernel `{kernel.key}`")
+    refusals = lower_launch(graph, _warp_private.kernel_ssa(kernel), LaunchBinding(dims, arrays, scalars), known)
     if refusals:
         raise ExportError(f"kernel `{kernel.key}` cannot be lowered to standard ops: " + "; ".join(refusals))
     graph.simplify()

@@ -16,7 +16,7 @@ import torch
 
 from leapp.lowering.ir import Graph, Op, Region, resolve, scalar_of
 
-__all__ = ["PRIMITIVES", "DTYPES", "apply", "const_tensor", "constant_tensor", "pick_index", "region_tensor", "run_graph"]
+__all__ = ["PRIMITIVES", "DTYPES", "apply", "const_tensor", "constant_tensor", "pick_index", "table_tensor", "region_tensor", "run_graph"]
 
 DTYPES = {"float32": torch.float32, "int32": torch.int32, "bool": torch.bool}
 
@@ -95,6 +95,15 @@ def _const(value, of):
         return torch.tensor([list(value)], dtype=dtype)
     # a batch-dependent integer while exporting (a SymInt): full() keeps it symbolic
     return torch.cat([torch.full((1, 1), v, dtype=dtype) for v in value], dim=1)
+
+
+def _table(rows, of):
+    return torch.tensor([list(r) for r in rows], dtype=DTYPES[scalar_of(of)])
+
+
+def table_tensor(rows, of: str) -> torch.Tensor:
+    """The [threads, width] tensor of a ``Table`` op (a per-thread value computed at lowering time)."""
+    return _table(rows, of)
 
 
 def _int_div(a, b):
@@ -225,6 +234,7 @@ PRIMITIVES = {
     "MatMul": _matmul,
     "Transpose": _transpose,
     "Const": _const,
+    "Table": _table,
     "Tid": _tid,
     "Gather": _gather,
     "Scatter": _scatter,
@@ -279,5 +289,5 @@ def run_graph(graph: Graph, inputs, constants=None, batch=None, preset=None,
             values[op.output.name] = _tid(**attrs)
             continue
         out = PRIMITIVES[op.primitive](*[values[v.name] for v in op.inputs], **attrs)
-        values[op.output.name] = out.to(device) if op.primitive == "Const" else out
+        values[op.output.name] = out.to(device) if op.primitive in ("Const", "Table") else out
     return {rid: values[v.name] for rid, v in graph.current.items()}
