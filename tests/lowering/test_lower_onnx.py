@@ -15,7 +15,7 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import lowering_harness as harness  # noqa: E402
 import lowering_kernels as lk  # noqa: E402
-import test_lower_control_flow as cf  # noqa: E402
+import control_flow_kernels as cf  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning",
                                         "ignore::UserWarning")
