@@ -91,7 +91,9 @@ _RUN = textwrap.dedent("""
         out = torch.export.load(path).module()(q.cuda())
     else:
         import torch._inductor
-        package = torch._inductor.aoti_compile_and_package(torch.export.load(path), package_path=dst + ".pt2")
+        program = torch.export.load(path)
+        program.example_inputs = ((q.cuda(),), {})  # leapp's .pt2 stores none (docs/aoti.md)
+        package = torch._inductor.aoti_compile_and_package(program, package_path=dst + ".pt2")
         out = torch._inductor.aoti_load_package(package)(q.cuda())
     out = out[0] if isinstance(out, (tuple, list)) else out
     torch.save(out.cpu(), dst)
