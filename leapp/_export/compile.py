@@ -22,7 +22,7 @@ from leapp._export.paths import artifact_path
 from leapp._export.pipeline_yaml import NodeArtifact, describe_pipeline, write_pipeline_yaml
 from leapp._export.report import CompileReport, NodeReport
 from leapp._export.validate_process import VALIDATION_TIMEOUT_S
-from leapp._export.warp_route import LOWERED, plan_routes
+from leapp._export.warp_route import plan_routes
 from leapp._export.validate import (
     NEEDS_CUDA,
     SKIPPED,
@@ -56,11 +56,11 @@ def check_backends(record: SessionRecord) -> None:
 
 
 def export_node(record: NodeRecord, folder: Path, bundles: BundleProvider | None = None,
-                routes: dict[str, str] | None = None) -> NodeArtifact:
-    """Writes one node's artifact into ``folder``; ``routes`` (segment id -> route) says which segments lower."""
+                routes: dict[str, str] | None = None, lowerings: dict | None = None) -> NodeArtifact:
+    """Writes one node's artifact into ``folder``; ``routes`` (segment id -> route) says which segments lower,
+    ``lowerings`` holds their lowering (``plan_routes``)."""
     start = time.perf_counter()
-    lowered = frozenset(sid for sid, route in (routes or {}).items() if route == LOWERED)
-    node = build_exportable(record, bundles, lowered=lowered)
+    node = build_exportable(record, bundles, lowered=lowerings or {})
     built = time.perf_counter()
     extra: list[Path] = []
     if record.export_with == "onnx":
@@ -117,14 +117,15 @@ def compile_session(
     if not record.nodes:
         raise ExportError(f"session '{record.name}': no leapp.node was recorded, nothing to export")
     check_backends(record)
-    routes = plan_routes(record, warp)
+    routes, lowerings = plan_routes(record, warp)
     folder = artifact_path(record.save_path, record.name, "", f"session '{record.name}'")
     for node in record.nodes.values():  # names of hand-made records, before anything is written
         artifact_path(folder, node.name, "", f"node '{node.name}' ({node.source})")
     folder.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     log.info("session '%s': exporting %d node(s) into %s", record.name, len(record.nodes), folder)
-    artifacts = [export_node(node, folder, bundles, routes=routes[node.name]) for node in record.nodes.values()]
+    artifacts = [export_node(node, folder, bundles, routes=routes[node.name], lowerings=lowerings[node.name])
+                 for node in record.nodes.values()]
     write_pipeline_yaml(describe_pipeline(record, artifacts, folder), folder)
     log.info("session '%s': artifacts and pipeline.yaml written in %.2f s", record.name, time.perf_counter() - start)
     report = CompileReport(record.name, folder)

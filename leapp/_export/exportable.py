@@ -132,15 +132,14 @@ def _check_side(record: NodeRecord, seg: SegmentRecord, side: str, specs: list[d
             )
 
 
-def _lower_call(gm: torch.fx.GraphModule, record: NodeRecord, seg: SegmentRecord, call: torch.fx.Node,
+def _lower_call(gm: torch.fx.GraphModule, seg: SegmentRecord, lowering, call: torch.fx.Node,
                 inputs) -> LoweredExport:
     """Replaces ``call`` with the segment's lowered torch function (docs/lowering.md); its constant regions and
     constant values become buffers of ``gm`` on the segment's device (not rebuilt at every call)."""
     from leapp._export.lower_segment import LoweredCall
-    from leapp._export.warp_route import lower_for_export
     from leapp.lowering.torch_backend import const_tensor, constant_tensor, pick_index, table_tensor
 
-    lowered, batch_input = lower_for_export(record, seg)
+    lowered, batch_input = lowering  # leapp._export.warp_route.lower_for_export's result
     buffers = [(f"lowered_{seg.index}_region{rid}", constant_tensor(lowered.graph.regions[rid]))
                for rid in lowered.constant_regions]
     buffers += [(f"lowered_{seg.index}_value{k}", (const_tensor if primitive == "Const" else table_tensor)(value, of))
@@ -160,9 +159,10 @@ def _lower_call(gm: torch.fx.GraphModule, record: NodeRecord, seg: SegmentRecord
 
 
 def build_exportable(record: NodeRecord, bundles: BundleProvider | None = None,
-                     lowered: frozenset[str] = frozenset()) -> ExportableNode:
+                     lowered: dict | None = None) -> ExportableNode:
     """Rewrites ``record.graph`` into an exportable module; ``bundles`` makes each segment's bundle bytes, and
-    the segments named in ``lowered`` are written as standard ops instead (docs/lowering.md).
+    the segments in ``lowered`` (segment id -> ``warp_route.lower_for_export``'s result) are written as standard
+    ops instead (docs/lowering.md).
 
     Args:
         record: the recorded node.
@@ -190,8 +190,8 @@ def build_exportable(record: NodeRecord, bundles: BundleProvider | None = None,
     calls = _segment_calls(gm)
     for call in list(calls):
         seg = by_id.get(call.args[0])
-        if seg is not None and seg.id in lowered:
-            lowered_exports.append(_lower_call(gm, record, seg, call, list(call.args[1])))
+        if seg is not None and seg.id in (lowered or {}):
+            lowered_exports.append(_lower_call(gm, seg, lowered[seg.id], call, list(call.args[1])))
             calls.remove(call)
     if calls and bundles is None and record.dynamic_batch is not None:
         bundles = _dynamic_bundles(record)

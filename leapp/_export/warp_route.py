@@ -35,31 +35,28 @@ def lower_for_export(record: NodeRecord, seg):
     return lower_dynamic_segment(seg, probes, int(record.inputs[0].shape[0]))
 
 
-def _why(record: NodeRecord, seg) -> str | None:
-    """None when the segment lowers, else why not."""
-    try:
-        lower_for_export(record, seg)
-    except SegmentRefused as e:
-        return "; ".join(e.reasons)
-    return None
-
-
-def plan_routes(record: SessionRecord, warp: str) -> dict[str, dict[str, str]]:
-    """node -> segment id -> "lowered" or "replayed: <why>" (empty for warp="replay"); raises ExportError for "lower"
-    naming each refusal."""
+def plan_routes(record: SessionRecord, warp: str) -> tuple[dict[str, dict[str, str]], dict[str, dict]]:
+    """(routes, lowerings): node -> segment id -> "lowered" or "replayed: <why>" (empty for warp="replay"), and
+    node -> segment id -> ``lower_for_export``'s result for each lowered segment, which the export reuses;
+    raises ExportError for "lower" naming each refusal."""
     if warp not in WARP_ROUTES:
         raise ExportError(f"session '{record.name}': warp={warp!r}; choose one of {list(WARP_ROUTES)}")
     routes: dict[str, dict[str, str]] = {node: {} for node in record.nodes}
+    lowerings: dict[str, dict] = {node: {} for node in record.nodes}
     if warp == "replay":  # nothing chosen: the export writes no route, exactly as before warp= existed
-        return routes
+        return routes, lowerings
     refused = []
     for node in record.nodes.values():
         for seg in node.segments:
-            why = _why(node, seg)
-            routes[node.name][seg.id] = LOWERED if why is None else f"replayed: {why}"
-            if why is not None and warp == "lower":
-                refused.append(f"node '{node.name}' segment '{seg.id}' ({seg.source}): {why}")
+            try:
+                lowerings[node.name][seg.id] = lower_for_export(node, seg)
+                routes[node.name][seg.id] = LOWERED
+            except SegmentRefused as e:
+                why = "; ".join(e.reasons)
+                routes[node.name][seg.id] = f"replayed: {why}"
+                if warp == "lower":
+                    refused.append(f"node '{node.name}' segment '{seg.id}' ({seg.source}): {why}")
     if refused:
         raise ExportError(f"session '{record.name}': warp='lower' but {len(refused)} Warp segment(s) cannot be "
                           "lowered to standard ops:\n  " + "\n  ".join(refused))
-    return routes
+    return routes, lowerings
