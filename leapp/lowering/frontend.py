@@ -102,33 +102,29 @@ class _Launch:
     # ------------------------------------------------------------ emission
 
     def emit(self, primitive: str, inputs, kind: str, **attrs) -> Value:
-        if self.fold and inputs and kind in KINDS and all(i.name in self.known for i in inputs):
-            folded = self.table(primitive, inputs, kind, attrs)
-            if folded is not None:
-                return folded
-        out = self.g.emit(primitive, inputs, kind, **attrs)
-        if all(i.name in self.known for i in inputs) and primitive != "Tid":
-            op = self.g.ops[-1]
+        """Appends an op; when its inputs are known its value is computed now (once): a per-thread value then
+        becomes one table (``fold``), and any known value stays available for loop bounds."""
+        result = None
+        if primitive != "Tid" and all(i.name in self.known for i in inputs):
+            op = Op(primitive, tuple(inputs), Value("known", kind), tuple(sorted(attrs.items())))
             try:
-                self.known[out.name] = torch_backend.apply(op, [self.known[i.name] for i in inputs])
-            except Exception:  # noqa: BLE001 - a value we cannot fold now is simply not known
-                pass
+                result = torch_backend.apply(op, [self.known[i.name] for i in inputs])
+            except Exception:  # noqa: BLE001 - a value we cannot compute now is simply not known
+                result = None
+        if result is not None and self.fold and inputs and self.tabled(result, kind):
+            out = self.g.emit("Table", (), kind, rows=tuple(map(tuple, result.tolist())), of=kind)
+        else:
+            out = self.g.emit(primitive, inputs, kind, **attrs)
+        if result is not None:
+            self.known[out.name] = result
         return out
 
-    def table(self, primitive: str, inputs, kind: str, attrs: dict) -> Value | None:
-        """A per-thread value the lowering can compute now (index arithmetic on the thread index, a model
-        constant read at it) as one table, instead of the ops that compute it at every call."""
-        op = Op(primitive, tuple(inputs), Value("table", kind), tuple(sorted(attrs.items())))
-        try:
-            result = torch_backend.apply(op, [self.known[i.name] for i in inputs])
-        except Exception:  # noqa: BLE001 - not foldable now; emitted as an op
-            return None
-        if result.dim() != 2 or result.shape[1] != width_of(kind) or result.shape[0] in (0, 1) \
-                or result.numel() > FOLD_LIMIT:
-            return None
-        out = self.g.emit("Table", (), kind, rows=tuple(map(tuple, result.tolist())), of=kind)
-        self.known[out.name] = result
-        return out
+    @staticmethod
+    def tabled(result: torch.Tensor, kind: str) -> bool:
+        """Whether a known value becomes a table: a per-thread value of a value kind (index arithmetic on the
+        thread index, a model constant read at it), small enough to hold as a constant."""
+        return (kind in KINDS and result.dim() == 2 and result.shape[1] == width_of(kind)
+                and result.shape[0] > 1 and result.numel() <= FOLD_LIMIT)
 
     def const(self, value, kind: str) -> Value:
         values = tuple(value) if isinstance(value, (tuple, list)) else (value,)
