@@ -192,3 +192,14 @@ def test_leapp_testing_finds_the_lowered_export_equal_to_eager_on_every_route(tm
     leapp_run = Path(sys.executable).with_name("leapp-run")
     if leapp_run.is_file():
         assert "cpp-runner" in result.ran, result
+
+
+def test_lowered_export_is_byte_reproducible(tmp_path):
+    """Two traces and lowered exports of the same node write the same bytes (no order or name from a dict or a
+    counter that differs between runs)."""
+    digests = []
+    for run in ("a", "b"):
+        report = _trace(tmp_path / run, "repro").compile(warp="lower", validate=False)
+        digests.append({p.name: p.read_bytes() for p in sorted(report.path.iterdir())})
+    assert digests[0].keys() == digests[1].keys()
+    assert [k for k in digests[0] if digests[0][k] != digests[1][k]] == []
