@@ -86,10 +86,6 @@ def _tid(dims, axis, device=None):
 
 def const_tensor(value, of: str) -> torch.Tensor:
     """The [1, width] tensor of a ``Const`` op (its ``value`` and kind ``of``)."""
-    return _const(value, of)
-
-
-def _const(value, of):
     dtype = DTYPES[scalar_of(of)]
     if all(isinstance(v, (int, float, bool)) for v in value):
         return torch.tensor([list(value)], dtype=dtype)
@@ -97,13 +93,9 @@ def _const(value, of):
     return torch.cat([torch.full((1, 1), v, dtype=dtype) for v in value], dim=1)
 
 
-def _table(rows, of):
-    return torch.tensor([list(r) for r in rows], dtype=DTYPES[scalar_of(of)])
-
-
 def table_tensor(rows, of: str) -> torch.Tensor:
     """The [threads, width] tensor of a ``Table`` op (a per-thread value computed at lowering time)."""
-    return _table(rows, of)
+    return torch.tensor([list(r) for r in rows], dtype=DTYPES[scalar_of(of)])
 
 
 def _int_div(a, b):
@@ -233,8 +225,8 @@ PRIMITIVES = {
     "SumLast": _sum_last,
     "MatMul": _matmul,
     "Transpose": _transpose,
-    "Const": _const,
-    "Table": _table,
+    "Const": const_tensor,
+    "Table": table_tensor,
     "Tid": _tid,
     "Gather": _gather,
     "Scatter": _scatter,
