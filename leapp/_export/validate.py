@@ -113,10 +113,9 @@ def compare(name: str, actual: torch.Tensor, expected: torch.Tensor, rtol: float
     return check
 
 
-def validation_blocker(record: NodeRecord, backend: str, cpu_code: dict[str, str] | None = None,
-                       lowered: frozenset[str] = frozenset()) -> str | None:
-    """Why the node cannot be validated here, or None (``cpu_code``, ``lowered``: as ``NodeArtifactJob``'s)."""
-    blocked = _blocker(record, backend, cpu_code or {}, lowered)
+def validation_blocker(record: NodeRecord, backend: str, cpu_code: dict[str, str] | None = None) -> str | None:
+    """Why the node cannot be validated here, or None (``cpu_code``: as ``NodeArtifactJob.cpu_code``)."""
+    blocked = _blocker(record, backend, cpu_code or {})
     return blocked[1] if blocked else None
 
 
