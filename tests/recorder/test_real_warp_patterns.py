@@ -369,8 +369,8 @@ def test_compile_refuses_an_artifact_that_does_not_open(tmp_path, monkeypatch):
             plain(torch.randn(4))
     real = compile_module.export_node
 
-    def broken(record, folder, bundles=None, routes=None):
-        art = real(record, folder, bundles, routes=routes)
+    def broken(record, folder, bundles=None, **kwargs):
+        art = real(record, folder, bundles, **kwargs)
         art.path.write_bytes(b"not a zip archive")
         return art
 
