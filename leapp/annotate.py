@@ -10,8 +10,10 @@ from typing import Any
 
 from leapp._recorder.node import declare_inputs, declare_outputs
 from leapp._recorder.segment import WarpOp
+from leapp._recorder.state import declare_state
+from leapp._recorder.state import update_state as _update_state
 
-__all__ = ["input_tensors", "output_tensors", "warp_op"]
+__all__ = ["input_tensors", "output_tensors", "state_tensors", "update_state", "warp_op"]
 
 
 def input_tensors(node: str, values: dict[str, Any], metadata: dict[str, dict] | None = None) -> Any:
@@ -33,6 +35,21 @@ def input_tensors(node: str, values: dict[str, Any], metadata: dict[str, dict] |
 def output_tensors(node: str, values: dict[str, Any], metadata: dict[str, dict] | None = None) -> Any:
     """Declare the outputs of ``node``; returns the values and takes ``metadata`` like ``input_tensors``."""
     return declare_outputs(node, values, metadata)
+
+
+def state_tensors(node: str, values: dict[str, Any], metadata: dict[str, dict] | None = None) -> Any:
+    """Declare state of ``node``: inputs that each step takes from the node's own previous step (docs/state.md).
+
+    Returns the values like ``input_tensors``. Each must be updated in the same run with ``update_state``;
+    the value at the node's first traced call is the export's initial value (``Pipeline.reset()``).
+    """
+    return declare_state(node, values, metadata)
+
+
+def update_state(node: str, values: dict[str, Any]) -> Any:
+    """Give each state declared by ``state_tensors`` its value for the next step (node outputs ``<name>_out``);
+    returns the values like ``output_tensors``. Same dtype and shape as the state."""
+    return _update_state(node, values)
 
 
 def warp_op(node: str | None = None) -> WarpOp:

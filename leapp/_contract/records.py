@@ -26,6 +26,7 @@ __all__ = [
     "SegmentRecord",
     "Sample",
     "Probe",
+    "StateSpec",
     "NodeRecord",
     "SessionRecord",
     "warp_segment_call",
@@ -124,6 +125,17 @@ class Probe:
 
 
 @dataclass
+class StateSpec:
+    """One state of a node (docs/state.md): the node input ``input`` takes, at each step, what the node's
+    output ``output`` returned at the step before; ``initial`` (a detached CPU tensor) is the value of
+    ``input`` at the node's first traced call, what the runtimes start from and ``reset()`` restores."""
+
+    input: str
+    output: str
+    initial: torch.Tensor
+
+
+@dataclass
 class NodeRecord:
     """Everything recorded for one ``leapp.node``.
 
@@ -144,6 +156,8 @@ class NodeRecord:
     # Added later: dynamic batch (docs/recorder.md section 1.0): (min, max) or None, and the probe captures.
     dynamic_batch: tuple[int, int] | None = None
     probes: list[Probe] = field(default_factory=list)
+    # Added later: the node's states (annotate.state_tensors / update_state), in declaration order.
+    state: list[StateSpec] = field(default_factory=list)
 
 
 @dataclass

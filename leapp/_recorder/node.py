@@ -20,7 +20,7 @@ import warp as wp
 
 from leapp._contract.backends import backend_problem
 from leapp._contract.names import NAME_RULE, identifier, name_problem, shown
-from leapp._contract.records import NodeRecord, Probe, Sample, SegmentRecord, TensorSpec
+from leapp._contract.records import NodeRecord, Probe, Sample, SegmentRecord, StateSpec, TensorSpec
 from leapp._warp_private import array_base
 from leapp.bundle.format import MAX_BATCH  # the largest batch a bundle's rules may name
 from leapp.errors import TraceError
@@ -59,6 +59,12 @@ class NodeRun:
         # created) are then still graph memory no later segment's graph can be given, whatever Python collects.
         self.captured_graphs: list = []
         self.sample_inputs: list[torch.Tensor] = []
+        # annotate.state_tensors / update_state (leapp._recorder.state): state name -> where it was declared /
+        # updated, and output name -> the state whose update it is
+        self.states: dict[str, str] = {}
+        self.state_updates: dict[str, str] = {}
+        self.state_outputs: dict[str, str] = {}
+        self.state_values: dict[str, torch.Tensor] = {}  # the discovery pass's state inputs (initial values)
         self._mode_on = False
 
     @property
@@ -93,7 +99,8 @@ class NodeRun:
 
     # ---- declarations ----
 
-    def declare_input(self, name: str, value: Any, where: str) -> Any:
+    def declare_input(self, name: str, value: Any, where: str, *, edge: bool = True) -> Any:
+        """``edge``: False for a state input, fed by its own node's previous step only (no recorded edge)."""
         if any(name == n for n, _, _ in self.inputs):
             raise TraceError(f"node '{self.name}': input {name!r} declared twice (at {where}).")
         rec = self.recorder
@@ -125,11 +132,18 @@ class NodeRun:
                 self.sample_inputs.append(t.detach().clone())
         rec.placeholder(name, t, spec)
         self.inputs.append((name, t, spec))
-        self.session.record_edge(self.name, name, t)
+        if edge:
+            self.session.record_edge(self.name, name, t)
         return value
 
     def declare_output(self, name: str, value: Any, where: str) -> Any:
         if any(name == n for n, _, _, _ in self.outputs):
+            if name in self.state_outputs:
+                state = self.state_outputs[name]
+                raise TraceError(
+                    f"node '{self.name}': output {name!r} at {where} has the name of the update of state {state!r} "
+                    f"(annotate.update_state at {self.state_updates[state]} names it {name!r}); rename one of them."
+                )
             raise TraceError(f"node '{self.name}': output {name!r} declared twice (at {where}).")
         rec = self.recorder
         if is_warp_array(value):
@@ -156,8 +170,10 @@ class NodeRun:
         """Fold this execution into the node's state according to its pass."""
         self._pop_mode()
         state = self.state
+        self._check_states()
         if self.pass_index == 0:
             state.discovered = list(self.segments_met)
+            state.initial_state = dict(self.state_values)
         elif self.pass_index == 1:
             self._finish_capture()
         elif self.probing:
@@ -184,6 +200,7 @@ class NodeRun:
             segments=segments,
             samples=[self._sample()],
             dynamic_batch=state.dynamic_batch,
+            state=[StateSpec(n, self.state_outputs_of[n], state.initial_state[n]) for n in self.states],
         )
         if state.dynamic_batch is not None:
             lo, hi = state.dynamic_batch
@@ -195,6 +212,27 @@ class NodeRun:
                     f"input {self.inputs[0][0]!r}), outside its dynamic_batch=({lo}, {hi})."
                 )
         self.session.notes.extend(rec.notes)
+
+    @property
+    def state_outputs_of(self) -> dict[str, str]:
+        """state name -> the name of its update output."""
+        return {state: output for output, state in self.state_outputs.items()}
+
+    def _check_states(self) -> None:
+        """Every declared state updated; the same states as the node's first run (docs/state.md)."""
+        for name, where in self.states.items():
+            if name not in self.state_updates:
+                raise TraceError(
+                    f"node '{self.name}': state {name!r} declared by annotate.state_tensors at {where} is never "
+                    f"updated in this run ({self.pass_name}); call annotate.update_state('{self.name}', "
+                    f"{{{name!r}: new_value}}) before the node ends."
+                )
+        known = self.state.initial_state
+        if self.pass_index > 0 and list(self.states) != list(known):
+            raise TraceError(
+                f"leapp.node('{self.name}') at {self.source} ({self.pass_name}) declares states {list(self.states)}, "
+                f"its first run declared {list(known)}; a node declares the same states in the same order every run."
+            )
 
     def batch(self) -> int:
         """The batch of a dynamic_batch execution: dim 0 of every input and output (checked)."""

@@ -65,6 +65,8 @@ class NodeState:
     record: NodeRecord | None = None
     skipped: list[DiscoveredSegment] = field(default_factory=list)
     dynamic_batch: tuple[int, int] | None = None  # (min, max): docs/recorder.md section 1.0
+    # state name -> its value at the node's first run (detached CPU clone): the initial value (docs/state.md)
+    initial_state: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 class Session(Generic[Report]):
