@@ -15,6 +15,7 @@ keys are stable, new keys may be added and readers ignore keys they do not know)
     inputs:  [{name, dtype, shape, metadata?, consumers: [{node, input}]}]   # values the caller passes
     outputs: [{name, node, output, dtype, shape, metadata?}]                 # values the pipeline returns
     constants: [...]             # untraced arrays snapshotted as constants (recorder's report)
+    initial_values: {path, sha256}   # iff some edge has state: true (initial_values.safetensors, docs/state.md)
 
 Pipeline inputs are node inputs that no edge feeds; nodes that read the same
 name share one pipeline input. Pipeline outputs are node outputs that no edge
@@ -22,6 +23,9 @@ consumes, keyed by their name (``node.output`` where names collide). An edge
 into a node that ran earlier (state carried to the next step, e.g. the last
 action) is written with ``feedback: true``: within one run its input is a
 pipeline input and its source a pipeline output, and the caller carries it.
+A node's state (``NodeRecord.state``, docs/state.md) is an edge from the node
+to itself with ``feedback: true, state: true``: the runtime carries it, so its
+input is no pipeline input and its output no pipeline output.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from pathlib import Path
 import torch
 
 from leapp._contract.records import NodeRecord, SessionRecord, TensorSpec
+from leapp._export.initial_values import record_state_edges, write_initial_values
 from leapp._export.source_paths import recorded_source
 from leapp.errors import ExportError
 from leapp.pipeline_format import (
@@ -198,8 +203,13 @@ def _forward_edges(record: SessionRecord) -> list[tuple[str, str, str, str]]:
     return [e for e in record.edges if order.index(e[0]) < order.index(e[2])]
 
 
+def _state_edges(record: SessionRecord) -> list[tuple[str, str, str, str]]:
+    """(node, output, node, input) of every state (docs/state.md): feedback from a node to itself."""
+    return [(n.name, s.output, n.name, s.input) for n in record.nodes.values() for s in n.state]
+
+
 def _pipeline_inputs(record: SessionRecord) -> list[dict]:
-    fed = {(dst, inp) for _, _, dst, inp in _forward_edges(record)}
+    fed = {(dst, inp) for _, _, dst, inp in _forward_edges(record) + _state_edges(record)}
     groups: dict[str, list[tuple[str, TensorSpec]]] = {}
     for node in record.nodes.values():
         for spec in node.inputs:
@@ -226,7 +236,7 @@ def _pipeline_inputs(record: SessionRecord) -> list[dict]:
 
 
 def _pipeline_outputs(record: SessionRecord) -> list[dict]:
-    consumed = {(src, out) for src, out, _, _ in _forward_edges(record)}
+    consumed = {(src, out) for src, out, _, _ in _forward_edges(record) + _state_edges(record)}
     finals = [(n.name, s) for n in record.nodes.values() for s in n.outputs if (n.name, s.name) not in consumed]
     counts: dict[str, int] = {}
     for _, spec in finals:
@@ -245,8 +255,10 @@ def _pipeline_outputs(record: SessionRecord) -> list[dict]:
 
 
 def describe_pipeline(record: SessionRecord, artifacts: list[NodeArtifact], folder: Path) -> dict:
-    """The pipeline.yaml content (a plain dict of YAML-safe values)."""
+    """The pipeline.yaml content (a plain dict of YAML-safe values); writes ``initial_values.safetensors`` into
+    ``folder`` when a node has state (``leapp._export.initial_values``)."""
     _check_edges(record)
+    record_state_edges(record)  # a hand-made record's states checked before anything is written
     producers = [seg.manifest.get("producer", {}) for art in artifacts for seg in art.segments]
     forward = set(_forward_edges(record))
     return {
@@ -259,11 +271,19 @@ def describe_pipeline(record: SessionRecord, artifacts: list[NodeArtifact], fold
             {"from_node": e[0], "from_output": e[1], "to_node": e[2], "to_input": e[3]}
             | ({} if tuple(e) in forward else {"feedback": True})
             for e in record.edges
+        ] + [
+            {"from_node": e[0], "from_output": e[1], "to_node": e[2], "to_input": e[3], "feedback": True, "state": True}
+            for e in _state_edges(record)
         ],
         "inputs": _pipeline_inputs(record),
         "outputs": _pipeline_outputs(record),
         "constants": [_recorded_line(str(line), artifacts) for line in record.constants_report],
-    }
+    } | _initial_values(record, folder)
+
+
+def _initial_values(record: SessionRecord, folder: Path) -> dict:
+    entry = write_initial_values(record, folder)
+    return {} if entry is None else {"initial_values": entry}
 
 
 def _recorded_line(line: str, artifacts) -> str:

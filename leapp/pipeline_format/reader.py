@@ -16,7 +16,9 @@ file and the field (``nodes[2].inputs[0].shape``) or the line:
    schema cannot say: unique names, and edges, pipeline inputs and outputs
    that name existing nodes, inputs and outputs with the same dtype and shape,
    every node input fed exactly once, edges in execution order unless marked
-   ``feedback``; tensors' metadata finite and within its limits (``metadata``).
+   ``feedback``; state edges (``state: true``: feedback from a node to itself,
+   feeding its input, its output never a pipeline output) and ``initial_values``
+   present iff there are any; tensors' metadata finite and within its limits (``metadata``).
 
 The writer (``leapp._export.pipeline_yaml``) checks what it writes with the
 same functions, so a file leapp wrote always reads back equal.
@@ -420,13 +422,23 @@ def _check_references(desc: dict, file) -> None:
         if a["dtype"] != b["dtype"] or a["shape"] != b["shape"]:
             raise PipelineError(f"{file}: {field}: {text} {_spec(a)} to {_spec(b)}")
 
+    state_outputs: dict[tuple[str, str], str] = {}
     for e, edge in enumerate(desc["edges"]):
         field = f"edges[{e}]"
         src = port(field, edge, "from_node", "from_output", "outputs")
         dst = port(field, edge, "to_node", "to_input", "inputs")
         same(field, src, dst, "joins")
         forward = node_index[edge["from_node"]] < node_index[edge["to_node"]]
-        if edge.get("feedback", False):
+        if edge.get("state", False):
+            if not edge.get("feedback", False):
+                raise PipelineError(f"{file}: {field}.state: a state edge needs 'feedback: true' (it carries the "
+                                    "value to the next step)")
+            if edge["from_node"] != edge["to_node"]:
+                raise PipelineError(f"{file}: {field}.state: a state edge goes from a node to itself, not from "
+                                    f"{edge['from_node']!r} to {edge['to_node']!r}")
+            feed(field, edge["to_node"], edge["to_input"])
+            state_outputs[edge["from_node"], edge["from_output"]] = field
+        elif edge.get("feedback", False):
             if forward:
                 raise PipelineError(
                     f"{file}: {field}.feedback: an edge to a later node is not feedback (nodes run in the listed order)"
@@ -438,6 +450,11 @@ def _check_references(desc: dict, file) -> None:
             )
         else:
             feed(field, edge["to_node"], edge["to_input"])
+    if state_outputs and "initial_values" not in desc:
+        raise PipelineError(f"{file}: initial_values: missing (the state edges {sorted(state_outputs.values())} "
+                            "need their initial values)")
+    if "initial_values" in desc and not state_outputs:
+        raise PipelineError(f"{file}: initial_values: present, but no edge has 'state: true'")
     _unique(desc["inputs"], "inputs", file, "pipeline input")
     for i, entry in enumerate(desc["inputs"]):
         for c, consumer in enumerate(entry["consumers"]):
@@ -457,6 +474,9 @@ def _check_references(desc: dict, file) -> None:
         field = f"outputs[{o}]"
         spec = port(field, entry, "node", "output", "outputs")
         same(field, spec, entry, "returns")
+        if (entry["node"], entry["output"]) in state_outputs:
+            raise PipelineError(f"{file}: {field}: output {entry['output']!r} of node {entry['node']!r} is the state "
+                                f"update of {state_outputs[entry['node'], entry['output']]}, never a pipeline output")
 
 
 def _check_batches(desc: dict, file) -> None:
