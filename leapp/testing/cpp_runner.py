@@ -8,6 +8,10 @@ few hundred examples, and the price of testing the real program rather than a bi
 
 The child gets ``LEAPP_ONNXRUNTIME_LIBRARY`` = the onnxruntime this Python imports, unless the
 caller set it: both sides then run the same ONNX Runtime build.
+
+An export with state is run a sequence at a time: ``run_steps`` writes every step's inputs one
+after another and runs ``leapp-run --steps K`` in one process, which carries the state from its
+initial values through the steps (docs/deploy.md, "State").
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -72,12 +77,27 @@ def leapp_run_device(desc: Mapping) -> str:
     return "cuda" if any(_is_cuda(n["device"]) for n in desc["nodes"]) else "cpu"
 
 
+@lru_cache(maxsize=4)
+def _runs_sequences(binary: Path) -> bool:
+    """Whether this ``leapp-run`` takes ``--steps K`` (a sequence in one process, state carried)."""
+    try:
+        r = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--steps" in r.stdout
+
+
 def leapp_run_blockers(desc: Mapping) -> list[str]:
     """Why ``leapp-run`` cannot run this export whatever the machine (it refuses these at open)."""
     reasons = []
-    if leapp_run_path() is None:
+    binary = leapp_run_path()
+    if binary is None:
         reasons.append("leapp-run was not built (ONNX Runtime's headers were missing when leapp was built: "
                        "docs/deploy.md, 'The C++ pipeline runner')")
+    state = [f"{e['to_node']}/{e['to_input']}" for e in desc["edges"] if e.get("state", False)]
+    if state and binary is not None and not _runs_sequences(binary):
+        reasons.append(f"the export carries state ({', '.join(state)}), and this leapp-run ({binary}) has no "
+                       "--steps to run a sequence in one process, carrying the state: rebuild leapp")
     for node in desc["nodes"]:
         if node["backend"] == "torchscript":
             reasons.append(f"node '{node['name']}' is TorchScript, which the C++ runner does not run")
@@ -124,23 +144,46 @@ class LeappRunPipeline:
 
     def _call(self, where: str, in_specs: list[IOSpec], out_specs: list[IOSpec], values: Mapping,
               *extra: str) -> dict[str, torch.Tensor]:
-        tensors = check_inputs(in_specs, values, where)  # leapp.load's checks and texts: leapp-run sees bytes only
-        device = next((t.device for t in tensors if t.device.type == "cuda"), torch.device("cpu"))
+        return self._calls(where, in_specs, out_specs, [values], *extra)[0]
+
+    def _calls(self, where: str, in_specs: list[IOSpec], out_specs: list[IOSpec], steps: Sequence[Mapping],
+               *extra: str) -> list[dict[str, torch.Tensor]]:
+        """One leapp-run process; more than one step: ``--steps K``, the files holding the steps one after another."""
+        checked = [check_inputs(in_specs, values, where if len(steps) == 1 else f"{where} step {i}")
+                   for i, values in enumerate(steps, 1)]  # leapp.load's checks and texts: leapp-run sees bytes only
+        device = next((t.device for t in checked[0] if t.device.type == "cuda"), torch.device("cpu"))
         with tempfile.TemporaryDirectory(prefix="leapp-run-") as work:
             in_dir, out_dir = Path(work, "in"), Path(work, "out")
             in_dir.mkdir()
-            for spec, t in zip(in_specs, tensors):
-                value_file(in_dir, spec.name).write_bytes(_raw(t))
+            for i, spec in enumerate(in_specs):
+                value_file(in_dir, spec.name).write_bytes(b"".join(_raw(tensors[i]) for tensors in checked))
             # dynamic batch: the call's batch (check_inputs made every batched input agree)
-            batch = next((int(t.shape[0]) for s, t in zip(in_specs, tensors) if s.batch is not None), None)
+            batch = next((int(t.shape[0]) for s, t in zip(in_specs, checked[0]) if s.batch is not None), None)
             if batch is not None:
                 extra = (*extra, "--batch", str(batch))
+            if len(steps) > 1:
+                extra = (*extra, "--steps", str(len(steps)))
             self._leapp_run("--in", str(in_dir), "--out", str(out_dir), "--device", self.device, *extra)
-            return {spec.name: _tensor(value_file(out_dir, spec.name).read_bytes(), spec, batch).to(device)
-                    for spec in out_specs}
+            data = {spec.name: value_file(out_dir, spec.name).read_bytes() for spec in out_specs}
+        outs = []
+        for k in range(len(steps)):
+            outs.append({spec.name: _tensor(_step_bytes(data[spec.name], len(steps), k, spec), spec, batch).to(device)
+                         for spec in out_specs})
+        return outs
 
     def run(self, **inputs) -> dict[str, torch.Tensor]:
+        """One step in a new process: an export with state runs it from its initial values (``run_steps``
+        carries the state through a sequence)."""
         return self._call(f"pipeline '{self.name}'", self.inputs, self.outputs, inputs)
+
+    def run_steps(self, steps: Sequence[Mapping]) -> list[dict[str, torch.Tensor]]:
+        """The steps in order in one ``leapp-run --steps K`` process, from the initial state; each step's outputs."""
+        if not steps:
+            return []
+        return self._calls(f"pipeline '{self.name}'", self.inputs, self.outputs, steps)
+
+    def reset(self) -> None:
+        """Nothing to do: every ``run`` / ``run_steps`` is a new process, which starts from the initial state."""
 
     def run_node(self, node: str, **inputs) -> dict[str, torch.Tensor]:
         if node not in self.nodes:
@@ -153,6 +196,15 @@ def _raw(t: torch.Tensor) -> bytes:
     """C-order bytes of ``t`` (little-endian, as leapp-run reads them; every dtype incl. bfloat16)."""
     flat = t.detach().to("cpu").contiguous().reshape(-1)
     return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+
+
+def _step_bytes(data: bytes, steps: int, k: int, spec: IOSpec) -> bytes:
+    """Step ``k``'s bytes of an output file holding ``steps`` steps one after another."""
+    if len(data) % steps:
+        raise PipelineError(f"leapp-run wrote {len(data)} bytes for output '{spec.name}' over {steps} steps, not a "
+                            f"whole number per step ({spec.describe()})")
+    size = len(data) // steps
+    return data[k * size:(k + 1) * size]
 
 
 def _tensor(data: bytes, spec: IOSpec, batch: int | None = None) -> torch.Tensor:

@@ -4,6 +4,10 @@ One property: for every input hypothesis draws, the user's eager function and th
 run through every route that can run here, return the same outputs. A failure is shrunk
 by hypothesis, written to a counterexample file, localised to a node, and raised as one
 ``AssertionError`` whose text is the same when the file is replayed.
+
+An export with state is checked on sequences: each example is ``steps`` input dicts, run
+from the export's ``reset()`` and the user's ``reset`` callable; every step's outputs must
+match, and a mismatch names its step.
 """
 
 from __future__ import annotations
@@ -28,13 +32,14 @@ from . import counterexample as cx
 from .inputs import input_strategy
 from .localise import localise
 from .outputs import OutputDiff, compare_output, describe_tensor, eager_outputs
-from .routes import ROUTES, OpenRoute, open_route, plan_routes
+from .routes import ROUTES, OpenRoute, open_route, plan_routes, state_keys
 
 __all__ = ["DEFAULT_RTOL", "DEFAULT_ATOL", "EquivalenceResult", "NoRunnableRoute", "RouteSkippedWarning",
            "assert_equivalent", "replay_counterexample"]
 
 DEFAULT_RTOL = 1e-3  # session.compile(validate=True)'s tolerances
 DEFAULT_ATOL = 1e-5
+DEFAULT_STATE_STEPS = 4  # steps per example for an export with state (1 without)
 
 
 class NoRunnableRoute(unittest.SkipTest):
@@ -48,21 +53,33 @@ class RouteSkippedWarning(UserWarning):
 
 @dataclass(frozen=True)
 class EquivalenceResult:
-    """What ``assert_equivalent`` checked: the routes that ran, those skipped and why, the examples run."""
+    """What ``assert_equivalent`` checked: the routes that ran, those skipped and why, the examples run
+    (each a sequence of ``steps`` calls)."""
 
     export: str
     ran: tuple[str, ...]
     skipped: Mapping[str, str]
     examples: int
+    steps: int = 1
+
+
+Steps = list[dict[str, torch.Tensor]]  # one input dict (or eager output dict) per step
 
 
 class _Mismatch(AssertionError):
-    """One example on which a route differs from eager (or raised); shrunk by hypothesis, then reported."""
+    """One example on which a route differs from eager (or raised); shrunk by hypothesis, then reported.
 
-    def __init__(self, route: str, inputs: dict[str, torch.Tensor], eager: dict[str, torch.Tensor],
-                 diffs: list[OutputDiff], error: str = "") -> None:
-        super().__init__(f"route '{route}': " + (error or "; ".join(d.describe() for d in diffs if not d.ok)))
-        self.route, self.inputs, self.eager, self.diffs, self.error = route, inputs, eager, diffs, error
+    ``steps`` / ``eager`` run up to the failing step, the last one (one step without a sequence)."""
+
+    def __init__(self, route: str, steps: Steps, eager: Steps, diffs: list[OutputDiff], error: str = "",
+                 sequence: bool = False) -> None:
+        where = f" at step {len(steps)}" if sequence else ""
+        super().__init__(f"route '{route}'{where}: " + (error or "; ".join(d.describe() for d in diffs if not d.ok)))
+        self.route, self.steps, self.eager, self.diffs, self.error = route, steps, eager, diffs, error
+
+    @property
+    def inputs(self) -> dict[str, torch.Tensor]:
+        return self.steps[-1]
 
 
 def _fn_name(fn: Callable) -> str:
@@ -88,16 +105,43 @@ def _not_in_a_trace() -> None:
                            "would be recorded, not run; call it outside the session")
 
 
+def _steps(steps: int | None, state: list[str]) -> int:
+    if steps is None:
+        return DEFAULT_STATE_STEPS if state else 1
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps={steps!r}: expected a whole number of steps per example, at least 1")
+    return steps
+
+
+def _reset(reset: Callable[[], Any] | None, state: list[str], export: str, steps: int) -> Callable[[], Any] | None:
+    if reset is not None and not callable(reset):
+        raise TypeError(f"reset={reset!r}: expected a callable with no arguments that resets the eager code's state")
+    if reset is None and state:
+        raise TypeError(f"export '{export}' carries state ({', '.join(state)}), so each example is a sequence of "
+                        f"{steps} step(s) from its initial state: pass reset=, a callable with no arguments that "
+                        "restores your eager code's state to its value at the first traced call (leapp.testing "
+                        "resets the export with Pipeline.reset())")
+    return reset
+
+
 class _Checker:
-    """The export's runnable routes next to the eager function: one example checked, one failure reported."""
+    """The export's runnable routes next to the eager function: one example checked, one failure reported.
+
+    An example is a list of input dicts: one call without state, a sequence of calls from the reset state
+    with (``self.sequence``)."""
 
     def __init__(self, fn: Callable, export_dir: str | os.PathLike, routes: Sequence[str] | None, rtol: float,
-                 atol: float, explicit: bool) -> None:
+                 atol: float, explicit: bool, steps: int | None = None, reset: Callable[[], Any] | None = None,
+                 sequence: bool | None = None) -> None:
         _not_in_a_trace()
         self.fn, self.rtol, self.atol = fn, rtol, atol
         self.explicit = explicit  # the caller named the routes: say when one is skipped
         self.folder, self.desc = read_pipeline(export_dir)
         self.export = self.desc["name"]
+        self.state = state_keys(self.desc)
+        self.steps = _steps(steps, self.state)
+        self.reset = _reset(reset, self.state, self.export, self.steps)
+        self.sequence = bool(self.state) or self.steps > 1 if sequence is None else sequence
         self.output_names = [o["name"] for o in self.desc["outputs"]]
         self.selected = _select(routes)
         runnable, self.skipped = plan_routes(self.desc, self.selected)
@@ -120,42 +164,69 @@ class _Checker:
 
     def eager(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         result = self.fn(**{k: v.clone() for k, v in inputs.items()})
-        return eager_outputs(result, self.output_names, _fn_name(self.fn))
+        outputs = eager_outputs(result, self.output_names, _fn_name(self.fn))
+        # a sequence keeps every step's outputs: a copy, in case fn returns its own state and updates it in place
+        return {k: v.clone() for k, v in outputs.items()} if self.sequence else outputs
 
-    def run_route(self, route: OpenRoute, inputs: dict[str, torch.Tensor],
-                  eager: dict[str, torch.Tensor]) -> _Mismatch | None:
+    def eager_steps(self, steps: Steps) -> Steps:
+        """``fn`` on each step in order, after ``reset()`` (a sequence); its outputs per step."""
+        if self.reset is not None:
+            self.reset()
+        return [self.eager(inputs) for inputs in steps]
+
+    def run_route(self, route: OpenRoute, steps: Steps, eager: Steps) -> _Mismatch | None:
+        """The steps through ``route`` from its reset state; the first step that differs from ``eager``."""
+        done = 0
         try:
-            got = route.run({k: v.clone() for k, v in inputs.items()})
+            route.reset()
+            for got in route.run_steps([{k: v.clone() for k, v in inputs.items()} for inputs in steps]):
+                want = eager[done]
+                done += 1
+                diffs = [compare_output(n, got[n], want[n], self.rtol, self.atol) for n in self.output_names]
+                if not all(d.ok for d in diffs):
+                    return _Mismatch(route.route.name, steps[:done], eager[:done], diffs, sequence=self.sequence)
         except Exception as e:  # noqa: BLE001 - the export failing where eager works is a counterexample too
-            return _Mismatch(route.route.name, inputs, eager, [], f"the export raised {type(e).__name__}: {e}")
-        diffs = [compare_output(n, got[n], eager[n], self.rtol, self.atol) for n in self.output_names]
-        return None if all(d.ok for d in diffs) else _Mismatch(route.route.name, inputs, eager, diffs)
+            n = len(steps) if route.whole_sequence else done + 1  # one leapp-run process runs the whole sequence
+            return _Mismatch(route.route.name, steps[:n], eager[:n], [], f"the export raised {type(e).__name__}: {e}",
+                             self.sequence)
+        return None
 
-    def check(self, inputs: dict[str, torch.Tensor]) -> None:
-        """Raises ``_Mismatch`` for the first route (in order) that differs from eager on ``inputs``."""
+    def check(self, steps: Steps) -> None:
+        """Raises ``_Mismatch`` for the first route (in order) that differs from eager on ``steps``."""
         self.examples += 1
-        eager = self.eager(inputs)
+        eager = self.eager_steps(steps)
         for route in self.open:
-            mismatch = self.run_route(route, inputs, eager)
+            mismatch = self.run_route(route, steps, eager)
             if mismatch is not None:
                 raise mismatch
 
     def report(self, mismatch: _Mismatch, path: Path) -> str:
         """The failure's text: route, outputs, counterexample, the other routes, the diverging node."""
         route = next(r for r in self.open if r.route.name == mismatch.route)
+        at = ""
+        if self.sequence:
+            at = (f" at step {len(mismatch.steps)} (of a sequence run from reset(): the export's initial state and "
+                  "the eager code's reset callable)")
         lines = [f"leapp.testing: export '{self.export}' ({self.folder}) differs from eager {_fn_name(self.fn)} "
-                 f"on route '{route.route.name}': {route.route.description}"]
+                 f"on route '{route.route.name}'{at}: {route.route.description}"]
         if mismatch.error:
             lines.append(f"  {mismatch.error}")
         lines.extend(f"  {d.describe()}" for d in mismatch.diffs if not d.ok)
-        lines.append(f"counterexample (shrunk by hypothesis), saved to {path}; "
-                     "leapp.testing.replay_counterexample(path, fn, export_dir) reproduces this failure:")
-        lines.extend(f"  {describe_tensor(k, v)}" for k, v in mismatch.inputs.items())
+        replay = "replay_counterexample(path, fn, export_dir, reset=reset)" if self.reset is not None else \
+            "replay_counterexample(path, fn, export_dir)"
+        lines.append(f"counterexample (shrunk by hypothesis), saved to {path}; leapp.testing.{replay} reproduces "
+                     "this failure:")
+        if self.sequence:
+            for i, inputs in enumerate(mismatch.steps, 1):
+                lines.append(f"  step {i}:" + (" (the failing step)" if i == len(mismatch.steps) else ""))
+                lines.extend(f"    {describe_tensor(k, v)}" for k, v in inputs.items())
+        else:
+            lines.extend(f"  {describe_tensor(k, v)}" for k, v in mismatch.inputs.items())
         others = []
         for other in self.open:
             if other is route:
                 continue
-            result = self.run_route(other, mismatch.inputs, mismatch.eager)
+            result = self.run_route(other, mismatch.steps, mismatch.eager)
             others.append(f"  {other.route.name}: " + ("matches" if result is None else f"differs too ({result.args[0]})"))
         others.extend(f"  {name}: skipped: {why}" for name, why in self.skipped.items())
         if others:
@@ -165,15 +236,25 @@ class _Checker:
             lines.append("localisation: not attempted (the export raised instead of returning outputs).")
         else:
             try:
-                found = localise(self.fn, mismatch.inputs, mismatch.eager, route, self.rtol, self.atol)
+                found = localise(self.fn, mismatch.inputs, mismatch.eager[-1], route, self.rtol, self.atol,
+                                 before=self._before(mismatch.steps) if self.sequence else None)
             except Exception as e:  # noqa: BLE001 - the mismatch above must still be reported
                 lines.append(f"localisation failed: {type(e).__name__}: {e}")
             else:
                 lines.extend(found.lines(route.pipeline, route.route.name))
         return "\n".join(lines)
 
+    def _before(self, steps: Steps) -> Callable[[], None]:
+        """Brings the eager code to the failing step: ``reset()``, then the steps before it."""
+
+        def run_earlier_steps() -> None:
+            self.eager_steps(steps[:-1])
+
+        run_earlier_steps.steps = len(steps) - 1
+        return run_earlier_steps
+
     def result(self) -> EquivalenceResult:
-        return EquivalenceResult(self.export, self.ran, dict(self.skipped), self.examples)
+        return EquivalenceResult(self.export, self.ran, dict(self.skipped), self.examples, self.steps)
 
     def warn_skipped(self) -> None:
         if self.explicit and self.skipped:
@@ -216,6 +297,8 @@ def assert_equivalent(
     export_dir: str | os.PathLike,
     inputs: SearchStrategy[dict[str, torch.Tensor]] | None = None,
     *,
+    steps: int | None = None,
+    reset: Callable[[], Any] | None = None,
     rtol: float = DEFAULT_RTOL,
     atol: float = DEFAULT_ATOL,
     max_examples: int | None = None,
@@ -229,7 +312,11 @@ def assert_equivalent(
         fn: the eager code, called with the pipeline's inputs as keyword arguments; it returns the
             pipeline's outputs as a dict by name, a tuple in pipeline order, or one tensor.
         export_dir: the export folder (``pipeline.yaml`` and artifacts).
-        inputs: a strategy of input dicts; default ``input_strategy(export_dir)``.
+        inputs: a strategy of input dicts (one step's); default ``input_strategy(export_dir)``.
+        steps: calls per example, each drawing its own inputs: default 4 (``DEFAULT_STATE_STEPS``) for an
+            export with state, 1 without. Over 1, every example is a sequence run from reset state.
+        reset: a callable with no arguments that restores the eager code's state to its first-call value;
+            required for an export with state (the export itself is reset with ``Pipeline.reset()``).
         rtol, atol: ``torch.isclose`` tolerances (NaN must be at the same places; integers exact).
         max_examples: overrides the active hypothesis profile's ``max_examples``.
         routes: the routes to compare (default all, ``leapp.testing.ROUTES``); those that cannot run here
@@ -239,17 +326,24 @@ def assert_equivalent(
             ``./.leapp-counterexamples``).
 
     Raises:
-        AssertionError: a route differs: the route, each differing output with max abs and max rel error,
-            the shrunk counterexample and its file, the other routes, the first diverging node.
+        AssertionError: a route differs: the route (and step), each differing output with max abs and max
+            rel error, the shrunk counterexample and its file, the other routes, the first diverging node.
         NoRunnableRoute: no selected route can run here (a ``unittest.SkipTest``, so pytest skips).
-        ValueError: an unknown route.
+        ValueError: an unknown route, or ``steps`` below 1.
+        TypeError: an export with state and no ``reset``.
     """
-    checker = _Checker(fn, export_dir, routes, rtol, atol, explicit=routes is not None)
+    checker = _Checker(fn, export_dir, routes, rtol, atol, explicit=routes is not None, steps=steps, reset=reset)
     strategy = inputs if inputs is not None else input_strategy(checker.folder)
     if not isinstance(strategy, SearchStrategy):
         raise TypeError(f"inputs must be a hypothesis strategy of input dicts (leapp.testing.input_strategy(...)), "
                         f"got {type(strategy).__name__}")
+    if checker.sequence:
+        strategy = hypothesis.strategies.lists(strategy, min_size=checker.steps, max_size=checker.steps)
+    else:
+        strategy = strategy.map(lambda one: [one])
     key = f"{checker.export}|{checker.folder.resolve()}|{_fn_name(fn)}|{','.join(checker.ran)}"
+    if checker.sequence:
+        key += f"|{checker.steps} steps"
 
     def leapp_equivalence(example):
         checker.check(example)
@@ -266,7 +360,8 @@ def assert_equivalent(
         mismatch = _first_mismatch(error)
         if mismatch is None:
             raise
-        found = cx.Counterexample(checker.export, mismatch.route, checker.selected, rtol, atol, mismatch.inputs)
+        found = cx.Counterexample(checker.export, mismatch.route, checker.selected, rtol, atol, mismatch.steps,
+                                  sequence=checker.sequence)
         path = cx.save(found, cx.counterexample_dir(counterexample_dir))
         text = checker.report(mismatch, path)
         if error is not mismatch:  # a group: hypothesis saw several failures, or one that did not always reproduce
@@ -282,6 +377,7 @@ def replay_counterexample(
     fn: Callable[..., Any],
     export_dir: str | os.PathLike,
     *,
+    reset: Callable[[], Any] | None = None,
     routes: Sequence[str] | None = None,
     rtol: float | None = None,
     atol: float | None = None,
@@ -290,15 +386,16 @@ def replay_counterexample(
     """Runs one saved counterexample again: raises the same ``AssertionError`` while it still fails.
 
     Defaults come from the file: the routes selected when it was found and the tolerances. ``device``
-    moves the inputs (they are restored on the devices they were drawn on). Returns normally once the
-    export and ``fn`` agree on it.
+    moves the inputs (they are restored on the devices they were drawn on). A sequence (an export with
+    state) is run again from reset state, so ``reset`` is required as for ``assert_equivalent``. Returns
+    normally once the export and ``fn`` agree on it.
     """
     found = cx.load(path, device)
     checker = _Checker(fn, export_dir, routes if routes is not None else found.routes,
                        found.rtol if rtol is None else rtol, found.atol if atol is None else atol,
-                       explicit=routes is not None)
+                       explicit=routes is not None, steps=len(found.steps), reset=reset, sequence=found.sequence)
     try:
-        checker.check(found.inputs)
+        checker.check(found.steps)
     except _Mismatch as mismatch:
         raise AssertionError(checker.report(mismatch, Path(path))) from None
     checker.warn_skipped()

@@ -9,6 +9,11 @@ fed eager values, an earlier node's error cannot leak into a later node's
 verdict: the first node in pipeline order that differs is where the export and
 the eager code part.
 
+With state, the failing step of a sequence is observed after the eager code
+was reset and run through the steps before it (``before``), so each node's
+inputs include the state the eager code carried into that step; a node is
+run alone with that state (``run_node`` takes state inputs explicitly).
+
 NOTE: observation stops at node boundaries. Inside a node, leapp cannot tell a
 Warp segment's error from the torch work around it without a trace, so a
 diverging node's segments are named as suspects, not convicted.
@@ -140,13 +145,21 @@ def _wiring(desc: Mapping, seen: Mapping[str, NodeObservation], inputs: Mapping[
 
 
 def localise(fn: Callable, inputs: Mapping[str, torch.Tensor], eager: Mapping[str, torch.Tensor], route: OpenRoute,
-             rtol: float, atol: float) -> Localisation:
-    """Runs ``fn`` in observation mode on ``inputs`` and each node of ``route``'s pipeline alone."""
+             rtol: float, atol: float, before: Callable[[], None] | None = None) -> Localisation:
+    """Runs ``fn`` in observation mode on ``inputs`` and each node of ``route``'s pipeline alone.
+
+    ``before`` (a sequence's failing step) brings the eager code to that step, outside observation."""
+    if before is not None:
+        before()
     with observing() as observer:
         fn(**{k: v.clone() for k, v in inputs.items()})
     pipeline = route.pipeline
     seen = {n: observer.first(n) for n in pipeline.nodes}
     notes = []
+    if before is not None:
+        earlier = getattr(before, "steps", 0)
+        notes.append(f"observed at the failing step, after reset and {earlier} earlier step(s): node inputs "
+                     "include the state the eager code carried into it")
     for name in pipeline.nodes:
         count = sum(r.name == name for r in observer.runs)
         if count > 1:

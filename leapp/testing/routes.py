@@ -4,12 +4,14 @@ A route is one concrete way of running the export folder; ``assert_equivalent``
 compares the eager code with each route that can run on this machine. Which
 runner serves a node under a route follows ``leapp.load``'s own rules, so a
 route that would run exactly what another selected route runs is skipped as
-a duplicate, with the reason.
+a duplicate, with the reason. An export with state (docs/testing.md, "Exports
+with state") is run as sequences of steps: ``OpenRoute.reset`` restores its
+initial state before each sequence.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from leapp.bundle.format import segment_runs_on_this_cpu
 
 from leapp._export.validate import cuda_problem  # the shared test: is there CUDA for leapp here
 
-__all__ = ["ROUTES", "Route", "OpenRoute", "plan_routes", "open_route"]
+__all__ = ["ROUTES", "Route", "OpenRoute", "plan_routes", "open_route", "state_keys"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,11 @@ ROUTES: dict[str, Route] = {
                             "and the CPU EP; PT2 nodes from their AOTInductor packages", native=True),
     )
 }
+
+
+def state_keys(desc: Mapping) -> list[str]:
+    """The export's state as ``"node/input"`` keys (its ``state: true`` edges), in pipeline.yaml order."""
+    return [f"{e['to_node']}/{e['to_input']}" for e in desc["edges"] if e.get("state", False)]
 
 
 def _ort_providers() -> list[str]:
@@ -176,13 +183,20 @@ class OpenRoute:
     """A loaded export under one route; ``run(inputs)`` / ``run_node(node, inputs)`` return output copies.
 
     With CUDA graphs the inputs are copied into fixed tensors first, and the first call runs three times
-    (a direct call, a capture, a replay), so that graph replay is what gets compared, not direct calls.
+    (a direct call, a capture, a replay), so that graph replay is what gets compared, not direct calls;
+    with state, each of the three starts from the state before the step, so the step advances it once.
     """
 
-    def __init__(self, route: Route, pipeline: Any) -> None:
+    def __init__(self, route: Route, pipeline: Any, stateful: bool = False) -> None:
         self.route = route
         self.pipeline = pipeline
+        self.stateful = stateful  # the pipeline carries state between run() calls
         self._fixed: dict[str, torch.Tensor] = {}
+
+    def reset(self) -> None:
+        """The export's initial state (``Pipeline.reset()``); nothing to do without state."""
+        if self.stateful:
+            self.pipeline.reset()
 
     def _fixed_inputs(self, key: str, inputs: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], int]:
         calls = 1
@@ -198,16 +212,33 @@ class OpenRoute:
             fixed[name] = held
         return fixed, calls
 
-    def _call(self, key: str, call, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def _call(self, key: str, call, inputs: Mapping[str, torch.Tensor], carries_state: bool = False
+              ) -> dict[str, torch.Tensor]:
         calls = 1
         if self.route.cuda_graphs:
             inputs, calls = self._fixed_inputs(key, inputs)
+        before = self.pipeline.state if carries_state and calls > 1 else None
         for _ in range(calls):
+            if before is not None:
+                self.pipeline.reset(before)
             outs = call(**inputs)
         return {k: v.detach().clone() for k, v in outs.items()}  # graph outputs are overwritten by the next call
 
     def run(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return self._call("", self.pipeline.run, inputs)
+        return self._call("", self.pipeline.run, inputs, carries_state=self.stateful)
+
+    @property
+    def whole_sequence(self) -> bool:
+        """A sequence runs in one call (leapp-run ``--steps K``): an error belongs to the sequence, not a step."""
+        return self.stateful and hasattr(self.pipeline, "run_steps")
+
+    def run_steps(self, steps: Sequence[Mapping[str, torch.Tensor]]) -> Iterator[dict[str, torch.Tensor]]:
+        """Each step's outputs in order, the state carried from one step to the next (call ``reset`` first)."""
+        if self.whole_sequence:
+            yield from self.pipeline.run_steps(steps)
+            return
+        for inputs in steps:
+            yield self.run(inputs)
 
     def run_node(self, node: str, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return self._call(node, lambda **kw: self.pipeline.run_node(node, **kw), inputs)
@@ -223,7 +254,8 @@ def open_route(route: Route, folder: Path) -> tuple[OpenRoute | None, str | None
 
             from .cpp_runner import LeappRunPipeline
 
-            return OpenRoute(route, LeappRunPipeline(*read_pipeline(folder))), None
+            runner = LeappRunPipeline(*read_pipeline(folder))
+            return OpenRoute(route, runner, bool(state_keys(runner.description))), None
         pipeline = load(folder, cuda_graphs=route.cuda_graphs, onnx_ep=route.onnx_ep)
     except Exception as e:
         if hasattr(e, "add_note"):  # Python >= 3.11
@@ -235,4 +267,4 @@ def open_route(route: Route, folder: Path) -> tuple[OpenRoute | None, str | None
             if session is not None and "CUDAExecutionProvider" not in session.get_providers():
                 return None, (f"ONNX Runtime opened node '{node.name}' on {session.get_providers()} instead of "
                               "the CUDA EP (its warning says why; CUDA or cuDNN libraries are often missing)")
-    return OpenRoute(route, pipeline), None
+    return OpenRoute(route, pipeline, bool(state_keys(pipeline.description))), None
