@@ -89,6 +89,7 @@ def compile_session(
     bundles: BundleProvider | None = None,
     validation_timeout: float = VALIDATION_TIMEOUT_S,
     warp: str = "replay",
+    leapp_bundle: bool = False,
 ) -> CompileReport:
     """Exports every node of ``record`` and writes ``<save_path>/<name>/pipeline.yaml``.
 
@@ -103,6 +104,8 @@ def compile_session(
         warp: "replay" (every segment replays through leapp's runtime), "lower" (every segment is written as
             standard ops, else ExportError naming each one that cannot be) or "auto" (lower what can be);
             docs/lowering.md.
+        leapp_bundle: also write ``<name>.yaml``, the existing LEAPP tool's layout, once every node validated
+            (``leapp.interchange.write_leapp_bundle``, docs/leapp-bundle.md).
 
     Returns:
         The per-node report (``str()`` prints a table).
@@ -155,4 +158,8 @@ def compile_session(
             )
         )
     raise_for_failures(results, report)
+    if leapp_bundle:
+        from leapp.interchange import write_leapp_bundle
+
+        write_leapp_bundle(folder)
     return report

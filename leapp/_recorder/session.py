@@ -218,11 +218,11 @@ class Session(Generic[Report]):
         )
 
     def compile(self, validate: bool = True, rtol: float = 1e-3, atol: float = 1e-5, *,
-                warp: str = "replay") -> Report:
+                warp: str = "replay", leapp_bundle: bool = False) -> Report:
         """Check the passes, then export every node (with the ``export`` the session was made with).
 
         ``warp``: "replay" (default), "lower" or "auto": whether Warp segments are written as standard ops
-        (docs/lowering.md).
+        (docs/lowering.md). ``leapp_bundle``: also write ``<name>.yaml`` for other tools (docs/leapp-bundle.md).
 
         Raises:
             TraceError: a node ran only once, or the capture pass skipped a
@@ -236,9 +236,9 @@ class Session(Generic[Report]):
         if self._export is None:
             raise TraceError(f"session '{self.name}' has no exporter to compile with; "
                              "begin sessions with leapp.trace or leapp.start")
-        if warp != "replay":  # exporters written before the option need not know it
-            return self._export(record, validate=validate, rtol=rtol, atol=atol, warp=warp)
-        return self._export(record, validate=validate, rtol=rtol, atol=atol)
+        # exporters written before an option need not know it: only the options asked for are passed
+        options = ({"warp": warp} if warp != "replay" else {}) | ({"leapp_bundle": True} if leapp_bundle else {})
+        return self._export(record, validate=validate, rtol=rtol, atol=atol, **options)
 
 
 def probes_needed(lo: int, hi: int) -> int:

@@ -13,6 +13,7 @@ from leapp.cli.diagnostics import doctor, package_version
 from leapp.cli.folder_commands import aoti, write_json
 from leapp.cli.graph import graph_command
 from leapp.cli.inspect import inspect_path
+from leapp.cli.leapp_bundle import write_leapp_bundle_command
 from leapp.cli.ros2 import ros2
 
 __all__ = ["main", "inspect_path", "doctor", "aoti"]
@@ -62,6 +63,13 @@ def _parser() -> argparse.ArgumentParser:
         "Exports made by this leapp have it already; run this after editing pipeline.yaml or for older exports.",
     )
     write_json.add_argument("export_dir", metavar="EXPORT_DIR", help="an export folder with pipeline.yaml")
+    commands.add_parser(
+        "write-leapp-bundle",
+        help="write <name>.yaml, the LEAPP bundle that the existing LEAPP tool and Isaac ROS Deploy read",
+        description="Read EXPORT_DIR/pipeline.yaml (checked as leapp.load checks it; every artifact's sha256 "
+        "recomputed) and write EXPORT_DIR/<name>.yaml in the existing LEAPP tool's layout (docs/leapp-bundle.md). "
+        "Warns, by node, about nodes other tools cannot run (Warp segments not lowered, PT2 nodes for Triton).",
+    ).add_argument("export_dir", metavar="EXPORT_DIR", help="an export folder with pipeline.yaml")
     ros2 = commands.add_parser(
         "ros2",
         help="run an export as a ROS 2 node: a topic per input and per output (needs leapp[ros2])",
@@ -114,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             return aoti(args.export_dir, args.node, args.output)
         if args.command == "write-json":
             return write_json(args.export_dir)
+        if args.command == "write-leapp-bundle":
+            return write_leapp_bundle_command(args.export_dir)
         if args.command == "ros2":
             return ros2(args.export_dir, trigger=args.trigger, rate=args.rate, name=args.name, dry_run=args.dry_run,
                         ros_args=["--ros-args", *ros_args] if ros_args else [], quat_tolerance=args.quat_tolerance)
