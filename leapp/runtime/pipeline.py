@@ -39,6 +39,7 @@ from leapp.runtime.onnx_runner import OnnxRunner
 from leapp.runtime.open_artifact import make_runner, onnx_ep_device
 from leapp.runtime.runners import NodeRunner, Pt2Runner
 from leapp.runtime.segment_check import check_onnx_segments, check_pt2_segments
+from leapp.runtime.state import PipelineState, load_state
 
 __all__ = ["PIPELINE_GRAPH_ENV", "NodeDescription", "Pipeline", "load", "plain_call_graph", "read_description",
            "whole_pipeline_graph"]
@@ -66,12 +67,15 @@ class PipelineNode(NodeDescription):
     """One node of a loaded pipeline: its description and the runner that opened its artifact."""
 
     runner: NodeRunner
-    sources: dict[str, tuple[str, str] | str] = field(default_factory=dict)  # input -> (node, output) | pipeline input
+    # input -> (node, output) | pipeline input | ("state", node/input): a state input (docs/state.md)
+    sources: dict[str, tuple[str, str] | str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class _Plan:
-    """A pipeline call's wiring as slot indices: inputs first, then each node's outputs in node order."""
+    """A pipeline call's wiring as slot indices: inputs first, then the state inputs, then each node's outputs
+    in node order; ``final`` holds the pipeline outputs, then the state outputs (in ``PipelineState.keys``
+    order)."""
 
     input_specs: list[IOSpec]
     where: str
@@ -86,6 +90,9 @@ class Pipeline:
 
     ``inputs[name]`` and ``outputs[name]`` are IOSpecs: dtype, shape and the user's ``metadata``;
     ``output_sources[name]`` is the (node, output) each pipeline output comes from.
+
+    With state (docs/state.md) a call takes only the external inputs and carries the state: ``state``,
+    ``state_specs``, ``reset()``, ``reset(state)``; calls serialize on the state's lock.
     """
 
     name: str
@@ -102,19 +109,51 @@ class Pipeline:
     plain_graphs: PlainCallGraphs | None = None
     plain_graphs_reason: str = "not made"
     _plan: _Plan | None = field(default=None, init=False, repr=False, compare=False)
+    # the carried state (docs/state.md), None without state edges
+    _state: PipelineState | None = field(default=None, repr=False, compare=False)
 
     def run(self, **inputs: Any) -> dict[str, torch.Tensor]:
-        """Runs every node in order; checks input names, dtypes and shapes first."""
+        """Runs every node in order; checks input names, dtypes and shapes first. With state, the state inputs
+        come from the pipeline and, when the call succeeds, the state outputs become the next call's."""
         plan = self._plan or self._make_plan()
         values = check_inputs(plan.input_specs, inputs, plan.where)
+        state = self._state
+        if state is None:
+            return dict(zip(self.outputs, self._call(values)))
+        with state.lock:
+            outs = self._call([*values, *state.values])
+            n = len(self.outputs)
+            state.commit(outs[n:])
+            return dict(zip(self.outputs, outs[:n]))
+
+    def _call(self, values: list[torch.Tensor]) -> list[torch.Tensor]:
         if self.graph is not None:
-            outs = self.graph(*values)
-        elif self.plain_graphs is not None:
+            return self.graph(*values)
+        if self.plain_graphs is not None:
             with self.plain_graphs.order.lock:
-                outs = self._guarded(self.plain_graphs, values)
-        else:
-            outs = self._run_all(values, direct=False)
-        return dict(zip(self.outputs, outs))
+                return self._guarded(self.plain_graphs, values)
+        return self._run_all(values, direct=False)
+
+    # ---- state (docs/state.md) ----
+
+    @property
+    def state(self) -> dict[str, torch.Tensor]:
+        """``node/input`` -> a clone of the value the next call reads; empty without state."""
+        return {} if self._state is None else self._state.snapshot()
+
+    @property
+    def state_specs(self) -> dict[str, IOSpec]:
+        """``node/input`` -> the IOSpec of each state input; empty without state."""
+        return {} if self._state is None else dict(self._state.specs)
+
+    def reset(self, state: dict[str, torch.Tensor] | None = None) -> None:
+        """Restores the initial values (initial_values.safetensors); with ``state`` (``node/input`` -> tensor),
+        sets those states instead, each key checked (known, dtype, shape) and copied to the node's device."""
+        if self._state is None:
+            if state:
+                raise PipelineError(f"Pipeline '{self.name}': reset(state): the pipeline has no state")
+            return
+        self._state.reset(state)
 
     def _guarded(self, plain_graphs: PlainCallGraphs, values: list[torch.Tensor]) -> list[torch.Tensor]:
         """The copy graph's call; an error of its replay or copies names the pipeline (node errors name their node)."""
@@ -141,14 +180,18 @@ class Pipeline:
     def _make_plan(self) -> _Plan:
         """Where every value of a call lives (slot indices, computed once): the call then looks nothing up by name."""
         slot: dict[tuple[str, str] | str, int] = {name: i for i, name in enumerate(self.inputs)}
+        state_keys = [] if self._state is None else self._state.keys
+        slot.update({("state", key): len(self.inputs) + i for i, key in enumerate(state_keys)})
+        state_outputs = [] if self._state is None else [(e.node, e.output) for e in self._state.edges]
         steps = []
         for node in self.nodes.values():
             arg_slots = tuple(slot[node.sources[spec.name]] for spec in node.inputs)
             out_slots = tuple(range(len(slot), len(slot) + len(node.outputs)))
             slot.update({(node.name, spec.name): i for spec, i in zip(node.outputs, out_slots)})
             steps.append((node, arg_slots, out_slots))
+        final = [slot[src] for src in self.output_sources.values()] + [slot[src] for src in state_outputs]
         self._plan = _Plan(list(self.inputs.values()), f"Pipeline '{self.name}'", tuple(steps),
-                           (None,) * (len(slot) - len(self.inputs)), tuple(slot[src] for src in self.output_sources.values()))
+                           (None,) * (len(slot) - len(self.inputs) - len(state_keys)), tuple(final))
         return self._plan
 
     def run_node(self, name: str, **inputs: Any) -> dict[str, torch.Tensor]:
@@ -284,7 +327,8 @@ def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = N
             _log_binary_choice(name, node_name, entry, artifact, runner)
     pipeline_inputs, sources = _wire(name, nodes, desc)
     outputs = {e["name"]: IOSpec.from_yaml(e, f"pipeline '{name}' outputs") for e in desc["outputs"]}
-    pipeline = Pipeline(name, folder, nodes, pipeline_inputs, outputs, sources, desc)
+    pipeline = Pipeline(name, folder, nodes, pipeline_inputs, outputs, sources, desc,
+                        _state=load_state(folder, desc, yaml_file, name))
     if cuda_graphs:
         pipeline.graph, pipeline.graph_reason = whole_pipeline_graph(pipeline, graph_stream)
         pipeline.plain_graphs_reason = "cuda_graphs=True (the whole-pipeline graph replaces it)"
@@ -334,7 +378,10 @@ def plain_call_graph(pipeline: Pipeline) -> tuple[PlainCallGraphs | None, str]:
     device = _one_cuda_device(pipeline.description["nodes"])
     if device is None:
         return None, "the nodes are not all on one CUDA device that torch sees"
-    outputs = list(pipeline.outputs.values())
+    state = pipeline._state
+    state_inputs = [] if state is None else [state.specs[k] for k in state.keys]
+    outputs = list(pipeline.outputs.values()) + ([] if state is None else [  # the state outputs follow (_Plan.final)
+        next(s for s in pipeline.nodes[e.node].outputs if s.name == e.output) for e in state.edges])
     if any(spec.batch is not None for spec in (*pipeline.inputs.values(), *outputs)):
         return None, "a dynamic batch (the graph's buffers have one shape)"
     onnx = []
@@ -363,7 +410,7 @@ def plain_call_graph(pipeline: Pipeline) -> tuple[PlainCallGraphs | None, str]:
         return values
 
     graph = PlainCallGraphs(f"pipeline '{pipeline.name}'", run, lambda values: pipeline._run_all(values, direct=False),
-                      torch.cuda.Stream(device), [(s.shape, s.dtype) for s in pipeline.inputs.values()],
+                      torch.cuda.Stream(device), [(s.shape, s.dtype) for s in (*pipeline.inputs.values(), *state_inputs)],
                       [(s.shape, s.dtype) for s in outputs], order, checked_inputs=True,  # Pipeline.run checks them
                       bound_outputs=False)
     return graph, ""
@@ -407,7 +454,9 @@ def _wire(name: str, nodes: dict[str, PipelineNode], desc: dict) -> tuple[dict[s
     ``desc`` has been checked: every name it uses exists and every node input is fed once.
     """
     for edge in desc["edges"]:
-        if not edge.get("feedback", False):  # feedback: state carried between runs by the caller
+        if edge.get("state", False):  # carried by the pipeline (docs/state.md)
+            nodes[edge["to_node"]].sources[edge["to_input"]] = ("state", f"{edge['to_node']}/{edge['to_input']}")
+        elif not edge.get("feedback", False):  # feedback: carried between runs by the caller
             nodes[edge["to_node"]].sources[edge["to_input"]] = (edge["from_node"], edge["from_output"])
     pipeline_inputs: dict[str, IOSpec] = {}
     for entry in desc["inputs"]:
