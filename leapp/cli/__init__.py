@@ -1,4 +1,4 @@
-"""leapp/cli: the ``leapp`` command: ``inspect``, ``doctor``, ``aoti``, ``write-json``, ``ros2``, ``--version``.
+"""leapp/cli: the ``leapp`` command: ``inspect``, ``doctor``, ``aoti``, ``write-json``, ``write-leapp-bundle``, ``ros2``, ``--version``.
 
 This module holds the argument parser and ``main``; each command lives in its own module.
 None of them imports torch unless the command needs it (``aoti``).
