@@ -76,8 +76,13 @@ scenarios = st.builds(
 RICH = (E.SegmentPlan(("affine", "accumulate", "twist"), copy_out=True), E.SegmentPlan(("mix",)))
 
 
+# 16 drawn scenarios on the GPU; 6 on the CPU fallback, where each one compiles CPU code for every segment and the
+# CI machine (2 cores, budgeted time) runs it: the explicit @examples below run on both.
+EXAMPLES = 16 if torch.cuda.is_available() else 6
+
+
 @pytest.mark.cpu_fallback
-@settings(max_examples=16, suppress_health_check=[HealthCheck.nested_given])  # assert_equivalent is a @given
+@settings(max_examples=EXAMPLES, suppress_health_check=[HealthCheck.nested_given])  # assert_equivalent is a @given
 @example(s=E.Scenario("uint8", 1, (E.SegmentPlan(("affine",)),), backend="onnx"))
 @example(s=E.Scenario("mat33", 257, RICH, backend="pt2", seed=3, scale=2.0))
 @example(s=E.Scenario("float16", 1000, (E.SegmentPlan(("twist", "accumulate"), True), E.SegmentPlan(("mix", "affine"))),
