@@ -21,7 +21,8 @@ from leapp.cli.inspect_archive import inspect_pt2, inspect_torchscript
 from leapp.cli.inspect_bundle import inspect_bundle_file
 from leapp.cli.inspect_onnx import inspect_onnx
 from leapp.cli.report import Report
-from leapp.pipeline_format import PIPELINE_FILE, PipelineError, contained_path, is_regular_file, read_bounded, read_pipeline
+from leapp.pipeline_format import (PIPELINE_FILE, PipelineError, check_initial_values, contained_path, is_regular_file,
+                                   read_bounded, read_checked, read_pipeline, state_edges)
 
 __all__ = ["inspect_path"]
 
@@ -70,13 +71,32 @@ def _inspect_dir(path: Path, report: Report, indent: int) -> None:
     report.line(f"inputs: {_tensor_list(pipeline['inputs'])}", indent + 1)
     report.line(f"outputs: {_tensor_list(pipeline['outputs'])}", indent + 1)
     for edge in pipeline["edges"]:
-        feedback = " (feedback)" if edge.get("feedback") else ""
+        feedback = " (state, carried by the runtime)" if edge.get("state") else (
+            " (feedback)" if edge.get("feedback") else "")
         report.line(
             f"edge {edge['from_node']}.{edge['from_output']} -> {edge['to_node']}.{edge['to_input']}{feedback}", indent + 1
         )
+    if "initial_values" in pipeline:
+        _inspect_initial_values(path, pipeline, report, indent + 1)
     report.line(f"nodes: {len(pipeline['nodes'])}", indent + 1)
     for index, node in enumerate(pipeline["nodes"]):
         _inspect_pipeline_node(path, index, node, report, indent + 2)
+
+
+def _inspect_initial_values(folder: Path, pipeline: dict, report: Report, indent: int) -> None:
+    """The state's initial values file (docs/state.md): contained, its sha256, then the strict check; one line
+    per state (``node/input <- node/output``, dtype and shape)."""
+    entry = pipeline["initial_values"]
+    try:
+        checked = read_checked(folder, entry["path"], entry["sha256"], "initial values",
+                               f"{PIPELINE_FILE} initial_values.path")
+        check_initial_values(checked.data, entry["path"], state_edges(pipeline))
+    except PipelineError as e:
+        report.problem(str(e), indent)
+        return
+    report.line(f"initial values: {entry['path']} (sha256 {entry['sha256']}, checked)", indent)
+    for edge in state_edges(pipeline):
+        report.line(f"state {edge.key} <- {edge.node}/{edge.output}: {edge.dtype}{list(edge.shape)}", indent + 1)
 
 
 def _inspect_pipeline_node(folder: Path, index: int, node: dict, report: Report, indent: int) -> None:

@@ -148,3 +148,23 @@ def test_the_twin_carries_the_state(exported):
     twin = json.loads((exported / "pipeline.json").read_text())
     assert twin["initial_values"]["path"] == INITIAL_VALUES_FILE
     assert sum(1 for e in twin["edges"] if e.get("state")) == 2
+
+
+def test_inspect_shows_state_edges_and_the_checked_initial_values(exported, tmp_path):
+    import io
+    import shutil
+
+    from leapp.cli.inspect import inspect_path
+
+    out = io.StringIO()
+    assert inspect_path(exported, out) == 0
+    text = out.getvalue()
+    assert "edge policy.h_out -> policy.h (state, carried by the runtime)" in text
+    assert f"initial values: {INITIAL_VALUES_FILE} (sha256 " in text
+    assert "state policy/last_action <- policy/last_action_out: float32[1, 2]" in text
+    copy = tmp_path / "changed"
+    shutil.copytree(exported, copy)
+    (copy / INITIAL_VALUES_FILE).write_bytes(b"\0" * 8)
+    out = io.StringIO()
+    assert inspect_path(copy, out) == 1
+    assert "initial values: artifact" in out.getvalue() and "has sha256" in out.getvalue()
