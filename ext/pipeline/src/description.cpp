@@ -117,8 +117,16 @@ Description convert(const JsonValue& root) {
   }
   for (const JsonValue& e : root.find("edges")->array) {
     const JsonValue* feedback = e.find("feedback");
+    const JsonValue* state = e.find("state");
     d.edges.push_back(Edge{e.find("from_node")->string, e.find("from_output")->string, e.find("to_node")->string,
-                           e.find("to_input")->string, feedback && feedback->boolean});
+                           e.find("to_input")->string, feedback && feedback->boolean, state && state->boolean});
+  }
+  if (const JsonValue* initial = root.find("initial_values")) {  // the schema checked its keys and their types
+    d.has_initial_values = true;
+    const JsonValue* path = initial->find("path");
+    const JsonValue* sha256 = initial->find("sha256");
+    if (path) d.initial_values_path = path->string;
+    if (sha256) d.initial_values_sha256 = sha256->string;
   }
   for (const JsonValue& i : root.find("inputs")->array) {
     PipelineInput in{spec_of(i), {}};
@@ -160,6 +168,7 @@ void check_references(const Description& d, const std::string& file) {
     unique(names_of(d.nodes[n].outputs), "nodes[" + std::to_string(n) + "].outputs", file, "output");
   }
   std::map<std::pair<std::string, std::string>, std::string> fed;
+  std::map<std::pair<std::string, std::string>, std::string> state_outputs;  // (node, output) -> the state edge
   auto port = [&](const std::string& field, const std::string& node, const std::string& name, bool inputs,
                   const char* node_key, const char* name_key) -> const Spec& {
     auto it = node_index.find(node);
@@ -190,7 +199,15 @@ void check_references(const Description& d, const std::string& file) {
     const Spec& dst = port(field, edge.to_node, edge.to_input, true, "to_node", "to_input");
     same(field, src, dst, "joins");
     bool forward = node_index[edge.from_node] < node_index[edge.to_node];
-    if (edge.feedback) {
+    if (edge.state) {  // a value the node carries to its own next run: feedback to itself, feeding its input
+      if (!edge.feedback)
+        fail(file + ": " + field + ".state: a state edge needs 'feedback: true' (it carries the value to the next step)");
+      if (edge.from_node != edge.to_node)
+        fail(file + ": " + field + ".state: a state edge goes from a node to itself, not from " +
+             repr_str(edge.from_node) + " to " + repr_str(edge.to_node));
+      feed(field, edge.to_node, edge.to_input);
+      state_outputs[{edge.from_node, edge.from_output}] = field;  // Python's dict: the last edge names it
+    } else if (edge.feedback) {
       if (forward)
         fail(file + ": " + field + ".feedback: an edge to a later node is not feedback (nodes run in the listed order)");
     } else if (!forward) {
@@ -225,7 +242,18 @@ void check_references(const Description& d, const std::string& file) {
     std::string field = "outputs[" + std::to_string(o) + "]";
     const Spec& spec = port(field, d.outputs[o].node, d.outputs[o].output, false, "node", "output");
     same(field, spec, d.outputs[o].spec, "returns");
+    if (auto it = state_outputs.find({d.outputs[o].node, d.outputs[o].output}); it != state_outputs.end())
+      fail(file + ": " + field + ": output " + repr_str(d.outputs[o].output) + " of node " + repr_str(d.outputs[o].node) +
+           " is the state update of " + it->second + ", never a pipeline output");
   }
+  if (!state_outputs.empty() && !d.has_initial_values) {
+    std::vector<std::string> fields;
+    for (const auto& kv : state_outputs) fields.push_back(kv.second);
+    std::sort(fields.begin(), fields.end());
+    fail(file + ": initial_values: missing (the state edges " + repr_names(fields) + " need their initial values)");
+  }
+  if (state_outputs.empty() && d.has_initial_values)
+    fail(file + ": initial_values: present, but no edge has 'state: true'");
 }
 
 /// reader.validate_description: format, version, schema, cross-references.

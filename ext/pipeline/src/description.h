@@ -34,6 +34,7 @@ struct NodeDescription {
 struct Edge {
   std::string from_node, from_output, to_node, to_input;
   bool feedback = false;
+  bool state = false;  ///< `state: true`: a value the pipeline carries from the node's run to its next (from == to)
 };
 
 struct PipelineInput {
@@ -55,6 +56,10 @@ struct Description {
   std::vector<Edge> edges;
   std::vector<PipelineInput> inputs;
   std::vector<PipelineOutput> outputs;
+  /// `initial_values`, present exactly when some edge is a state edge: the safetensors file of their initial
+  /// values (initial_values.h reads it), relative to the folder, and its sha256.
+  bool has_initial_values = false;
+  std::string initial_values_path, initial_values_sha256;
 };
 
 constexpr const char* kPipelineYaml = "pipeline.yaml";

@@ -17,6 +17,7 @@
 #include <new>
 
 #include "artifact_check.h"
+#include "initial_values.h"
 #include "pipeline_internal.h"
 #include "pyrepr.h"
 #include "tensor_info.h"
@@ -73,7 +74,11 @@ std::vector<std::string> keys(const std::map<std::string, V>& m) {
 
 }  // namespace
 
-void Pipeline::check(const std::string& export_dir) { verify_files(read_description(export_dir)); }
+void Pipeline::check(const std::string& export_dir) {
+  const Description d = read_description(export_dir);
+  verify_files(d);
+  read_initial_values(d);
+}
 
 /// A PT2 node: the plugin wraps the input buffers as tensors (no copy) and runs the package on the stream;
 /// AOTInductor allocates the outputs, copied here into the pipeline's or the caller's buffers (same stream).
@@ -119,6 +124,7 @@ void Pipeline::Impl::refresh_plan() {
     node.direct_out.assign(node.info.outputs.size(), -1);
     for (size_t i = 0; i < node.sources.size(); ++i)
       if (node.sources[i].first >= 0) node.call_in[i] = values.at(node.sources[i]).data();
+      else if (node.sources[i].first == kStateSource) node.call_in[i] = states[node.state_of[i]].buffer.data();
     for (size_t i = 0; i < node.info.outputs.size(); ++i) {
       const std::string& name = node.info.outputs[i].name;
       node.call_out[i] = values.at({int(n), name}).data();
@@ -222,7 +228,7 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& export_dir, const Pi
     throw PipelineError("internal: unchecked wiring");
   };
   for (const Edge& e : d.edges)
-    if (!e.feedback) {  // feedback: state the caller carries between runs, a pipeline input within one
+    if (!e.feedback) {  // feedback: a state edge (open_states) or a value the caller carries, a pipeline input
       input_slot(e.to_node, e.to_input) = {index[e.from_node], e.from_output};
       impl->read_by_edges.insert({index[e.from_node], e.from_output});
     }
@@ -241,6 +247,7 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& export_dir, const Pi
       else
         host_buffer(b.host, t.byte_size(), d.name, impl->nodes[n].info.name, t);
     }
+  impl->open_states();
   impl->refresh_plan();
   const std::string off = impl->graph_off_reason();
   if (off.empty()) {
@@ -324,19 +331,22 @@ void Pipeline::Impl::run_nodes(const std::map<std::string, const void*>& inputs,
                                const std::map<std::string, void*>& outputs) {
   for (Node& node : nodes) {  // the plan's buffers, the caller's filled in: no allocation (refresh_plan)
     for (size_t i = 0; i < node.sources.size(); ++i)
-      if (node.sources[i].first < 0) node.call_in[i] = const_cast<void*>(inputs.find(node.sources[i].second)->second);
+      if (node.sources[i].first == -1) node.call_in[i] = const_cast<void*>(inputs.find(node.sources[i].second)->second);
     for (size_t i = 0; i < node.direct_out.size(); ++i)
       if (node.direct_out[i] >= 0) node.call_out[i] = outputs.find(this->outputs[size_t(node.direct_out[i])].name)->second;
     run_one(node, node.call_in, node.call_out);
   }
   for (const auto& [o, src] : copied_outputs) {  // outputs that edges also read: one copy, same memory
     void* dst = outputs.find(this->outputs[o].name)->second;
-    size_t bytes = this->outputs[o].byte_size(batch);
-    if (options.memory == Memory::kDevice)
-      LEAPP_CHECK_CU(driver().cuMemcpyDtoDAsync(CUdeviceptr(dst), CUdeviceptr(src), bytes, stream()));
-    else
-      std::memcpy(dst, src, bytes);
+    copy(dst, src, this->outputs[o].byte_size(batch));
   }
+  carry_states();  // every node ran: their updates become the next run's states (inside a step's graph too)
+}
+
+void Pipeline::Impl::copy(void* dst, const void* src, size_t bytes, bool from_host) {
+  if (options.memory != Memory::kDevice) return void(std::memcpy(dst, src, bytes));
+  if (from_host) LEAPP_CHECK_CU(driver().cuMemcpyHtoDAsync(CUdeviceptr(dst), src, bytes, stream()));
+  else LEAPP_CHECK_CU(driver().cuMemcpyDtoDAsync(CUdeviceptr(dst), CUdeviceptr(src), bytes, stream()));
 }
 
 void Pipeline::run(const std::map<std::string, const void*>& inputs, const std::map<std::string, void*>& outputs) {

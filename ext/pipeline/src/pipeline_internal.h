@@ -28,6 +28,9 @@ namespace pipeline_detail {
 
 /// NodeInfo::execution of a node PipelineOptions::only_node left unopened: no runtime, no buffers.
 constexpr const char* kUnopened = "unopened";
+/// Node::sources' producer of an input fed by a state edge: the pipeline's state buffer.
+constexpr int kStateSource = -2;
+
 
 /// A buffer owned by the pipeline: host memory or device memory from the driver.
 struct OwnedBuffer {
@@ -37,6 +40,16 @@ struct OwnedBuffer {
   void* data() { return device ? reinterpret_cast<void*>(device) : host.data(); }
 };
 
+/// A state the pipeline carries (docs/deploy.md, "State"): its buffer, which the node's input reads every run and
+/// the node's update output is copied into after a run that succeeded, and its initial value.
+struct State {
+  TensorInfo info;  // name "node/input"; the node input's dtype, shape, metadata
+  int node = 0;
+  std::string output;   // the node output that updates it
+  std::string initial;  // initial_values.safetensors' bytes (reset())
+  OwnedBuffer buffer;
+};
+
 struct Node {
   NodeInfo info;
   AotiModel aoti;  // a PT2 node: its AOTInductor package, run by the plugin
@@ -44,7 +57,9 @@ struct Node {
   std::unique_ptr<Ort::IoBinding> binding;
   std::vector<std::string> input_names, output_names;  // the model's, bound by position as leapp.load does
   std::vector<int> output_types, input_types;
-  std::vector<std::pair<int, std::string>> sources;  // per input: (producer node, output) or (-1, pipeline input)
+  // per input: (producer node, output), (-1, pipeline input) or (kStateSource, index into Impl::states as text)
+  std::vector<std::pair<int, std::string>> sources;
+  std::vector<size_t> state_of;  // per input: its index in Impl::states when sources[i].first == kStateSource
   // run()'s plan, made once (refresh_plan): each input's and output's buffer when it is the pipeline's own,
   // and where the caller's goes; `direct_out[i]` is the pipeline output written straight into the caller's
   // buffer (-1: the pipeline's). Filled in place each run, so a step allocates nothing here.
@@ -78,6 +93,8 @@ struct Pipeline::Impl {
   std::vector<NodeInfo> node_infos;
   std::vector<pipeline_detail::Node> nodes;
   std::map<std::pair<int, std::string>, pipeline_detail::OwnedBuffer> values;  // (node, output) -> buffer
+  std::vector<pipeline_detail::State> states;  // in state-edge order
+  std::vector<StateInfo> state_infos;
   std::set<std::pair<int, std::string>> read_by_edges;
   std::unique_ptr<Ort::MemoryInfo> memory;
   std::unique_ptr<Ort::RunOptions> run_options;  // made once ORT is loaded (its constructor calls the API)
@@ -105,6 +122,8 @@ struct Pipeline::Impl {
       const CudaDriver& d = driver();
       for (auto& kv : values)
         if (kv.second.device) d.cuMemFree(kv.second.device);
+      for (auto& state : states)
+        if (state.buffer.device) d.cuMemFree(state.buffer.device);
       if (own_stream) d.cuStreamDestroy(own_stream);
     } catch (...) {  // the driver failed after the buffers were made: nothing left to free them with
     }
@@ -137,6 +156,10 @@ struct Pipeline::Impl {
   std::string graph_off_reason() const;
   void adopt_captures();
   void run_nodes(const std::map<std::string, const void*>& inputs, const std::map<std::string, void*>& outputs);
+  void copy(void* dst, const void* src, size_t bytes, bool from_host = false);  // on the stream (kDevice)
+  pipeline_detail::State& state_named(const std::string& name, const char* call);
+  void open_states();   // pipeline_state.cpp: initial values read, buffers made, inputs wired to them
+  void carry_states();  // after a run's nodes: each update copied into its state's buffer
   void refresh_plan();
   void run_one(pipeline_detail::Node& node, const std::vector<void*>& in, const std::vector<void*>& out);
   void run_aoti(pipeline_detail::Node& node, const std::vector<void*>& in, const std::vector<void*>& out);

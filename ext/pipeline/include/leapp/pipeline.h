@@ -3,6 +3,7 @@
 //   auto pipeline = leapp::Pipeline::open("exports/go2");            // checks what leapp.load checks
 //   for (const leapp::TensorInfo& t : pipeline->inputs()) ...         // names, dtypes, shapes, metadata
 //   pipeline->run({{"quat", quat_ptr}, ...}, {{"actions", out_ptr}});  // caller-owned buffers
+//   pipeline->reset();                                                // state: back to its initial values
 //
 // The folder's wiring is read from pipeline.json, the JSON twin of pipeline.yaml (one schema:
 // leapp/pipeline_format/pipeline.schema.json); artifacts are checked (containment, sha256) as
@@ -51,6 +52,12 @@ struct TensorInfo {
   /// The shape and bytes at `batch` (dim 0 replaced when the tensor has a dynamic batch; batch 0: the traced shape).
   std::vector<int64_t> shape_at(int64_t batch) const;
   size_t byte_size(int64_t batch) const;
+};
+
+/// A state the pipeline carries from one run to the next (Pipeline::state_infos): named "node/input", with the node
+/// input's dtype, shape and metadata; `output` is the node's output that updates it.
+struct StateInfo : TensorInfo {
+  std::string node, input, output;
 };
 
 /// One node as the wiring describes it, and how this process runs it.
@@ -119,6 +126,23 @@ class Pipeline {
                 const std::map<std::string, void*>& outputs);
   /// Waits until the work enqueued on options.stream is done (kHost: returns at once).
   void synchronize();
+
+  /// State (docs/deploy.md, "State"): values a node carries from one run to the next (annotate.state_tensors).
+  /// The pipeline owns them: run() feeds each to its node and, after a run that succeeded, copies the node's
+  /// update into it; a run that throws leaves them as they were. run_node() neither reads nor changes them (the
+  /// caller passes the node's state inputs). One StateInfo per state, in pipeline.yaml's edge order; empty for a
+  /// pipeline without state.
+  const std::vector<StateInfo>& state_infos() const;
+  /// The pipeline's buffer of state `name` (options.memory's kind, byte_size() bytes): what the next run reads.
+  /// Its address stays for the pipeline's life; kDevice: read it after synchronize() (download()). An unknown name
+  /// throws PipelineError listing the states.
+  const void* state(const std::string& name) const;
+  /// Every state back to its initial value (initial_values.safetensors, checked at open). kDevice: on the stream.
+  void reset();
+  /// The states named in `values` set from the caller's buffers (options.memory's kind, byte_size() bytes each,
+  /// copied; kDevice: on the stream); the others keep their values. Every name is checked before anything is
+  /// copied (an unknown one throws PipelineError).
+  void reset(const std::map<std::string, const void*>& values);
 
   /// Dynamic batch: the batch of the following runs (every tensor with a batch range then has that dim 0, and its
   /// buffers byte_size(batch) bytes). Throws PipelineError naming the range when `batch` is outside a range, or when
