@@ -1,10 +1,12 @@
 // leapp-run: run a leapp export folder on raw input files (docs/deploy.md).
 //
-//   leapp-run EXPORT_DIR --in IN_DIR --out OUT_DIR [--node NAME] [--time N] [--device cpu|cuda] [--threads N] [--spin]
-//   leapp-run EXPORT_DIR --describe   (what a deployment routes by: names, dtypes, shapes, metadata)
+//   leapp-run EXPORT_DIR --in IN_DIR --out OUT_DIR [--node NAME] [--time N] [--steps K] [--device cpu|cuda] ...
+//   leapp-run EXPORT_DIR --describe   (what a deployment routes by: names, dtypes, shapes, metadata, state)
 //
 // IN_DIR/<input>.bin holds each pipeline input as raw little-endian C-order bytes (dtype and shape from
-// the export's wiring); OUT_DIR/<output>.bin is written the same way. With --node, one node runs alone on
+// the export's wiring); OUT_DIR/<output>.bin is written the same way. --steps K: the files hold K steps one after
+// another, run in order with the pipeline's state carried (every run carries it, --time and --rate too);
+// OUT_DIR/state/<node>/<input>.bin holds each state after the process's last run. With --node, one node runs alone on
 // its own inputs and outputs (Pipeline::run_node; leapp.testing localises a mismatch with it). Exit status: 0 done, 1 the export
 // was refused or a run failed, 2 bad usage or bad input files (missing, wrong byte count).
 #include <algorithm>
@@ -29,10 +31,13 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: leapp-run EXPORT_DIR --in IN_DIR --out OUT_DIR [--node NAME] [--time N] [--device cpu|cuda] [--threads N]\n"
-    "                 [--spin] [--batch N] [--rate HZ --duration S] [--no-graph]\n"
+    "                 [--spin] [--batch N] [--rate HZ --duration S] [--no-graph] [--steps K]\n"
     "       leapp-run EXPORT_DIR --check   (the wiring and the artifacts' sha256 only; exit 1 with the reason)\n"
-    "       leapp-run EXPORT_DIR --describe   (open it; print each input and output: dtype, shape, metadata JSON)\n"
+    "       leapp-run EXPORT_DIR --describe   (open it; print each input, output and state: dtype, shape, metadata)\n"
     "  IN_DIR/<input>.bin: each pipeline input, raw little-endian C-order bytes; writes OUT_DIR/<output>.bin.\n"
+    "  --steps K: each file holds K steps one after another (K times the bytes), run in order.\n"
+    "  State (docs/deploy.md, \"State\"): every run carries it, --time and --rate runs too; after the last run\n"
+    "  OUT_DIR/state/<node>/<input>.bin holds each state (what a next run would read).\n"
     "  --node NAME: run that node alone; its own inputs and outputs are the files.\n"
     "  --batch N: a dynamic-batch export (dynamic_batch=) run at N: dim 0 of every batched file is N.\n"
     "  --threads N: ONNX Runtime's intra-op threads per session, the caller's included (default 1; 0: one per\n"
@@ -58,6 +63,10 @@ void describe(const leapp::Pipeline& pipeline) {
   std::string out = "pipeline " + pipeline.name() + "\n";
   for (const leapp::TensorInfo& t : pipeline.inputs()) out += tensor_line("input", t);
   for (const leapp::TensorInfo& t : pipeline.outputs()) out += tensor_line("output", t);
+  for (const leapp::StateInfo& s : pipeline.state_infos()) {  // state node/input <- node/output dtype[shape] {...}
+    const std::string line = tensor_line("state", s);
+    out += "state " + s.name + " <- " + s.node + "/" + s.output + line.substr(6 + s.name.size());
+  }
   for (const leapp::NodeInfo& node : pipeline.nodes()) {
     out += "node " + node.name + " " + node.backend + " " + node.execution + "\n";
     for (const leapp::TensorInfo& t : node.inputs) out += "  " + tensor_line("input", t);
@@ -85,8 +94,8 @@ void sized(std::vector<char>& data, size_t bytes, const char* what, const leapp:
   }
 }
 
-std::vector<char> read_input(const std::string& path, const leapp::TensorInfo& t, int64_t batch) {
-  const size_t expected = t.byte_size(batch);
+std::vector<char> read_input(const std::string& path, const leapp::TensorInfo& t, int64_t batch, size_t steps) {
+  const size_t expected = t.byte_size(batch) * steps;  // at most 10^4 steps of at most 1 GiB: no wrap
   std::error_code ec;
   if (!fs::is_regular_file(path, ec))
     throw UsageError{"input '" + t.name + "': " + path + " is missing (expected " + std::to_string(expected) +
@@ -109,7 +118,8 @@ std::vector<char> read_input(const std::string& path, const leapp::TensorInfo& t
       what += " at batch " + std::to_string(batch ? batch : t.shape[0]) + " of " + std::to_string(t.batch_min) + ".." +
               std::to_string(t.batch_max) + " (--batch N)";
     throw UsageError{"input '" + t.name + "': " + path + " has " + std::to_string(found) + " bytes, expected " +
-                     std::to_string(expected) + " (" + what + ", little-endian, C order)"};
+                     std::to_string(expected) + " (" + (steps > 1 ? std::to_string(steps) + " steps of " : "") + what +
+                     ", little-endian, C order)"};
   }
   return data;
 }
@@ -158,7 +168,7 @@ void fixed_rate(long rate, double duration, Step&& step, const std::string& name
 
 int run(int argc, char** argv) {
   std::string export_dir, in_dir, out_dir, device = "cpu", node;
-  long repeat = 0, threads = 1, batch = 0, rate = 0;
+  long repeat = 0, threads = 1, batch = 0, rate = 0, steps = 1;
   double duration = 0;
   bool check_only = false, describe_only = false, spin = false, graph = true;
   for (int i = 1; i < argc; ++i) {
@@ -176,6 +186,10 @@ int run(int argc, char** argv) {
     if (a == "--in") in_dir = value();
     else if (a == "--out") out_dir = value();
     else if (a == "--time") repeat = count(value());
+    else if (a == "--steps") {
+      steps = count(value());
+      if (steps == 0 || steps > 10000) throw UsageError{a + ": from 1 to 10000 steps, got '" + argv[i] + "'"};
+    }
     else if (a == "--threads") {
       threads = count(value());
       const long cap = std::max<long>(1, long(std::thread::hardware_concurrency())) * 4;
@@ -253,12 +267,27 @@ int run(int argc, char** argv) {
     else pipeline->run_node(node, in, out);
   };
 
-  std::vector<std::vector<char>> host_in, host_out;
-  for (const leapp::TensorInfo& t : *in_specs)
-    host_in.push_back(read_input(file_for(in_dir, t.name), t, batch));
+  // --steps K: every file holds K steps; host_in and host_out are one step's, the step run now
+  const size_t k_steps = size_t(steps);
+  std::vector<std::vector<char>> all_in, host_in, host_out, all_out;
+  for (const leapp::TensorInfo& t : *in_specs) {
+    all_in.push_back(read_input(file_for(in_dir, t.name), t, batch, k_steps));
+    sized(host_in.emplace_back(), t.byte_size(batch), "input", t);
+  }
   for (const leapp::TensorInfo& t : *out_specs) {
     file_for(out_dir, t.name);
     sized(host_out.emplace_back(), t.byte_size(batch), "output", t);
+    sized(all_out.emplace_back(), t.byte_size(batch) * k_steps, "output", t);
+  }
+  // the state after the last run (run() carries it; --node runs one node on its own inputs and carries none)
+  const std::vector<leapp::StateInfo> no_state;
+  const std::vector<leapp::StateInfo>& states = node.empty() ? pipeline->state_infos() : no_state;
+  const fs::path state_dir = fs::path(out_dir) / "state";
+  std::vector<std::vector<char>> last_state;
+  for (const leapp::StateInfo& s : states) {
+    file_for(state_dir, s.node);  // the node's name is a folder there: one plain name too
+    file_for(state_dir / s.node, s.input);
+    sized(last_state.emplace_back(), s.byte_size(), "state", s);
   }
   std::map<std::string, const void*> ins;
   std::map<std::string, void*> outs;
@@ -269,26 +298,36 @@ int run(int argc, char** argv) {
     leapp::CUdeviceptr p = 0;
     LEAPP_CHECK_CU(leapp::driver().cuMemAlloc(&p, std::max<size_t>(host.size(), 1)));
     device_buffers.push_back(p);
-    LEAPP_CHECK_CU(leapp::driver().cuMemcpyHtoDAsync(p, host.data(), host.size(), leapp::cu_stream_legacy()));
     return reinterpret_cast<void*>(p);
   };
   for (size_t i = 0; i < host_in.size(); ++i) ins[(*in_specs)[i].name] = buffer(host_in[i]);
   for (size_t i = 0; i < host_out.size(); ++i) outs[(*out_specs)[i].name] = buffer(host_out[i]);
 
-  run_once(ins, outs);
-  pipeline->synchronize();
-  if (on_device)
+  for (size_t k = 0; k < k_steps; ++k) {
+    for (size_t i = 0; i < host_in.size(); ++i) {
+      std::memcpy(host_in[i].data(), all_in[i].data() + k * host_in[i].size(), host_in[i].size());
+      if (on_device)
+        LEAPP_CHECK_CU(leapp::driver().cuMemcpyHtoDAsync(leapp::CUdeviceptr(ins[(*in_specs)[i].name]), host_in[i].data(),
+                                                         host_in[i].size(), leapp::cu_stream_legacy()));
+    }
+    run_once(ins, outs);
+    pipeline->synchronize();
+    if (on_device)
+      for (size_t i = 0; i < host_out.size(); ++i)
+        LEAPP_CHECK_CU(leapp::driver().cuMemcpyDtoHAsync(host_out[i].data(), leapp::CUdeviceptr(outs[(*out_specs)[i].name]),
+                                                         host_out[i].size(), leapp::cu_stream_legacy()));
+    pipeline->synchronize();
+    if (on_device) LEAPP_CHECK_CU(leapp::driver().cuStreamSynchronize(leapp::cu_stream_legacy()));
     for (size_t i = 0; i < host_out.size(); ++i)
-      LEAPP_CHECK_CU(leapp::driver().cuMemcpyDtoHAsync(host_out[i].data(), leapp::CUdeviceptr(outs[(*out_specs)[i].name]),
-                                                       host_out[i].size(), leapp::cu_stream_legacy()));
-  pipeline->synchronize();
-  if (on_device) LEAPP_CHECK_CU(leapp::driver().cuStreamSynchronize(leapp::cu_stream_legacy()));
-  fs::create_directories(out_dir);
-  for (size_t i = 0; i < host_out.size(); ++i) {
-    std::ofstream f(file_for(out_dir, (*out_specs)[i].name), std::ios::binary | std::ios::trunc);
-    f.write(host_out[i].data(), std::streamsize(host_out[i].size()));
-    if (!f) throw leapp::PipelineError("cannot write " + file_for(out_dir, (*out_specs)[i].name));
+      std::memcpy(all_out[i].data() + k * host_out[i].size(), host_out[i].data(), host_out[i].size());
   }
+  auto write = [](const std::string& path, const std::vector<char>& data) {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f.write(data.data(), std::streamsize(data.size()));
+    if (!f) throw leapp::PipelineError("cannot write " + path);
+  };
+  fs::create_directories(out_dir);
+  for (size_t i = 0; i < all_out.size(); ++i) write(file_for(out_dir, (*out_specs)[i].name), all_out[i]);
 
   const bool graphed = node.empty() && pipeline->graph_reason().empty();
   if (on_device && (repeat > 0 || rate > 0)) {
@@ -341,6 +380,12 @@ int run(int argc, char** argv) {
       run_once(ins, outs);
       pipeline->synchronize();
     }, pipeline->name(), device);
+  for (size_t s = 0; s < states.size(); ++s) {  // after every run: --steps, --time and --rate all carried it
+    pipeline->download(last_state[s].data(), pipeline->state(states[s].name), last_state[s].size());
+    pipeline->synchronize();
+    fs::create_directories(state_dir / states[s].node);
+    write(file_for(state_dir / states[s].node, states[s].input), last_state[s]);
+  }
   for (leapp::CUdeviceptr p : device_buffers) leapp::driver().cuMemFree(p);
   return 0;
 }
