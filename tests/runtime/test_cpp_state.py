@@ -443,3 +443,47 @@ def test_random_header_edits_refused_alike(folder):
         assert r.returncode in (0, 1) and cpp == python, (case, at, cpp, python)
         refused += python is not None
     assert refused >= 20  # the cases mostly break something
+
+
+_WIRING_POOL = [None, True, False, 0, "", "policy", "post", "h", "h_out", "last_action_out", "action",
+                "initial_values.safetensors", "../x", "a" * 64, [], {}, {"path": "x"}]
+
+
+def test_random_state_wiring_edits_refused_alike(export, tmp_path):
+    """Seeded replacements (or removals) of any value of the edges, outputs and initial_values of an export with
+    state: both readers accept, or both refuse with one text (leapp.load decides where the wiring passes)."""
+    _, desc = read_pipeline(export)
+    paths = []
+    for key in ("edges", "outputs", "initial_values"):
+        stack = [((key,), desc[key])]
+        while stack:
+            at, value = stack.pop()
+            paths.append(at)
+            items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+            stack.extend(((*at, k), v) for k, v in items)
+    rng = random.Random(4949)
+    folder = Path(shutil.copytree(export, tmp_path / "m"))
+    refused = 0
+    for case in range(30):
+        bad = copy.deepcopy(desc)
+        at = rng.choice(paths)
+        parent = bad
+        for part in at[:-1]:
+            parent = parent[part]
+        if isinstance(parent, dict) and rng.random() < 0.3:
+            del parent[at[-1]]
+        else:
+            parent[at[-1]] = copy.deepcopy(rng.choice(_WIRING_POOL))
+        _write_both(folder, bad)
+        try:
+            read_pipeline(folder)
+            python = None
+        except PipelineError as e:
+            python = _python_text(e, folder)
+        r = _leapp_run(folder, "--check")
+        cpp = r.stderr.strip().removeprefix("leapp-run: ") if r.returncode else None
+        if python is None:
+            python, _ = _refusals(folder)
+        assert r.returncode in (0, 1) and cpp == python, (case, at, cpp, python)
+        refused += python is not None
+    assert refused >= 15
