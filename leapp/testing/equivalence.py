@@ -30,7 +30,7 @@ from leapp.pipeline_format import read_pipeline
 
 from . import counterexample as cx
 from .inputs import input_strategy
-from .localise import localise
+from .localise import localise, localise_sequence
 from .outputs import OutputDiff, compare_output, describe_tensor, eager_outputs
 from .routes import ROUTES, OpenRoute, open_route, plan_routes, state_keys
 
@@ -236,22 +236,16 @@ class _Checker:
             lines.append("localisation: not attempted (the export raised instead of returning outputs).")
         else:
             try:
-                found = localise(self.fn, mismatch.inputs, mismatch.eager[-1], route, self.rtol, self.atol,
-                                 before=self._before(mismatch.steps) if self.sequence else None)
+                if self.sequence:
+                    found = localise_sequence(self.fn, mismatch.steps, mismatch.eager, route, self.rtol, self.atol,
+                                              self.reset)
+                else:
+                    found = localise(self.fn, mismatch.inputs, mismatch.eager[-1], route, self.rtol, self.atol)
             except Exception as e:  # noqa: BLE001 - the mismatch above must still be reported
                 lines.append(f"localisation failed: {type(e).__name__}: {e}")
             else:
                 lines.extend(found.lines(route.pipeline, route.route.name))
         return "\n".join(lines)
-
-    def _before(self, steps: Steps) -> Callable[[], None]:
-        """Brings the eager code to the failing step: ``reset()``, then the steps before it."""
-
-        def run_earlier_steps() -> None:
-            self.eager_steps(steps[:-1])
-
-        run_earlier_steps.steps = len(steps) - 1
-        return run_earlier_steps
 
     def result(self) -> EquivalenceResult:
         return EquivalenceResult(self.export, self.ran, dict(self.skipped), self.examples, self.steps)

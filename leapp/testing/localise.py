@@ -9,10 +9,12 @@ fed eager values, an earlier node's error cannot leak into a later node's
 verdict: the first node in pipeline order that differs is where the export and
 the eager code part.
 
-With state, the failing step of a sequence is observed after the eager code
-was reset and run through the steps before it (``before``), so each node's
-inputs include the state the eager code carried into that step; a node is
-run alone with that state (``run_node`` takes state inputs explicitly).
+With state, the sequence is observed step by step from the eager code's reset
+(``localise_sequence``): each node's inputs include the state the eager code
+carried into that step, and a node is run alone with it (``run_node`` takes
+state inputs explicitly). The first step at which a node differs is reported,
+which may come before the failing step: a state update that differs shows in
+the node's ``<name>_out`` output there, while the outputs may only part later.
 
 NOTE: observation stops at node boundaries. Inside a node, leapp cannot tell a
 Warp segment's error from the torch work around it without a trace, so a
@@ -21,7 +23,7 @@ diverging node's segments are named as suspects, not convicted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -31,7 +33,7 @@ from leapp._recorder.observe import NodeObservation, observing
 from .outputs import OutputDiff, compare_output
 from .routes import OpenRoute
 
-__all__ = ["NodeVerdict", "Localisation", "localise"]
+__all__ = ["NodeVerdict", "Localisation", "localise", "localise_sequence"]
 
 
 @dataclass
@@ -145,21 +147,13 @@ def _wiring(desc: Mapping, seen: Mapping[str, NodeObservation], inputs: Mapping[
 
 
 def localise(fn: Callable, inputs: Mapping[str, torch.Tensor], eager: Mapping[str, torch.Tensor], route: OpenRoute,
-             rtol: float, atol: float, before: Callable[[], None] | None = None) -> Localisation:
-    """Runs ``fn`` in observation mode on ``inputs`` and each node of ``route``'s pipeline alone.
-
-    ``before`` (a sequence's failing step) brings the eager code to that step, outside observation."""
-    if before is not None:
-        before()
+             rtol: float, atol: float) -> Localisation:
+    """Runs ``fn`` in observation mode on ``inputs`` and each node of ``route``'s pipeline alone."""
     with observing() as observer:
         fn(**{k: v.clone() for k, v in inputs.items()})
     pipeline = route.pipeline
     seen = {n: observer.first(n) for n in pipeline.nodes}
     notes = []
-    if before is not None:
-        earlier = getattr(before, "steps", 0)
-        notes.append(f"observed at the failing step, after reset and {earlier} earlier step(s): node inputs "
-                     "include the state the eager code carried into it")
     for name in pipeline.nodes:
         count = sum(r.name == name for r in observer.runs)
         if count > 1:
@@ -173,3 +167,24 @@ def localise(fn: Callable, inputs: Mapping[str, torch.Tensor], eager: Mapping[st
     first = next((v for v in verdicts if v.status == "differs"), None)
     wiring = _wiring(pipeline.description, {k: v for k, v in seen.items() if v is not None}, inputs, eager, rtol, atol)
     return Localisation(verdicts, first, wiring, notes)
+
+
+def localise_sequence(fn: Callable, steps: Sequence[Mapping[str, torch.Tensor]],
+                      eager: Sequence[Mapping[str, torch.Tensor]], route: OpenRoute, rtol: float, atol: float,
+                      reset: Callable[[], object] | None) -> Localisation:
+    """``localise`` at each step of a sequence from the eager code's ``reset``, up to the first step at which a
+    node differs (else the last, failing step); the notes say which step that is."""
+    if reset is not None:
+        reset()
+    last = len(steps)
+    for step, (inputs, outputs) in enumerate(zip(steps, eager), 1):
+        found = localise(fn, inputs, outputs, route, rtol, atol)
+        if found.first is None and step < last:
+            continue
+        where = f"observed at step {step} of {last}, from reset: node inputs include the state the eager code carried"
+        if step < last:
+            where += (f"; node '{found.first.node}' already differs at step {step}, where the pipeline's outputs "
+                      f"still matched: what it hands the next step (its state) parts first")
+        found.notes.insert(0, where)
+        return found
+    raise AssertionError("unreachable: the loop returns at the last step")
