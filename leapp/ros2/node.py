@@ -11,6 +11,10 @@ logged (throttled) and kept in ``errors``, and that input counts as missing
 until a valid one arrives, so the policy never runs on a value it could not
 check. A step whose outputs fail the same checks (a NaN joint target) is
 skipped: nothing is published on any output, ``skipped_steps`` counts it.
+An export with state carries it from step to step in the pipeline; a skipped
+step is undone (the state is restored to its value before the step), so a NaN
+never enters the carried state. ``reset()``, or a ``std_msgs/Empty`` message
+on the node's ``~/reset`` topic, restores the initial state (a new episode).
 ``errors`` keeps the latest refusals, each cut (``leapp.ros2.limits``). An
 export the node cannot serve (a dynamic batch that excludes 1, a rate out of
 range) is refused at start. A failing step raises out of the executor.
@@ -26,11 +30,14 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile
 from rclpy.validate_topic_name import validate_topic_name
+from std_msgs.msg import Empty
 
 from leapp.ros2.limits import MAX_ERRORS, QUAT_NORM_TOLERANCE, check_rate, check_tolerance, cut
 from leapp.ros2.messages import Codec, MessageError, codec_for
 
-__all__ = ["PolicyNode", "control_rate", "spin"]
+__all__ = ["PolicyNode", "RESET_TOPIC", "control_rate", "spin"]
+
+RESET_TOPIC = "~/reset"  # std_msgs/Empty: restore the pipeline's initial state (an export with state only)
 
 
 def control_rate(pipeline) -> float | None:
@@ -104,6 +111,8 @@ class PolicyNode(Node):
         self.refused = 0  # messages refused, all of them
         self.steps = 0  # steps published
         self.skipped_steps = 0  # steps whose outputs were refused: nothing published
+        self.resets = 0  # reset() calls (and ~/reset messages)
+        self.stateful = bool(getattr(pipeline, "state_specs", None))  # the pipeline carries state between steps
         self._waiting_for: tuple[str, ...] = ()
         qos = QoSProfile(depth=qos_depth)
         self._input_subscriptions = [
@@ -113,6 +122,15 @@ class PolicyNode(Node):
                             for name, codec in self.outputs.items()}
         self._step_timer = self.create_timer(1.0 / self.rate_hz, self.step) if self.rate_hz else None
         self._input_topics = {name: self.resolve_topic_name(name) for name in self.inputs}  # for refusals
+        self._reset_subscription = None
+        if self.stateful:
+            reset_topic = self.resolve_topic_name(RESET_TOPIC)
+            clash = [n for n in [*self.inputs, *self.outputs] if self.resolve_topic_name(n) == reset_topic]
+            if clash:
+                self.destroy_node()
+                raise ValueError(f"pipeline '{pipeline.name}': value '{clash[0]}' is on topic {reset_topic}, the "
+                                 "node's reset topic: rename the value or the node (--ros-args -r __node:=NAME)")
+            self._reset_subscription = self.create_subscription(Empty, RESET_TOPIC, lambda _msg: self.reset(), qos)
 
     def topic(self, name: str) -> str:
         """The resolved topic of pipeline value ``name`` (namespace and remapping applied)."""
@@ -128,7 +146,25 @@ class PolicyNode(Node):
                 lines.append(f"  {role} {self.topic(name)}: {c.message}.{c.field}{extra}")
         lines.append(f"  step: on every message of {self.topic(self.trigger)}" if self.trigger
                      else f"  step: at {self.rate_hz:g} Hz")
+        if self.stateful:
+            specs = self.pipeline.state_specs
+            named = [f"{key} {spec.describe()}" for key, spec in specs.items()] if isinstance(specs, dict) \
+                else [spec.describe() for spec in specs]
+            lines.append(f"  state: {', '.join(named)}; carried between steps, reset by std_msgs/Empty on "
+                         f"{self.topic(RESET_TOPIC)}")
         return lines
+
+    def reset(self, state: dict[str, torch.Tensor] | None = None) -> None:
+        """The pipeline's initial state (``Pipeline.reset()``), or ``state`` (``"node/input"`` -> tensor): call it
+        when an episode starts. A pipeline without state has nothing to reset."""
+        if self.stateful and state is None:
+            self.pipeline.reset()
+        elif self.stateful:
+            self.pipeline.reset(state)
+        elif state:
+            raise ValueError(f"pipeline '{self.pipeline.name}' has no state; got state {sorted(state)}")
+        self.resets += 1
+        self.get_logger().info(f"state reset ({self.resets} so far)")
 
     def receive(self, name: str, msg: Any) -> None:
         """A message of input ``name``: checked, kept as its latest value, and a step when it is the trigger."""
@@ -154,9 +190,12 @@ class PolicyNode(Node):
             return False
         self._waiting_for = ()
         values = {n: t.to(self.devices[n]) for n, t in self.latest.items()}
+        before = self.pipeline.state if self.stateful else None  # a skipped step is undone
         outputs = self.pipeline(**values)
         problems = [p for name, codec in self.outputs.items() if (p := codec.output_problem(outputs[name]))]
         if problems:  # a robot never sees NaN: no message on any output this step, its own timeout applies
+            if before is not None:
+                self.pipeline.reset(before)  # nor does the carried state: the next step starts from the last good one
             self.skipped_steps += 1
             self.errors.append(cut(f"step skipped, nothing published ({self.skipped_steps} skipped so far): "
                                    + "; ".join(problems)))
