@@ -10,6 +10,9 @@ Needs the ``testing`` extra (hypothesis): ``pip install leapp[testing]``. The us
         assert_equivalent(robot.step, "exports/go2",
                           input_strategy("exports/go2", quat=unit_norm()), max_examples=50)
 
+An export with state is checked on sequences of steps from its reset state: pass ``reset=``, the
+callable that resets your eager code (docs/testing.md, "Exports with state").
+
 Nothing here changes process-wide state: hypothesis runs under the caller's active settings
 profile, and the node observation used to localise a failure is a context variable.
 """
@@ -26,6 +29,7 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess by test
 from .equivalence import (
     DEFAULT_ATOL,
     DEFAULT_RTOL,
+    DEFAULT_STATE_STEPS,
     EquivalenceResult,
     NoRunnableRoute,
     RouteSkippedWarning,
@@ -39,6 +43,7 @@ __all__ = [
     "DEFAULT_ATOL",
     "DEFAULT_BOUND",
     "DEFAULT_RTOL",
+    "DEFAULT_STATE_STEPS",
     "ROUTES",
     "EquivalenceResult",
     "NoRunnableRoute",
