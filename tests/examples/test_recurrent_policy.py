@@ -104,7 +104,7 @@ def test_leapp_run_carries_the_state_over_steps_like_leapp_load(example, tmp_pat
                                    pipeline.state[f"policy/{key}"], rtol=1e-5, atol=1e-6, msg=f"state {key}")
 
 
-def test_leapp_testing_checks_the_recurrent_policy_on_sequences(example):
+def test_leapp_testing_checks_the_recurrent_policy_on_sequences(example, tmp_path):
     """The export against the eager GRU policy (same seeded weights) on drawn 4-step sequences from reset."""
     from leapp.testing import assert_equivalent, input_strategy, unit_norm
 
@@ -112,5 +112,5 @@ def test_leapp_testing_checks_the_recurrent_policy_on_sequences(example):
     policy = recurrent_policy.RecurrentPolicy(1).eval()
     with torch.no_grad():
         result = assert_equivalent(policy.step, folder, input_strategy(folder, quat=unit_norm()), reset=policy.reset,
-                                   max_examples=6)
+                                   max_examples=6, counterexample_dir=tmp_path)
     assert result.steps == 4 and "load" in result.ran

@@ -64,14 +64,14 @@ def fixed_inputs():
     return st.fixed_dictionaries(ONES)
 
 
-def test_an_export_with_state_passes_on_sequences(acc_export):
+def test_an_export_with_state_passes_on_sequences(acc_export, tmp_path):
     acc = Acc()
-    result = assert_equivalent(acc.step, acc_export, reset=acc.reset, max_examples=8)
+    result = assert_equivalent(acc.step, acc_export, reset=acc.reset, max_examples=8, counterexample_dir=tmp_path)
     assert result.steps == 4 and result.examples == 8 and "load" in result.ran
     assert set(result.ran) | set(result.skipped) == set(ROUTES)
     if leapp_run_path() is not None:  # one leapp-run --steps 4 process per sequence, the state carried
         assert "cpp-runner" in result.ran, result.skipped
-    longer = assert_equivalent(acc.step, acc_export, reset=acc.reset, steps=7, max_examples=2)
+    longer = assert_equivalent(acc.step, acc_export, reset=acc.reset, steps=7, max_examples=2, counterexample_dir=tmp_path)
     assert longer.steps == 7
 
 
