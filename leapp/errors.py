@@ -15,6 +15,7 @@ __all__ = [
     "RuntimeLibraryNotFound",
     "UnsupportedBackend",
     "UnsupportedPlatform",
+    "SignatureError",
     "NOT_EXECUTED_TWICE",
     "MORE_REGIONS_THAN_DISCOVERY",
     "SEGMENT_DIVERGED",
@@ -54,6 +55,11 @@ class ExportError(LeappError):
 
 class ValidationError(LeappError):
     """Exported artifacts could not be run or disagree with eager outputs."""
+
+
+class SignatureError(LeappError):
+    """An export's signature (model.sig) is missing, not from a trusted key, or does not cover the files read
+    (docs/signing.md); the text names the file or the signature problem, as the C++ reader's does."""
 
 
 class RuntimeLibraryNotFound(LeappError, FileNotFoundError):

@@ -17,6 +17,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from leapp.signing.readonce import check_read
+
 from .format import PipelineError
 
 __all__ = ["MAX_ARTIFACT_BYTES_ENV", "DEFAULT_MAX_ARTIFACT_BYTES", "CheckedFile", "contained_path", "is_regular_file",
@@ -114,6 +116,7 @@ def read_checked(folder: Path, rel: str, expected: str, where: str, field: str =
         raise PipelineError(f"{where}: artifact {path} is missing")
     data = read_bounded(path, where, follow_symlinks=False)  # contained_path resolved it: no link is left
     actual = hashlib.sha256(data).hexdigest()
+    check_read(path, data, actual)  # a signed folder (leapp.signing.readonce): the signed bytes, first
     if actual != expected:
         raise PipelineError(
             f"{where}: artifact {path} has sha256 {actual} but pipeline.yaml records {expected}; "

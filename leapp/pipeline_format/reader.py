@@ -51,6 +51,7 @@ from .format import (
 from . import yaml_text
 from .metadata import metadata_problem
 from leapp.bundle.strict_json import decode_strict_json
+from leapp.signing.readonce import check_read
 from .paths import contained_path
 
 __all__ = ["read_pipeline", "parse_description", "validate_description", "field_path", "prepare", "short_repr"]
@@ -93,6 +94,8 @@ def read_pipeline(path: str | Path, twin: bool = True) -> tuple[Path, dict]:
     contained_path(folder, PIPELINE_FILE, str(file))
     with open(file, "rb") as f:
         data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) <= MAX_FILE_BYTES:  # (a larger one is refused as such below) a signed folder: the signed bytes
+        check_read(file, data)  # before any parsing (leapp.signing.readonce)
     described, differs = check_twin(folder, data) if twin else (None, None)  # first, in the C++ reader's order
     try:
         description = parse_description(data, file)
@@ -134,6 +137,7 @@ def check_twin(folder: Path, yaml_bytes: bytes) -> tuple[dict | None, PipelineEr
     hint = f"run `leapp write-json {folder}` to write it from pipeline.yaml (docs/pipeline-format.md, 'pipeline.json')"
     if len(raw) > MAX_FILE_BYTES:
         raise PipelineError(f"{file}: larger than {MAX_FILE_BYTES} bytes (leapp writes a few KiB per node)")
+    check_read(file, raw)  # a signed folder: the signed bytes (leapp.signing.readonce)
 
     twin = decode_strict_json(raw, str(file), error=PipelineError, max_depth=MAX_DEPTH, max_values=MAX_VALUES)
     if not isinstance(twin, dict):

@@ -111,6 +111,9 @@ class Pipeline:
     _plan: _Plan | None = field(default=None, init=False, repr=False, compare=False)
     # the carried state (docs/state.md), None without state edges
     _state: PipelineState | None = field(default=None, repr=False, compare=False)
+    # loaded with trust (docs/signing.md): the checked signature's folder and digests
+    # (leapp.signing.readonce.SignedFolder), else None
+    signature: Any = field(default=None, repr=False, compare=False)
 
     def run(self, **inputs: Any) -> dict[str, torch.Tensor]:
         """Runs every node in order; checks input names, dtypes and shapes first. With state, the state inputs
@@ -260,7 +263,8 @@ def _log_binary_choice(name: str, node_name: str, entry: dict, artifact: Path, r
         log.debug("%s: %s", where, line)
 
 
-def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = None) -> Pipeline:
+def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = None,
+         trust: str | Path | bytes | Sequence[str | Path | bytes] | None = None) -> Pipeline:
     """Loads an exported pipeline folder; checks digests and opens every node with its runtime.
 
     ``cuda_graphs=True`` replays each CUDA PT2 node from a CUDA graph once it has been called
@@ -276,6 +280,11 @@ def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = N
     CPU EP, as a CUDA node does by default: ``node.runner.stream_mode`` tells). For tests
     (``leapp.testing`` routes); the default is what users run.
 
+    ``trust``: the PEM public key (a path, or PEM bytes) or keys one of which must have signed the folder
+    (``model.sig``, docs/signing.md); None takes the paths in ``LEAPP_TRUST``, and without it nothing is checked.
+    The signature is checked before any file of the folder is parsed, and every file read then against its
+    signed digest (``pipeline.signature`` holds them).
+
     Raises:
         FileNotFoundError: the folder has no pipeline.yaml.
         PipelineError: a pipeline.yaml that breaks its schema or limits (naming the file and
@@ -283,9 +292,24 @@ def load(path: str | Path, *, cuda_graphs: bool = False, onnx_ep: str | None = N
             digests), or an artifact its runtime cannot open (naming the node and the file).
         RuntimeLibraryNotFound: a node with Warp segments needs a missing op library.
         ValueError: ``LEAPP_IN_PLACE_GRAPHS`` set to something other than a count of graphs.
+        SignatureError (leapp.errors): with trust, a folder that is unsigned, signed by another key, or differs
+            from its signature (naming the file or the signature problem), or a file changed since.
     """
     onnx_ep_device("cpu", onnx_ep)  # an unknown onnx_ep is refused before anything is opened
     in_place_graphs_limit()  # as is a LEAPP_IN_PLACE_GRAPHS that is not a count (ValueError naming it)
+    if trust is not None or os.environ.get("LEAPP_TRUST"):
+        from leapp.signing import check_export, reading
+
+        signed = check_export(path, trust)  # before any file of the folder is parsed
+        with reading(signed):  # every file read is compared with its signed digest (leapp.signing.readonce)
+            pipeline = _load(path, cuda_graphs, onnx_ep)
+        pipeline.signature = signed
+        return pipeline
+    return _load(path, cuda_graphs, onnx_ep)
+
+
+def _load(path: str | Path, cuda_graphs: bool, onnx_ep: str | None) -> Pipeline:
+    """``load`` once its arguments and the signature are checked."""
     folder, desc = read_pipeline(path)
     name = desc["name"]
     graph_stream = _graph_stream(desc["nodes"]) if cuda_graphs else None
