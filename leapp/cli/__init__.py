@@ -1,4 +1,5 @@
-"""leapp/cli: the ``leapp`` command: ``inspect``, ``doctor``, ``aoti``, ``write-json``, ``write-leapp-bundle``, ``ros2``, ``--version``.
+"""leapp/cli: the ``leapp`` command: ``inspect``, ``doctor``, ``aoti``, ``write-json``, ``write-leapp-bundle``, ``ros2``,
+``sign``, ``verify``, ``--version``.
 
 This module holds the argument parser and ``main``; each command lives in its own module.
 None of them imports torch unless the command needs it (``aoti``).
@@ -15,6 +16,7 @@ from leapp.cli.graph import graph_command
 from leapp.cli.inspect import inspect_path
 from leapp.cli.leapp_bundle import write_leapp_bundle_command
 from leapp.cli.ros2 import ros2
+from leapp.cli.signing import add_commands as add_signing_commands, sign_command, verify_command
 
 __all__ = ["main", "inspect_path", "doctor", "aoti"]
 
@@ -87,6 +89,9 @@ def _parser() -> argparse.ArgumentParser:
                       help="how far an orientation's norm may be from 1 (default: 1e-3)")
     ros2.add_argument("--name", default="leapp", help="the node's name (default: leapp)")
     ros2.add_argument("--dry-run", action="store_true", help="print the topics, types and step mode, then exit")
+    ros2.add_argument("--trust", metavar="PUB.pem", action="append", default=None,
+                      help="load only if signed by this PEM public key (repeatable; default: LEAPP_TRUST's keys)")
+    add_signing_commands(commands)
     return parser
 
 
@@ -126,7 +131,12 @@ def main(argv: list[str] | None = None) -> int:
             return write_leapp_bundle_command(args.export_dir)
         if args.command == "ros2":
             return ros2(args.export_dir, trigger=args.trigger, rate=args.rate, name=args.name, dry_run=args.dry_run,
-                        ros_args=["--ros-args", *ros_args] if ros_args else [], quat_tolerance=args.quat_tolerance)
+                        ros_args=["--ros-args", *ros_args] if ros_args else [], quat_tolerance=args.quat_tolerance,
+                        trust=args.trust)
+        if args.command == "sign":
+            return sign_command(args)
+        if args.command == "verify":
+            return verify_command(args)
         return 1 if doctor() else 0
     except BrokenPipeError:  # `leapp inspect x | head`: stop quietly, as other command-line tools do
         import os

@@ -8,11 +8,13 @@ __all__ = ["ros2"]
 
 
 def ros2(export_dir: str, *, trigger: str | None, rate: float | None, name: str, dry_run: bool,
-         ros_args: list[str], quat_tolerance: float | None = None) -> int:
+         ros_args: list[str], quat_tolerance: float | None = None, trust: list[str] | None = None) -> int:
     """Loads EXPORT_DIR and spins its ``PolicyNode`` until interrupted; ``dry_run`` prints the topics and exits.
 
     Returns 0, or 2 (a message on stderr) when rclpy is missing or the export cannot be served: metadata that
-    contradicts its value, a dynamic batch that excludes 1, a rate or tolerance out of range (docs/ros2.md).
+    contradicts its value, a dynamic batch that excludes 1, a rate or tolerance out of range (docs/ros2.md), or
+    an export refused at load: with ``trust`` (``--trust``) or ``LEAPP_TRUST``, one not signed by a trusted key
+    (docs/signing.md).
     """
     try:
         import rclpy  # ROS 2 is an optional extra
@@ -25,7 +27,11 @@ def ros2(export_dir: str, *, trigger: str | None, rate: float | None, name: str,
         return 2
     import leapp
 
-    pipeline = leapp.load(export_dir)
+    try:
+        pipeline = leapp.load(export_dir, trust=trust)
+    except leapp.LeappError as e:  # a refused signature (SignatureError) or export (PipelineError)
+        print(f"leapp ros2: {e}", file=sys.stderr)
+        return 2
     context = rclpy.Context()
     rclpy.init(args=["leapp-ros2", *ros_args], context=context)
     try:

@@ -17,7 +17,8 @@ never enters the carried state. ``reset()``, or a ``std_msgs/Empty`` message
 on the node's ``~/reset`` topic, restores the initial state (a new episode).
 ``errors`` keeps the latest refusals, each cut (``leapp.ros2.limits``). An
 export the node cannot serve (a dynamic batch that excludes 1, a rate out of
-range) is refused at start. A failing step raises out of the executor.
+range) is refused at start, as is, while ``LEAPP_TRUST`` is set, a pipeline whose signature was not checked
+at load (docs/signing.md). A failing step raises out of the executor.
 """
 
 from __future__ import annotations
@@ -73,12 +74,14 @@ class PolicyNode(Node):
             tolerance out of range (``rate_hz`` is checked even with a trigger, the metadata's rate always), a
             value whose dynamic batch excludes 1 (a topic carries one robot).
         MessageError: metadata that contradicts its value (leapp.ros2.messages.codec_for).
+        SignatureError: ``LEAPP_TRUST`` is set and ``pipeline`` was loaded without a signature check.
     """
 
     def __init__(self, pipeline, *, node_name: str = "leapp", trigger: str | None = None,
                  rate_hz: float | None = None, quat_tolerance: float = QUAT_NORM_TOLERANCE, qos_depth: int = 1,
                  context: Any = None):
         self.pipeline = pipeline
+        _check_signed(pipeline)
         _check_one_robot(pipeline)
         tolerance = check_tolerance(quat_tolerance, "quat_tolerance")
         self.inputs: dict[str, Codec] = {n: codec_for(n, spec, quat_tolerance=tolerance)
@@ -206,6 +209,18 @@ class PolicyNode(Node):
             self._output_publishers[name].publish(codec.to_message(outputs[name], stamp))
         self.steps += 1
         return True
+
+
+def _check_signed(pipeline) -> None:
+    """The robot's policy (``LEAPP_TRUST``): a pipeline served here had its signature checked at load
+    (``leapp.load`` honours ``LEAPP_TRUST``; one loaded before it was set, or made by hand, did not)."""
+    from leapp.signing.trust import TRUST_ENV, trusted_keys
+
+    if trusted_keys() is not None and getattr(pipeline, "signature", None) is None:
+        from leapp.errors import SignatureError
+
+        raise SignatureError(f"pipeline '{pipeline.name}': {TRUST_ENV} is set, but the pipeline was loaded without "
+                             "its signature checked: load it with leapp.load (which honours it) or trust=")
 
 
 def _check_one_robot(pipeline) -> None:

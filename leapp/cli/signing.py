@@ -1,0 +1,77 @@
+"""leapp/cli/signing.py: ``leapp sign EXPORT_DIR --key KEY.pem`` and ``leapp verify EXPORT_DIR --trust PUB.pem``.
+
+Both are thin: ``leapp.signing.sign`` signs with the model-signing library, ``leapp.signing.trust`` checks with
+the native verifier that ``leapp.load`` and leapp-run use (docs/signing.md). Exit status: 0 done, 1 refused (the
+reason on stderr), 2 a usage problem (no key configured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["add_commands", "sign_command", "verify_command"]
+
+
+def add_commands(commands) -> None:
+    """The ``sign`` and ``verify`` parsers, on ``leapp``'s subparsers."""
+    sign = commands.add_parser(
+        "sign",
+        help="sign an export folder: EXPORT_DIR/model.sig in the OpenSSF model-signing format (needs leapp[signing])",
+        description="Sign every file of EXPORT_DIR with a private key (elliptic curve P-256, P-384 or P-521, PEM) and "
+        "write EXPORT_DIR/model.sig, as `model_signing sign key` (or `sign certificate`) does: upstream's "
+        "`model_signing verify` accepts it, and leapp.load(..., trust=PUB), `leapp verify` and leapp-run --trust "
+        "check it (docs/signing.md).",
+    )
+    sign.add_argument("export_dir", metavar="EXPORT_DIR", help="an export folder with pipeline.yaml")
+    sign.add_argument("--key", metavar="PRIVATE_KEY.pem", required=True, help="the PEM private key to sign with")
+    sign.add_argument("--password", default=None, help="the private key's password, if it is encrypted")
+    sign.add_argument("--certificate", metavar="CERT.pem", default=None,
+                      help="sign with this certificate of the key (the signature carries it instead of the key's hint)")
+    sign.add_argument("--certificate-chain", metavar="CHAIN.pem", action="append", default=[],
+                      help="a certificate of the chain up to the root (repeatable; with --certificate)")
+    verify = commands.add_parser(
+        "verify",
+        help="check an export folder's signature (model.sig) against trusted public keys",
+        description="Check EXPORT_DIR/model.sig against the trusted keys and every file of EXPORT_DIR against it, "
+        "with the verifier leapp.load and leapp-run use. Keys: --trust (repeatable), else the ':'-separated paths "
+        "in LEAPP_TRUST. Exit status 0 when it verifies, 1 when refused (the reason on stderr), 2 when no key is "
+        "configured.",
+    )
+    verify.add_argument("export_dir", metavar="EXPORT_DIR", help="a signed export folder")
+    verify.add_argument("--trust", metavar="PUB.pem", action="append", default=None,
+                        help="a trusted PEM public key (repeatable: one of them must have signed the folder)")
+
+
+def sign_command(args: argparse.Namespace) -> int:
+    from leapp.errors import SignatureError
+    from leapp.signing.sign import sign_folder
+
+    if args.certificate_chain and args.certificate is None:
+        print("leapp sign: --certificate-chain needs --certificate", file=sys.stderr)
+        return 2
+    try:
+        out = sign_folder(args.export_dir, args.key, password=args.password, certificate=args.certificate,
+                          certificate_chain=args.certificate_chain)
+    except SignatureError as e:
+        print(f"leapp sign: {e}", file=sys.stderr)
+        return 1
+    print(out)
+    return 0
+
+
+def verify_command(args: argparse.Namespace) -> int:
+    from leapp.errors import SignatureError
+    from leapp.signing.trust import TRUST_ENV, trusted_keys, verify_folder
+
+    try:
+        keys = trusted_keys(args.trust)
+        if keys is None:
+            print(f"leapp verify: no trusted key: give --trust PUB.pem or set {TRUST_ENV}", file=sys.stderr)
+            return 2
+        digests = verify_folder(args.export_dir, keys)
+    except SignatureError as e:
+        print(f"leapp verify: {e}", file=sys.stderr)
+        return 1
+    print(f"{args.export_dir}: signature verified: {len(digests)} files signed by a trusted key")
+    return 0
