@@ -16,4 +16,5 @@ struct PyBundle {
 void bind_driver(nanobind::module_& m);
 void bind_bundle(nanobind::module_& m);
 void bind_replay(nanobind::module_& m);
+void bind_signing(nanobind::module_& m);
 }  // namespace leapp::python

@@ -13,4 +13,5 @@ NB_MODULE(_native, m) {
   leapp::python::bind_driver(m);
   leapp::python::bind_bundle(m);
   leapp::python::bind_replay(m);
+  leapp::python::bind_signing(m);
 }

@@ -1,0 +1,116 @@
+// ext/signing/src/trusted_key.cpp: a PEM public key and ECDSA verification with it, through libcrypto.
+//
+// Only the curves model-signing signs with (P-256, P-384, P-521), each with upstream's hash (sha256, sha384,
+// sha512); any other key type is refused naming it, so a pinned RSA or Ed25519 key is an error, not a silent
+// "no key verifies".
+#include <string>
+#include <utility>
+
+#include "leapp/signing.h"
+#include "libcrypto.h"
+#include "verify_internal.h"
+
+namespace leapp::signing::detail {
+
+#ifndef LEAPP_NO_OPENSSL_HEADERS
+
+namespace {
+
+/// The label of the first PEM block ("PUBLIC KEY", "CERTIFICATE", ...), "" when there is none.
+std::string pem_label(const std::string& pem) {
+  const std::string begin = "-----BEGIN ";
+  const size_t at = pem.find(begin);
+  if (at == std::string::npos) return "";
+  const size_t end = pem.find("-----", at + begin.size());
+  if (end == std::string::npos || end - at > 80) return "";
+  return pem.substr(at + begin.size(), end - at - begin.size());
+}
+
+}  // namespace
+
+TrustedKey::TrustedKey(const std::string& pem, std::string name) : name_(std::move(name)) {
+  if (pem.size() > kMaxKeyBytes)
+    throw SignatureProblem(name_ + ": " + std::to_string(pem.size()) + " bytes, more than a PEM public key may have (" +
+                           std::to_string(kMaxKeyBytes) + ")");
+  const std::string label = pem_label(pem);
+  if (label.empty()) throw SignatureProblem(name_ + ": not a PEM public key (no '-----BEGIN PUBLIC KEY-----' block)");
+  if (label.find("PRIVATE KEY") != std::string::npos)
+    throw SignatureProblem(name_ + ": a private key (" + label + "); trust takes the public key only (openssl pkey "
+                           "-pubout)");
+  if (label.find("CERTIFICATE") != std::string::npos)
+    throw SignatureProblem(name_ + ": a certificate; trust takes its public key (openssl x509 -pubkey -noout -in "
+                           "CERT)");
+  if (label != "PUBLIC KEY")
+    throw SignatureProblem(name_ + ": a PEM '" + label + "' block; trust takes a 'PUBLIC KEY' (SubjectPublicKeyInfo)");
+  const Crypto& c = crypto();
+  c.ERR_clear_error();
+  BIO* bio = c.BIO_new_mem_buf(pem.data(), int(pem.size()));
+  if (!bio) throw SignatureProblem(name_ + ": cannot read the key (BIO_new_mem_buf failed)");
+  EVP_PKEY* pkey = c.PEM_read_bio_PUBKEY(bio, nullptr, nullptr, nullptr);
+  c.BIO_free(bio);
+  if (!pkey) throw SignatureProblem(name_ + ": not a valid PEM public key (" + crypto_errors(c) + ")");
+  pkey_ = pkey;  // a throwing constructor runs no destructor: each refusal below frees it first
+  if (c.EVP_PKEY_get_base_id(pkey) != EVP_PKEY_EC) {
+    const char* type = c.EVP_PKEY_get0_type_name(pkey);
+    c.EVP_PKEY_free(pkey);
+    pkey_ = nullptr;
+    throw SignatureProblem(name_ + ": a " + std::string(type ? type : "non-EC") +
+                           " key; model signing keys are elliptic curve keys of P-256, P-384 or P-521");
+  }
+  char group[64] = {0};
+  size_t group_len = 0;
+  if (c.EVP_PKEY_get_group_name(pkey, group, sizeof group, &group_len) != 1) group[0] = '\0';
+  const std::string curve(group);
+  if (curve == "prime256v1" || curve == "P-256") hash_bits_ = 256;
+  else if (curve == "secp384r1" || curve == "P-384") hash_bits_ = 384;
+  else if (curve == "secp521r1" || curve == "P-521") hash_bits_ = 512;
+  if (!hash_bits_) {
+    c.EVP_PKEY_free(pkey);
+    pkey_ = nullptr;
+    throw SignatureProblem(name_ + ": an elliptic curve key of curve '" + (curve.empty() ? "unknown" : curve) +
+                           "'; model signing supports P-256, P-384 and P-521");
+  }
+}
+
+TrustedKey::~TrustedKey() {
+  if (pkey_) crypto().EVP_PKEY_free(static_cast<EVP_PKEY*>(pkey_));
+}
+
+TrustedKey::TrustedKey(TrustedKey&& other) noexcept
+    : name_(std::move(other.name_)), pkey_(other.pkey_), hash_bits_(other.hash_bits_) {
+  other.pkey_ = nullptr;
+}
+
+bool TrustedKey::verifies(const std::string& message, const std::string& signature) const {
+  const Crypto& c = crypto();
+  const EVP_MD* md = hash_bits_ == 256 ? c.EVP_sha256() : hash_bits_ == 384 ? c.EVP_sha384() : c.EVP_sha512();
+  DigestContext ctx(c);
+  c.ERR_clear_error();
+  if (c.EVP_DigestVerifyInit(ctx.ctx, nullptr, md, nullptr, static_cast<EVP_PKEY*>(pkey_)) != 1)
+    throw SignatureProblem(name_ + ": cannot verify with this key (" + crypto_errors(c) + ")");
+  const int ok = c.EVP_DigestVerify(ctx.ctx, reinterpret_cast<const unsigned char*>(signature.data()), signature.size(),
+                                    reinterpret_cast<const unsigned char*>(message.data()), message.size());
+  c.ERR_clear_error();  // a malformed DER signature queues errors: it simply does not verify
+  return ok == 1;
+}
+
+std::string sha256_hex(const std::string& data) {
+  const Crypto& c = crypto();
+  DigestContext ctx(c);
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (c.EVP_DigestInit_ex(ctx.ctx, c.EVP_sha256(), nullptr) != 1 ||
+      c.EVP_DigestUpdate(ctx.ctx, data.data(), data.size()) != 1 || c.EVP_DigestFinal_ex(ctx.ctx, out, &len) != 1)
+    throw SignatureProblem("cannot verify signatures: sha256 failed in libcrypto (" + crypto_errors(c) + ")");
+  static const char* hex = "0123456789abcdef";
+  std::string s;
+  for (unsigned int i = 0; i < len; ++i) {
+    s += hex[out[i] >> 4];
+    s += hex[out[i] & 15];
+  }
+  return s;
+}
+
+#endif
+
+}  // namespace leapp::signing::detail

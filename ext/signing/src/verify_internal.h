@@ -1,0 +1,64 @@
+// ext/signing/src/verify_internal.h: the steps verify_folder runs, one file each (internal).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace leapp::signing::detail {
+
+/// A trusted key loaded from PEM: EC P-256/384/521 only, with the hash upstream pairs with the curve.
+class TrustedKey {
+ public:
+  /// Throws SignatureProblem naming `name` (not PEM, not a public key, another key type or curve).
+  TrustedKey(const std::string& pem, std::string name);
+  ~TrustedKey();
+  TrustedKey(TrustedKey&& other) noexcept;
+  TrustedKey(const TrustedKey&) = delete;
+  TrustedKey& operator=(const TrustedKey&) = delete;
+  TrustedKey& operator=(TrustedKey&&) = delete;
+  /// True when `signature` (DER ECDSA) over `message` verifies with this key.
+  bool verifies(const std::string& message, const std::string& signature) const;
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+  void* pkey_ = nullptr;  ///< EVP_PKEY*
+  int hash_bits_ = 0;     ///< 256, 384 or 512
+};
+
+/// The DSSE envelope of a bundle, decoded: checks the file's JSON, the bundle's fields, base64, payload type.
+struct Envelope {
+  std::string payload_type, payload, signature;
+};
+Envelope read_bundle(const std::string& text, const std::string& sig_name);
+
+/// DSSE's pre-authentication encoding of the payload: what the signature signs.
+std::string pae(const std::string& payload_type, const std::string& payload);
+
+/// The in-toto statement's fields leapp uses, checked (types, bounds, canonical paths, no duplicates).
+struct Statement {
+  std::string subject_digest;                                ///< subject[0].digest.sha256
+  std::vector<std::pair<std::string, std::string>> resources;  ///< (name, sha256 hex), document order
+  std::vector<std::string> ignore_paths;                     ///< predicate.serialization.ignore_paths
+};
+Statement read_statement(const std::string& payload, const std::string& sig_name);
+
+/// `rel` is a relative POSIX path without empty, '.' or '..' components, at most kMaxPathBytes (255 a
+/// component), no NUL; otherwise why not (a sentence fragment), "" when it is fine.
+std::string path_problem(const std::string& rel);
+
+/// Every regular file under the folder open as `root_fd`, relative and sorted, minus those under an ignored
+/// path; refuses a symbolic link or a special file anywhere (ignored paths included), naming it.
+std::vector<std::string> walk_folder(int root_fd, const std::string& folder, const std::vector<std::string>& ignored);
+
+/// A file beneath `root_fd` opened without following any symbolic link on the way; -1 and errno otherwise.
+int open_beneath(int root_fd, const std::string& rel);
+
+/// The sha256 hex of `rel` beneath `root_fd`, read `buffer.size()` bytes at a time with libcrypto.
+std::string hash_file(int root_fd, const std::string& folder, const std::string& rel, std::vector<char>& buffer);
+
+/// The sha256 of `data` with libcrypto (the subject digest).
+std::string sha256_hex(const std::string& data);
+
+}  // namespace leapp::signing::detail
