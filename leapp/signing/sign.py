@@ -59,8 +59,9 @@ def sign_folder(folder: str | os.PathLike, private_key: str | os.PathLike, *, pa
         else:
             config.use_certificate_signer(private_key=Path(private_key), signing_certificate=Path(certificate),
                                           certificate_chain=[Path(c) for c in certificate_chain])
-    except (ValueError, TypeError) as e:  # cryptography's refusals: not a key, wrong password, another curve
-        raise SignatureError(f"{certificate or private_key}: cannot sign with it: {e}") from None
+    except (ValueError, TypeError, AttributeError) as e:  # not a key, a wrong password, another curve, an RSA key
+        raise SignatureError(f"{certificate or private_key}: cannot sign with it (leapp signs with a PEM private key "
+                             f"of curve P-256, P-384 or P-521): {type(e).__name__}: {e}") from None
     out = folder / signature
     # as upstream's CLI: the signature file and git's paths are left out; symbolic links are refused
     config.set_hashing_config(hashing.Config().set_ignored_paths(paths=[Path(signature)], ignore_git_paths=True))
