@@ -145,12 +145,13 @@ def node(name: str, export_with: str = "onnx", *, dynamic_batch: Any = None, **b
     return _NodeScope(name, export_with, dynamic_batch=dynamic_batch, **backend_params)
 
 
-def load(path: str, *, cuda_graphs: bool = False) -> "Pipeline":
+def load(path: str, *, cuda_graphs: bool = False, trust: Any = None) -> "Pipeline":
     """Load an exported pipeline folder (``leapp.runtime.pipeline.load``); ``cuda_graphs=True``
-    replays CUDA PT2 nodes from captured CUDA graphs (outputs overwritten by the next call)."""
+    replays CUDA PT2 nodes from captured CUDA graphs (outputs overwritten by the next call);
+    ``trust``: the PEM public key(s) one of which must have signed it (None: ``LEAPP_TRUST``; docs/signing.md)."""
     from leapp.runtime.pipeline import load as _load  # runtime is optional at trace time
 
-    return _load(path, cuda_graphs=cuda_graphs)
+    return _load(path, cuda_graphs=cuda_graphs, trust=trust)
 
 
 def _in_leapp_command() -> bool:
