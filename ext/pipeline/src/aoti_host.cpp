@@ -16,6 +16,7 @@
 #include "leapp/pipeline.h"
 #include "ort_runtime.h"
 #include "sha256.h"
+#include "signed_files.h"
 
 namespace fs = std::filesystem;
 
@@ -42,6 +43,7 @@ std::string checked_bytes(const Description& d, size_t index, std::string* path_
   if (!is_regular_file(path))
     throw PipelineError(where + ": AOTInductor package " + path + " is missing (" + field + ".path); " + rerun_hint(d, index));
   std::string data = read_artifact(path, where);  // bounded by LEAPP_MAX_ARTIFACT_BYTES before it is read
+  check_signed(d.signed_files.get(), path, data, where);  // a signed export: the bytes signed, before any other check
   auto digest = leapp::detail::sha256(data.data(), data.size());
   std::string actual = leapp::detail::to_hex(digest.data(), digest.size());
   if (actual != n.aoti_sha256)

@@ -13,6 +13,7 @@
 #include "leapp/pipeline.h"
 #include "segment_check.h"
 #include "sha256.h"
+#include "signed_files.h"
 
 namespace leapp::pipeline_detail {
 
@@ -42,7 +43,9 @@ CheckedFile read_checked(const Description& d, const std::string& where, const s
   std::string path = present_path(d, where, rel, field);
   std::string data = read_artifact(path, where);
   const auto digest = leapp::detail::sha256(data.data(), data.size());
-  check_digest(where, path, leapp::detail::to_hex(digest.data(), digest.size()), expected);
+  const std::string actual = leapp::detail::to_hex(digest.data(), digest.size());
+  check_signed_digest(d.signed_files.get(), path, actual, where);  // a signed export: the bytes signed, first
+  check_digest(where, path, actual, expected);
   return {path, std::move(data)};
 }
 
@@ -54,7 +57,9 @@ std::string verify_file(const Description& d, const std::string& where, const st
   std::error_code ec;
   const uintmax_t size = std::filesystem::file_size(path, ec);
   if (!ec) check_artifact_size(path, size, where);
-  check_digest(where, path, sha256_file(path), expected);
+  const std::string actual = sha256_file(path);
+  check_signed_digest(d.signed_files.get(), path, actual, where);
+  check_digest(where, path, actual, expected);
   return path;
 }
 

@@ -25,6 +25,7 @@
 #include "pyrepr.h"
 #include "schema.h"
 #include "sha256.h"
+#include "signed_files.h"
 #include "yaml_text.h"
 
 namespace fs = std::filesystem;
@@ -59,12 +60,25 @@ std::string shown_path(const std::string& p) {
   return out.empty() ? "." : out;
 }
 
+/// At most `limit` + 1 bytes of `path` (one more tells a larger file), opened without following a link.
 std::string read_bounded(const std::string& path, size_t limit) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(path + ": cannot be read: " + std::strerror(errno));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) fail(path + ": cannot be read: " + std::strerror(errno));
   std::string data(limit + 1, '\0');
-  f.read(data.data(), std::streamsize(data.size()));
-  data.resize(size_t(f.gcount()));
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t got = ::read(fd, data.data() + done, data.size() - done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      const int saved = errno;
+      ::close(fd);
+      fail(path + ": cannot be read: " + std::strerror(saved));
+    }
+    if (got == 0) break;
+    done += size_t(got);
+  }
+  ::close(fd);
+  data.resize(done);
   return data;
 }
 
@@ -657,12 +671,17 @@ void check_sizes(const Description& d, const std::string& file) {
          "(MAX_PIPELINE_BYTES, docs/pipeline-format.md)");
 }
 
-Description read_description(const std::string& arg) {
+std::string export_folder(const std::string& arg) {
   std::string folder = shown_path(arg);
   if (is_regular_file(folder)) {  // Python: a file's parent (pipeline.yaml given instead of its folder)
     size_t slash = folder.rfind('/');
     folder = slash == std::string::npos ? "." : slash == 0 ? "/" : folder.substr(0, slash);
   }
+  return folder;
+}
+
+Description read_description(const std::string& arg, std::shared_ptr<const SignedFiles> signed_files) {
+  const std::string folder = export_folder(arg);
   const std::string yaml_file = join_shown(folder, kPipelineYaml);
   const std::string file = join_shown(folder, kPipelineJson);
   if (!is_regular_file(yaml_file)) fail("no pipeline.yaml in " + folder);
@@ -674,6 +693,7 @@ Description read_description(const std::string& arg) {
   std::string data = read_bounded(file, kMaxFileBytes);
   if (data.size() > kMaxFileBytes)
     fail(file + ": larger than " + std::to_string(kMaxFileBytes) + " bytes (leapp writes a few KiB per node)");
+  check_signed(signed_files.get(), file, data, file);  // the bytes parsed are the bytes signed
   JsonValue root;
   try {
     root = leapp::detail::parse_json(data, file, {kMaxDepth, kMaxValues, "docs/pipeline-format.md"});
@@ -687,6 +707,7 @@ Description read_description(const std::string& arg) {
     const std::string yaml_bytes = read_bounded(yaml_file, kMaxFileBytes);
     if (yaml_bytes.size() > kMaxFileBytes)
       fail(yaml_file + ": larger than " + std::to_string(kMaxFileBytes) + " bytes (leapp writes a few KiB per node)");
+    check_signed(signed_files.get(), yaml_file, yaml_bytes, yaml_file);
     const auto yaml_digest = leapp::detail::sha256(yaml_bytes.data(), yaml_bytes.size());
     std::string actual = leapp::detail::to_hex(yaml_digest.data(), yaml_digest.size());
     if (!digest || digest->type != T::kString)
@@ -712,6 +733,7 @@ Description read_description(const std::string& arg) {
   check_batches(root, file);
   check_sizes(d, file);
   d.folder = folder;
+  d.signed_files = std::move(signed_files);
   d.yaml_file = yaml_file;
   d.file = file;
   return d;

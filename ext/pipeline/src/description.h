@@ -2,11 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace leapp::pipeline_detail {
+
+struct SignedFiles;  // signed_files.h
 
 struct Spec {
   std::string name, dtype;
@@ -60,14 +63,21 @@ struct Description {
   /// values (initial_values.h reads it), relative to the folder, and its sha256.
   bool has_initial_values = false;
   std::string initial_values_path, initial_values_sha256;
+  /// A signed export verified at open (PipelineOptions::trusted_keys, $LEAPP_TRUST): every file read is compared
+  /// with its signed digest (signed_files.h); null when no trust is configured.
+  std::shared_ptr<const SignedFiles> signed_files;
 };
 
 constexpr const char* kPipelineYaml = "pipeline.yaml";
 constexpr const char* kPipelineJson = "pipeline.json";
 constexpr const char* kTwinDigestKey = "pipeline_yaml_sha256";
 
-/// Reads `path` (an export folder or a file in it); throws leapp::PipelineError.
-Description read_description(const std::string& path);
+/// The export folder `arg` names (the folder itself, or the parent of a file in it), as Python shows it.
+std::string export_folder(const std::string& arg);
+
+/// Reads `path` (an export folder or a file in it); throws leapp::PipelineError. With `signed_files` (the folder
+/// verified), pipeline.json and pipeline.yaml must be the bytes signed.
+Description read_description(const std::string& path, std::shared_ptr<const SignedFiles> signed_files = nullptr);
 
 /// leapp.pipeline_format.contained_path: the resolved folder/rel, or PipelineError naming `where`.
 std::string contained_path(const std::string& folder, const std::string& rel, const std::string& where);

@@ -20,6 +20,7 @@
 #include "initial_values.h"
 #include "pipeline_internal.h"
 #include "pyrepr.h"
+#include "signed_files.h"
 #include "tensor_info.h"
 
 namespace leapp {
@@ -74,8 +75,9 @@ std::vector<std::string> keys(const std::map<std::string, V>& m) {
 
 }  // namespace
 
-void Pipeline::check(const std::string& export_dir) {
-  const Description d = read_description(export_dir);
+void Pipeline::check(const std::string& export_dir, const PipelineOptions& options) {
+  const std::vector<std::string> keys = trusted_key_paths(options.trusted_keys);
+  const Description d = read_description(export_dir, keys.empty() ? nullptr : verify_export(export_dir, keys));
   verify_files(d);
   read_initial_values(d);
 }
@@ -179,7 +181,9 @@ Pipeline::~Pipeline() = default;
 std::unique_ptr<Pipeline> Pipeline::open(const std::string& export_dir, const PipelineOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->description = read_description(export_dir);
+  // a signed export: verified before any of its files is parsed and before anything is loaded or mapped
+  const std::vector<std::string> keys = trusted_key_paths(options.trusted_keys);
+  impl->description = read_description(export_dir, keys.empty() ? nullptr : verify_export(export_dir, keys));
   const Description& d = impl->description;
   if (!options.only_node.empty() &&
       std::none_of(d.nodes.begin(), d.nodes.end(), [&](const NodeDescription& n) { return n.name == options.only_node; })) {

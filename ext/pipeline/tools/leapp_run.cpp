@@ -7,8 +7,10 @@
 // the export's wiring); OUT_DIR/<output>.bin is written the same way. --steps K: the files hold K steps one after
 // another, run in order with the pipeline's state carried (every run carries it, --time and --rate too);
 // OUT_DIR/state/<node>/<input>.bin holds each state after the process's last run. With --node, one node runs alone on
-// its own inputs and outputs (Pipeline::run_node; leapp.testing localises a mismatch with it). Exit status: 0 done, 1 the export
-// was refused or a run failed, 2 bad usage or bad input files (missing, wrong byte count).
+// its own inputs and outputs (Pipeline::run_node; leapp.testing localises a mismatch with it). --trust PUB.pem (repeatable)
+// or $LEAPP_TRUST: the export must be signed by one of the keys (docs/deploy.md, "Signed exports"). Exit status: 0 done,
+// 1 the export was refused (a refused signature too) or a run failed, 2 bad usage or bad input files (missing, wrong
+// byte count).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -31,9 +33,11 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: leapp-run EXPORT_DIR --in IN_DIR --out OUT_DIR [--node NAME] [--time N] [--device cpu|cuda] [--threads N]\n"
-    "                 [--spin] [--batch N] [--rate HZ --duration S] [--no-graph] [--steps K]\n"
+    "                 [--spin] [--batch N] [--rate HZ --duration S] [--no-graph] [--steps K] [--trust PUB.pem]...\n"
     "       leapp-run EXPORT_DIR --check   (the wiring and the artifacts' sha256 only; exit 1 with the reason)\n"
     "       leapp-run EXPORT_DIR --describe   (open it; print each input, output and state: dtype, shape, metadata)\n"
+    "  --trust PUB.pem (repeatable): run only an export whose model.sig one of these EC public keys signed; without\n"
+    "  it, $LEAPP_TRUST (':'-separated key paths) when set. A refused signature exits 1 (docs/deploy.md).\n"
     "  IN_DIR/<input>.bin: each pipeline input, raw little-endian C-order bytes; writes OUT_DIR/<output>.bin.\n"
     "  --steps K: each file holds K steps one after another (K times the bytes), run in order.\n"
     "  State (docs/deploy.md, \"State\"): every run carries it, --time and --rate runs too; after the last run\n"
@@ -171,6 +175,7 @@ int run(int argc, char** argv) {
   long repeat = 0, threads = 1, batch = 0, rate = 0, steps = 1;
   double duration = 0;
   bool check_only = false, describe_only = false, spin = false, graph = true;
+  std::vector<std::string> trust;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -203,6 +208,7 @@ int run(int argc, char** argv) {
     }
     else if (a == "--device") device = value();
     else if (a == "--node") node = value();
+    else if (a == "--trust") trust.push_back(value());
     else if (a == "--spin") spin = true;
     else if (a == "--no-graph") graph = false;
     else if (a == "--rate") {
@@ -225,13 +231,15 @@ int run(int argc, char** argv) {
     else if (export_dir.empty()) export_dir = a;
     else throw UsageError{"one EXPORT_DIR, got '" + export_dir + "' and '" + a + "'"};
   }
+  leapp::PipelineOptions options;
+  options.trusted_keys = trust;  // empty: $LEAPP_TRUST's keys, if any (Pipeline::open reads it)
   if (check_only && !export_dir.empty()) {  // the wiring and the artifacts' digests, no runtime opened
-    leapp::Pipeline::check(export_dir);
+    leapp::Pipeline::check(export_dir, options);
     std::printf("%s: ok\n", export_dir.c_str());
     return 0;
   }
   if (describe_only && !export_dir.empty()) {
-    describe(*leapp::Pipeline::open(export_dir));
+    describe(*leapp::Pipeline::open(export_dir, options));
     return 0;
   }
   if (export_dir.empty() || in_dir.empty() || out_dir.empty()) throw UsageError{"EXPORT_DIR, --in and --out are required"};
@@ -240,7 +248,6 @@ int run(int argc, char** argv) {
   if (rate > 0 && double(rate) * duration > 1e8) throw UsageError{"--rate times --duration: at most 10^8 steps"};
   if (device != "cpu" && device != "cuda") throw UsageError{"--device: cpu or cuda, got '" + device + "'"};
 
-  leapp::PipelineOptions options;
   options.memory = device == "cuda" ? leapp::Memory::kDevice : leapp::Memory::kHost;
   options.intra_op_threads = int(threads);
   options.spin = spin;

@@ -54,8 +54,8 @@ TrustedKey::TrustedKey(const std::string& pem, std::string name) : name_(std::mo
     const char* type = c.EVP_PKEY_get0_type_name(pkey);
     c.EVP_PKEY_free(pkey);
     pkey_ = nullptr;
-    throw SignatureProblem(name_ + ": a " + std::string(type ? type : "non-EC") +
-                           " key; model signing keys are elliptic curve keys of P-256, P-384 or P-521");
+    throw SignatureProblem(name_ + ": a key of type " + std::string(type ? type : "unknown") +
+                           "; model signing keys are elliptic curve keys of P-256, P-384 or P-521");
   }
   char group[64] = {0};
   size_t group_len = 0;

@@ -30,6 +30,14 @@ class PipelineError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// A signed export was refused (PipelineOptions::trusted_keys, $LEAPP_TRUST; docs/deploy.md, "Signed exports"):
+/// unsigned, signed by a key not trusted, a file changed, added, removed or linked, a hostile model.sig, or a file
+/// changed after its signature was checked. what() names the file or the signature problem, as leapp.load does.
+class SignatureError : public PipelineError {
+ public:
+  using PipelineError::PipelineError;
+};
+
 /// PipelineOptions::only_node names no node of the export (what() lists the nodes).
 class NodeNotFound : public PipelineError {
  public:
@@ -101,6 +109,11 @@ struct PipelineOptions {
   /// captures the step on the stream and launches it, later runs with those buffers launch the graph.
   /// graph_reason() says why steps run node by node. $LEAPP_PIPELINE_GRAPH=0 turns it off too.
   bool cuda_graph = true;
+  /// Signed exports (docs/deploy.md, "Signed exports"): paths of PEM public keys (EC P-256/384/521). Non-empty: the
+  /// folder must carry model.sig signed by one of them, checked before any of its files is parsed or any code is
+  /// mapped, and every file read afterwards must be the bytes signed; refusals throw SignatureError. Empty: the
+  /// keys $LEAPP_TRUST names (':'-separated paths), if set; else no signature is required.
+  std::vector<std::string> trusted_keys;
 };
 
 class Pipeline {
@@ -108,7 +121,8 @@ class Pipeline {
   /// Opens EXPORT_DIR (or its pipeline.yaml/pipeline.json): reads and checks the wiring and every artifact, opens every node.
   static std::unique_ptr<Pipeline> open(const std::string& export_dir, const PipelineOptions& options = {});
   /// Checks the wiring and every artifact (containment, sha256) without opening a runtime; throws PipelineError.
-  static void check(const std::string& export_dir);
+  /// The signature first, as open() checks it (options.trusted_keys, $LEAPP_TRUST); the other options are unused.
+  static void check(const std::string& export_dir, const PipelineOptions& options = {});
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
