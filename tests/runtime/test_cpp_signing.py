@@ -341,3 +341,45 @@ def test_upstreams_ignored_paths_are_left_out_of_the_signed_files(folder, keys):
     assert not {".gitattributes", ".github/ci.yml", "model.sig"} & set(digests)
     (folder / ".githubx").write_text("")  # a sibling with the prefix is not ignored
     assert _refusal(folder, keys["p256"][1]).startswith(f"{folder}: files the signature does not list: .githubx")
+
+
+def test_a_certificate_bundle_verifies_with_the_leafs_public_key_pinned(folder, keys, tmp_path):
+    """docs/deploy.md: the leaf's public key as trust accepts a certificate signature; the certificate itself as
+    trust is refused with the command that extracts its key."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    def cert(subject, issuer, public, signer, ca: bool) -> x509.Certificate:
+        now = datetime.datetime.now(datetime.timezone.utc)
+        b = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+             .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)])).public_key(public)
+             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
+             .not_valid_after(now + datetime.timedelta(days=1))
+             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if not ca:
+            b = b.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), critical=False)
+        return b.sign(signer, hashes.SHA256())
+
+    ca_key, leaf_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    pem = serialization.Encoding.PEM
+    (tmp_path / "ca.pem").write_bytes(cert("ca", "ca", ca_key.public_key(), ca_key, True).public_bytes(pem))
+    (tmp_path / "leaf.pem").write_bytes(cert("leaf", "ca", leaf_key.public_key(), ca_key, False).public_bytes(pem))
+    (tmp_path / "leaf.key").write_bytes(leaf_key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
+                                                               serialization.NoEncryption()))
+    (tmp_path / "leaf.pub.pem").write_bytes(leaf_key.public_key().public_bytes(
+        pem, serialization.PublicFormat.SubjectPublicKeyInfo))
+    from model_signing import hashing, signing
+
+    config = signing.Config().use_certificate_signer(private_key=tmp_path / "leaf.key",
+                                                     signing_certificate=tmp_path / "leaf.pem",
+                                                     certificate_chain=[tmp_path / "ca.pem"])
+    config.set_hashing_config(hashing.Config().set_ignored_paths(paths=["model.sig"]))
+    config.sign(folder, folder / "model.sig")
+    assert "x509CertificateChain" in _bundle(folder)["verificationMaterial"]
+    assert _run(folder, "--check", "--trust", tmp_path / "leaf.pub.pem").returncode == 0
+    assert _refusal(folder, keys["p256"][1]).endswith("signed by a key not in the trust list (1 key trusted)")
+    r = _run(folder, "--check", "--trust", tmp_path / "leaf.pem")
+    assert r.returncode == 1 and "a certificate; trust takes its public key (openssl x509 -pubkey" in r.stderr
