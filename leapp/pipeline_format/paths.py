@@ -116,7 +116,7 @@ def read_checked(folder: Path, rel: str, expected: str, where: str, field: str =
         raise PipelineError(f"{where}: artifact {path} is missing")
     data = read_bounded(path, where, follow_symlinks=False)  # contained_path resolved it: no link is left
     actual = hashlib.sha256(data).hexdigest()
-    check_read(path, data, actual)  # a signed folder (leapp.signing.readonce): the signed bytes, first
+    check_read(path, data, actual, where)  # a signed folder (leapp.signing.readonce): the signed bytes, first
     if actual != expected:
         raise PipelineError(
             f"{where}: artifact {path} has sha256 {actual} but pipeline.yaml records {expected}; "

@@ -22,8 +22,9 @@ from leapp.errors import SignatureError
 
 __all__ = ["CHANGED_AFTER_CHECK", "NOT_SIGNED", "SignedFolder", "check_read", "reading"]
 
-CHANGED_AFTER_CHECK = "{file}: changed after its signature was checked (sha256 {actual}, signed {signed})"
-NOT_SIGNED = "{file}: not covered by the signature {signature} (read after the signature was checked)"
+# the C++ reader's texts (ext/pipeline/src/signed_files.cpp); ``where`` is the reader's context, else the file
+CHANGED_AFTER_CHECK = "{where}: {file} changed after its signature was checked (sha256 {actual}, signed {signed})"
+NOT_SIGNED = "{where}: {file} is not covered by the export's signature ({signature} does not list it)"
 
 
 @dataclass(frozen=True)
@@ -35,9 +36,11 @@ class SignedFolder:
     digests: Mapping[str, str]
     signature: Path
 
-    def check(self, path: str | os.PathLike, data: bytes | memoryview, digest: str | None = None) -> None:
+    def check(self, path: str | os.PathLike, data: bytes | memoryview, digest: str | None = None,
+              where: str | None = None) -> None:
         """Refuses ``data`` read from ``path`` unless its sha256 (``digest`` when the caller has it) is the
         signed one. ``path`` is resolved: a reader may name a file through the folder's own spelling."""
+        where = str(path) if where is None else where
         file = Path(path)
         try:
             rel = Path(os.path.realpath(file)).relative_to(self.folder).as_posix()
@@ -45,10 +48,10 @@ class SignedFolder:
             rel = None
         signed = self.digests.get(rel) if rel is not None else None
         if signed is None:
-            raise SignatureError(NOT_SIGNED.format(file=file, signature=self.signature))
+            raise SignatureError(NOT_SIGNED.format(where=where, file=file, signature=self.signature.name))
         actual = digest if digest is not None else hashlib.sha256(data).hexdigest()
         if actual != signed:
-            raise SignatureError(CHANGED_AFTER_CHECK.format(file=file, actual=actual, signed=signed))
+            raise SignatureError(CHANGED_AFTER_CHECK.format(where=where, file=file, actual=actual, signed=signed))
 
 
 _ACTIVE: contextvars.ContextVar[SignedFolder | None] = contextvars.ContextVar("leapp_signed_folder", default=None)
@@ -64,8 +67,9 @@ def reading(signed: SignedFolder | None) -> Iterator[None]:
         _ACTIVE.reset(token)
 
 
-def check_read(path: str | os.PathLike, data: bytes | memoryview, digest: str | None = None) -> None:
+def check_read(path: str | os.PathLike, data: bytes | memoryview, digest: str | None = None,
+               where: str | None = None) -> None:
     """The read-once check of a loader's read (module docstring); nothing unless a signed folder is being read."""
     signed = _ACTIVE.get()
     if signed is not None:
-        signed.check(path, data, digest)
+        signed.check(path, data, digest, where)

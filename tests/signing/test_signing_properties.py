@@ -92,7 +92,7 @@ def _fresh(signed: Path, tmp_path: Path) -> Path:
     return copy(signed, tmp_path / f"case{next(_counter)}" / "mlp")
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(t=tampers())
 def test_no_tamper_is_accepted_and_the_readers_agree(signed, keys, tmp_path, capsys, monkeypatch, t):
     monkeypatch.delenv(TRUST_ENV, raising=False)
@@ -169,7 +169,7 @@ def hostile_documents(draw, valid: bytes, kinds=("mutate", "delete", "add key", 
     return json.dumps(doc).encode()
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_hostile_signature_documents(signed, keys, tmp_path, capsys, monkeypatch, data):
     monkeypatch.delenv(TRUST_ENV, raising=False)

@@ -171,8 +171,17 @@ def test_a_file_swapped_after_the_check_is_refused_at_its_read(signed, keys, mon
         return digests
 
     monkeypatch.setattr(_native, "verify_folder", verify_then_swap)
-    with pytest.raises(SignatureError, match=f"{name}: changed after its signature was checked"):
+    with pytest.raises(SignatureError, match=f"{name} changed after its signature was checked") as info:
         leapp.load(signed, trust=keys["a"][1])
+    if run_trust_supported() and name != "pipeline.yaml":  # leapp-run reads pipeline.json first: its swap
+        from signing_helpers import LEAPP_RUN
+
+        swapped = signed / name
+        env = {k: v for k, v in os.environ.items() if k != TRUST_ENV}
+        r = subprocess.run([str(LEAPP_RUN), str(signed), "--trust", str(keys["a"][1]), "--check"], capture_output=True,
+                           text=True, timeout=120, env=env)
+        assert r.returncode == 1 and str(swapped) in r.stderr, r.stderr  # the folder now differs from its signature
+    assert str(info.value).endswith(")") and "signed " in str(info.value)
 
 
 def test_ros2_refuses_an_export_it_cannot_trust(signed, keys, monkeypatch):
