@@ -60,9 +60,10 @@ std::string shown_path(const std::string& p) {
   return out.empty() ? "." : out;
 }
 
-/// At most `limit` + 1 bytes of `path` (one more tells a larger file), opened without following a link.
+/// At most `limit` + 1 bytes of `path` (one more tells a larger file). A link is followed, as Python's reader
+/// follows it (contained_path checked where it leads); a signed export holds none (leapp/signing.h).
 std::string read_bounded(const std::string& path, size_t limit) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(path + ": cannot be read: " + std::strerror(errno));
   std::string data(limit + 1, '\0');
   size_t done = 0;
