@@ -27,6 +27,7 @@ from leapp.errors import (
     LeappError,
     RuntimeLibraryNotFound,
     SegmentDivergenceError,
+    SignatureError,
     TraceError,
     UnsupportedBackend,
     UnsupportedPlatform,
@@ -55,7 +56,7 @@ __all__ = [
     "load", "Pipeline", "aoti",
     # errors: one tree under LeappError (tests/foundation/test_public_api.py)
     "LeappError", "TraceError", "SegmentDivergenceError", "UnsupportedPlatform", "ExportError", "UnsupportedBackend",
-    "ValidationError", "RuntimeLibraryNotFound", "BundleError", "PipelineError", "UnsafeArtifact",
+    "ValidationError", "RuntimeLibraryNotFound", "BundleError", "PipelineError", "UnsafeArtifact", "SignatureError",
 ]
 
 # Public names whose modules need torch (or Inductor): imported on first use, so that `import leapp` stays light.

@@ -17,14 +17,14 @@ PUBLIC = {
     "trace", "start", "stop", "compile_graph", "node", "annotate", "Session", "CompileReport",
     "load", "Pipeline", "aoti",
     "LeappError", "TraceError", "SegmentDivergenceError", "UnsupportedPlatform", "ExportError", "UnsupportedBackend",
-    "ValidationError", "RuntimeLibraryNotFound", "BundleError", "PipelineError", "UnsafeArtifact",
+    "ValidationError", "RuntimeLibraryNotFound", "BundleError", "PipelineError", "UnsafeArtifact", "SignatureError",
 }
 # each error and the built-in base a user would catch it with
 ERRORS = {
     "LeappError": RuntimeError, "TraceError": RuntimeError, "SegmentDivergenceError": RuntimeError,
     "UnsupportedPlatform": ImportError, "ExportError": RuntimeError, "UnsupportedBackend": NotImplementedError,
     "ValidationError": RuntimeError, "RuntimeLibraryNotFound": FileNotFoundError, "BundleError": ValueError,
-    "PipelineError": RuntimeError, "UnsafeArtifact": RuntimeError,
+    "PipelineError": RuntimeError, "UnsafeArtifact": RuntimeError, "SignatureError": RuntimeError,
 }
 
 
