@@ -204,9 +204,9 @@ def _paths(value, prefix=()):
 
 
 def _replacements_refused_alike(export: Path, tmp_path: Path, seed: int, cases: int, pool: list,
-                                paths_of=lambda paths: paths) -> int:
+                                paths_of=lambda paths: paths, load: bool = False) -> int:
     """Seeded replacements of a value (or removals of a key) at ``paths_of(every path)``: both readers accept,
-    or both refuse with one text. Returns how many cases both refused."""
+    or both refuse with one text (``load``: as ``_refused_alike``). Returns how many cases both refused."""
     _, desc = read_pipeline(export)
     paths = paths_of([p for p in _paths(desc) if p])
     rng = random.Random(seed)
@@ -223,7 +223,7 @@ def _replacements_refused_alike(export: Path, tmp_path: Path, seed: int, cases: 
         else:
             parent[path[-1]] = copy.deepcopy(rng.choice(pool))
         _write_both(folder, bad)
-        refused += _refused_alike(folder, (case, path)) is not None
+        refused += _refused_alike(folder, (case, path), load) is not None
     return refused
 
 

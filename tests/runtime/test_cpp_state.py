@@ -16,7 +16,6 @@ import re
 import shutil
 import struct
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -26,10 +25,10 @@ import torch
 
 import leapp
 from leapp import annotate
-from leapp.pipeline_format import (PipelineError, check_initial_values, read_pipeline, sha256_file, state_edges,
-                                   twin_text, yaml_text)
+from leapp.pipeline_format import (PipelineError, check_initial_values, read_pipeline, sha256_file, state_edges)
 
-LEAPP_RUN = Path(sys.executable).with_name("leapp-run")
+from test_cpp_pipeline import LEAPP_RUN, _leapp_run, _python_text, _replacements_refused_alike, _write_both
+
 pytestmark = pytest.mark.skipif(
     not LEAPP_RUN.is_file(), reason="leapp-run was not built: ONNX Runtime's headers are missing "
     "(bash scripts/fetch-ort-headers.sh, then pip install -e . again)")
@@ -78,10 +77,6 @@ def export(tmp_path_factory) -> Path:
 def folder(export, tmp_path) -> Path:
     """A private copy to tamper with."""
     return Path(shutil.copytree(export, tmp_path / "stateful"))
-
-
-def _leapp_run(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([str(LEAPP_RUN), *map(str, args)], capture_output=True, text=True, timeout=120)
 
 
 def _observations(steps: int, seed: int = 1) -> torch.Tensor:
@@ -265,15 +260,6 @@ def test_cpp_api_carries_resets_and_reads_the_state(export, tmp_path, cmake_buil
 # ---- refusals: both readers, one text ----
 
 
-def _write_both(folder: Path, description: dict) -> None:
-    (folder / "pipeline.yaml").write_text(yaml_text(description), encoding="utf-8")
-    (folder / "pipeline.json").write_text(twin_text(description, sha256_file(folder / "pipeline.yaml")), encoding="utf-8")
-
-
-def _python_text(error: Exception, folder: Path) -> str:
-    return str(error).replace(f"{folder}/pipeline.yaml", f"{folder}/pipeline.json")
-
-
 def _refusals(folder: Path) -> tuple[str | None, str | None]:
     """(leapp.load's text, pipeline.yaml named as pipeline.json; leapp-run --check's), None where one accepts."""
     try:
@@ -452,38 +438,7 @@ _WIRING_POOL = [None, True, False, 0, "", "policy", "post", "h", "h_out", "last_
 def test_random_state_wiring_edits_refused_alike(export, tmp_path):
     """Seeded replacements (or removals) of any value of the edges, outputs and initial_values of an export with
     state: both readers accept, or both refuse with one text (leapp.load decides where the wiring passes)."""
-    _, desc = read_pipeline(export)
-    paths = []
-    for key in ("edges", "outputs", "initial_values"):
-        stack = [((key,), desc[key])]
-        while stack:
-            at, value = stack.pop()
-            paths.append(at)
-            items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-            stack.extend(((*at, k), v) for k, v in items)
-    rng = random.Random(4949)
-    folder = Path(shutil.copytree(export, tmp_path / "m"))
-    refused = 0
-    for case in range(30):
-        bad = copy.deepcopy(desc)
-        at = rng.choice(paths)
-        parent = bad
-        for part in at[:-1]:
-            parent = parent[part]
-        if isinstance(parent, dict) and rng.random() < 0.3:
-            del parent[at[-1]]
-        else:
-            parent[at[-1]] = copy.deepcopy(rng.choice(_WIRING_POOL))
-        _write_both(folder, bad)
-        try:
-            read_pipeline(folder)
-            python = None
-        except PipelineError as e:
-            python = _python_text(e, folder)
-        r = _leapp_run(folder, "--check")
-        cpp = r.stderr.strip().removeprefix("leapp-run: ") if r.returncode else None
-        if python is None:
-            python, _ = _refusals(folder)
-        assert r.returncode in (0, 1) and cpp == python, (case, at, cpp, python)
-        refused += python is not None
+    wiring = ("edges", "outputs", "initial_values")
+    refused = _replacements_refused_alike(export, tmp_path, 4949, 30, _WIRING_POOL, load=True,
+                                          paths_of=lambda paths: [p for p in paths if p[0] in wiring])
     assert refused >= 15
