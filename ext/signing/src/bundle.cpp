@@ -5,6 +5,7 @@
 // v1.0 whose serialization is "files" with sha256. Anything else is refused naming the field: a hostile file
 // reaches no further than the check that refuses it.
 #include <algorithm>
+#include <initializer_list>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -60,6 +61,73 @@ const JsonValue& array(const std::string& sig, const JsonValue& v, const std::st
 }
 const std::string& string(const std::string& sig, const JsonValue& v, const std::string& path, const char* key) {
   return member(sig, v, path, key, T::kString, "a string").string;
+}
+
+/// An optional member: nullptr when absent, else it must have `type` (a null is refused: model signing never
+/// writes one, and leapp reads no field as absent that the document spells out).
+const JsonValue* optional(const std::string& sig, const JsonValue& v, const std::string& path, const char* key, T type,
+                          const char* type_name) {
+  return v.find(key) ? &member(sig, v, path, key, type, type_name) : nullptr;
+}
+
+/// An array element that must be an object.
+const JsonValue& element(const std::string& sig, const JsonValue& v, const std::string& field) {
+  if (v.type != T::kObject) fail(sig, field + ": " + v.type_name() + ", expected an object");
+  return v;
+}
+
+/// Refuses a member of object `v` (at `path`) that is not one of `known`, naming it: model signing's reader
+/// (sigstore-models, extra fields forbidden) refuses them too, so leapp never accepts a bundle upstream refuses.
+void known_fields(const std::string& sig, const JsonValue& v, const std::string& path,
+                  std::initializer_list<const char*> known) {
+  for (const auto& [key, value] : v.object) {
+    if (std::any_of(known.begin(), known.end(), [&](const char* k) { return key == k; })) continue;
+    std::string names;
+    for (const char* k : known) names += (names.empty() ? "" : ", ") + std::string(k);
+    fail(sig, (path.empty() ? "the bundle" : path) + ": unknown field '" + shown(key) + "' (expected " + names + ")");
+  }
+}
+
+/// verificationMaterial: exactly one of a public key (its hint kept) or a certificate chain (its certificates'
+/// base64 kept, decoded with the other base64 fields); no transparency-log entries or timestamps, which leapp
+/// does not check and so does not accept on trust.
+void read_material(const std::string& sig, const JsonValue& m, Envelope& out, std::vector<std::string>& certs64) {
+  const std::string at = "verificationMaterial";
+  known_fields(sig, m, at, {"publicKey", "x509CertificateChain", "certificate", "tlogEntries", "timestampVerificationData"});
+  const JsonValue* key = optional(sig, m, at, "publicKey", T::kObject, "an object");
+  const JsonValue* chain = optional(sig, m, at, "x509CertificateChain", T::kObject, "an object");
+  const JsonValue* cert = optional(sig, m, at, "certificate", T::kObject, "an object");
+  if (int(key != nullptr) + int(chain != nullptr) + int(cert != nullptr) != 1)
+    fail(sig, at + ": " + (key || chain || cert ? "more than one" : "none") +
+                  " of publicKey, x509CertificateChain, certificate; a bundle identifies its key exactly once");
+  if (key) {
+    known_fields(sig, *key, at + ".publicKey", {"hint", "rawBytes", "keyDetails"});
+    if (const JsonValue* hint = optional(sig, *key, at + ".publicKey", "hint", T::kString, "a string")) out.key_hint = hint->string;
+    // written by model signing 1.0 and dropped unread by 1.1's reader; leapp reads them no more
+    optional(sig, *key, at + ".publicKey", "rawBytes", T::kString, "a string");
+    optional(sig, *key, at + ".publicKey", "keyDetails", T::kString, "a string");
+  }
+  if (chain) {
+    known_fields(sig, *chain, at + ".x509CertificateChain", {"certificates"});
+    const JsonValue& certs = array(sig, *chain, at + ".x509CertificateChain", "certificates");
+    if (certs.array.empty()) fail(sig, at + ".x509CertificateChain.certificates: empty; the leaf certificate comes first");
+    for (size_t i = 0; i < certs.array.size(); ++i) {
+      const std::string field = at + ".x509CertificateChain.certificates[" + std::to_string(i) + "]";
+      const JsonValue& c = element(sig, certs.array[i], field);
+      known_fields(sig, c, field, {"rawBytes"});
+      certs64.push_back(string(sig, c, field, "rawBytes"));
+    }
+  }
+  if (cert)
+    fail(sig, at + ".certificate: a single certificate (a keyless Sigstore signature, checked through a transparency "
+                   "log); model signing's key and certificate signatures carry publicKey or x509CertificateChain");
+  if (const JsonValue* tlog = optional(sig, m, at, "tlogEntries", T::kArray, "an array"); tlog && !tlog->array.empty())
+    fail(sig, at + ".tlogEntries: " + std::to_string(tlog->array.size()) +
+                  " transparency-log entries; leapp does not check them, and model signing's key and certificate "
+                  "signatures have none");
+  if (optional(sig, m, at, "timestampVerificationData", T::kObject, "an object"))
+    fail(sig, at + ".timestampVerificationData: signed timestamps; leapp does not check them, and model signing's "
+                   "key and certificate signatures have none");
 }
 
 /// `value` must be `expected`; the text names what leapp accepts.
@@ -119,29 +187,34 @@ std::string pae(const std::string& payload_type, const std::string& payload) {
 Envelope read_bundle(const std::string& text, const std::string& sig) {
   const JsonValue doc = parse(text, sig);
   if (doc.type != T::kObject) fail(sig, std::string("the document is ") + doc.type_name() + ", expected a Sigstore bundle object");
-  expect(sig, "mediaType", string(sig, doc, "", "mediaType"), kBundleMediaType,
-         "leapp reads the bundles model signing 1.x writes");
-  const JsonValue& material = object(sig, doc, "", "verificationMaterial");
-  if (!material.find("publicKey") && !material.find("certificate") && !material.find("x509CertificateChain"))
-    fail(sig, "verificationMaterial: none of publicKey, certificate, x509CertificateChain");
   if (doc.find("messageSignature"))
     fail(sig, "messageSignature: a signature over a single message; model signing signs a DSSE envelope");
+  known_fields(sig, doc, "", {"mediaType", "verificationMaterial", "dsseEnvelope"});
+  expect(sig, "mediaType", string(sig, doc, "", "mediaType"), kBundleMediaType,
+         "leapp reads the bundles model signing 1.x writes");
+  Envelope out;
+  std::vector<std::string> certs64;
+  read_material(sig, object(sig, doc, "", "verificationMaterial"), out, certs64);
   const JsonValue& env = object(sig, doc, "", "dsseEnvelope");
+  known_fields(sig, env, "dsseEnvelope", {"payload", "payloadType", "signatures"});
   const std::string& payload64 = string(sig, env, "dsseEnvelope", "payload");
   const std::string& type = string(sig, env, "dsseEnvelope", "payloadType");
   const JsonValue& sigs = array(sig, env, "dsseEnvelope", "signatures");
   if (sigs.array.size() != 1)
     fail(sig, "dsseEnvelope.signatures: " + std::to_string(sigs.array.size()) +
                   " signatures; model signing writes exactly one");
-  if (sigs.array[0].type != T::kObject)
-    fail(sig, std::string("dsseEnvelope.signatures[0]: ") + sigs.array[0].type_name() + ", expected an object");
-  const std::string& sig64 = string(sig, sigs.array[0], "dsseEnvelope.signatures[0]", "sig");
-  if (const JsonValue* keyid = sigs.array[0].find("keyid"); keyid && keyid->type != T::kString)
-    fail(sig, std::string("dsseEnvelope.signatures[0].keyid: ") + keyid->type_name() + ", expected a string");
-  Envelope out;
+  const JsonValue& first = element(sig, sigs.array[0], "dsseEnvelope.signatures[0]");
+  known_fields(sig, first, "dsseEnvelope.signatures[0]", {"sig", "keyid"});
+  const std::string& sig64 = string(sig, first, "dsseEnvelope.signatures[0]", "sig");
+  optional(sig, first, "dsseEnvelope.signatures[0]", "keyid", T::kString, "a string");
   out.payload = base64(sig, "dsseEnvelope.payload", payload64);
   out.signature = base64(sig, "dsseEnvelope.signatures[0].sig", sig64);
   if (out.signature.empty()) fail(sig, "dsseEnvelope.signatures[0].sig: empty");
+  for (size_t i = 0; i < certs64.size(); ++i) {
+    const std::string field = "verificationMaterial.x509CertificateChain.certificates[" + std::to_string(i) + "].rawBytes";
+    out.certificates.push_back(base64(sig, field, certs64[i]));
+    if (out.certificates.back().empty()) fail(sig, field + ": empty");
+  }
   expect(sig, "dsseEnvelope.payloadType", type, kPayloadType);
   out.payload_type = type;
   return out;

@@ -14,12 +14,15 @@
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
+#include <openssl/x509.h>
 
 #define LEAPP_CRYPTO_FUNCTIONS(X)                                                                                   \
   X(OpenSSL_version_num) X(ERR_get_error) X(ERR_clear_error) X(ERR_error_string_n) X(BIO_new_mem_buf) X(BIO_free) \
   X(PEM_read_bio_PUBKEY) X(EVP_PKEY_free) X(EVP_PKEY_get_base_id) X(EVP_PKEY_get0_type_name)                      \
   X(EVP_PKEY_get_group_name) X(EVP_MD_CTX_new) X(EVP_MD_CTX_free) X(EVP_sha256) X(EVP_sha384) X(EVP_sha512)        \
-  X(EVP_DigestInit_ex) X(EVP_DigestUpdate) X(EVP_DigestFinal_ex) X(EVP_DigestVerifyInit) X(EVP_DigestVerify)
+  X(EVP_DigestInit_ex) X(EVP_DigestUpdate) X(EVP_DigestFinal_ex) X(EVP_DigestVerifyInit) X(EVP_DigestVerify)        \
+  X(i2d_PUBKEY) X(EVP_PKEY_eq) X(d2i_X509) X(X509_free) X(X509_get0_pubkey)            \
+  X(EVP_PKEY_set_utf8_string_param)
 
 namespace leapp::signing::detail {
 

@@ -3,8 +3,11 @@
 // Only the curves model-signing signs with (P-256, P-384, P-521), each with upstream's hash (sha256, sha384,
 // sha512); any other key type is refused naming it, so a pinned RSA or Ed25519 key is an error, not a silent
 // "no key verifies".
+#include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
+
 
 #include "leapp/signing.h"
 #include "libcrypto.h"
@@ -24,6 +27,34 @@ std::string pem_label(const std::string& pem) {
   const size_t end = pem.find("-----", at + begin.size());
   if (end == std::string::npos || end - at > 80) return "";
   return pem.substr(at + begin.size(), end - at - begin.size());
+}
+
+/// The key as PEM SubjectPublicKeyInfo, 64 base64 characters a line: the bytes model signing hashes into
+/// publicKey.hint (the trusted key file itself may be laid out otherwise).
+std::string pem_of(const Crypto& c, EVP_PKEY* pkey) {
+  // a key read from a compressed point is written compressed by OpenSSL, uncompressed by model signing
+  if (c.EVP_PKEY_set_utf8_string_param(pkey, "point-format", "uncompressed") != 1)
+    throw SignatureProblem("cannot verify signatures: libcrypto cannot set the key's point format (" + crypto_errors(c) + ")");
+  const int n = c.i2d_PUBKEY(pkey, nullptr);
+  if (n <= 0) throw SignatureProblem("cannot verify signatures: i2d_PUBKEY failed in libcrypto (" + crypto_errors(c) + ")");
+  std::string der(size_t(n), '\0');
+  unsigned char* p = reinterpret_cast<unsigned char*>(der.data());
+  c.i2d_PUBKEY(pkey, &p);
+  static const char* alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string b64;
+  for (size_t i = 0; i < der.size(); i += 3) {
+    const size_t left = der.size() - i;
+    uint32_t v = uint32_t(uint8_t(der[i])) << 16;
+    if (left > 1) v |= uint32_t(uint8_t(der[i + 1])) << 8;
+    if (left > 2) v |= uint32_t(uint8_t(der[i + 2]));
+    b64 += alphabet[(v >> 18) & 63];
+    b64 += alphabet[(v >> 12) & 63];
+    b64 += left > 1 ? alphabet[(v >> 6) & 63] : '=';
+    b64 += left > 2 ? alphabet[v & 63] : '=';
+  }
+  std::string pem = "-----BEGIN PUBLIC KEY-----\n";
+  for (size_t i = 0; i < b64.size(); i += 64) pem += b64.substr(i, 64) + "\n";
+  return pem + "-----END PUBLIC KEY-----\n";
 }
 
 }  // namespace
@@ -70,6 +101,7 @@ TrustedKey::TrustedKey(const std::string& pem, std::string name) : name_(std::mo
     throw SignatureProblem(name_ + ": an elliptic curve key of curve '" + (curve.empty() ? "unknown" : curve) +
                            "'; model signing supports P-256, P-384 and P-521");
   }
+  hint_ = sha256_hex(pem_of(c, pkey));
 }
 
 TrustedKey::~TrustedKey() {
@@ -77,7 +109,7 @@ TrustedKey::~TrustedKey() {
 }
 
 TrustedKey::TrustedKey(TrustedKey&& other) noexcept
-    : name_(std::move(other.name_)), pkey_(other.pkey_), hash_bits_(other.hash_bits_) {
+    : name_(std::move(other.name_)), hint_(std::move(other.hint_)), pkey_(other.pkey_), hash_bits_(other.hash_bits_) {
   other.pkey_ = nullptr;
 }
 
@@ -92,6 +124,43 @@ bool TrustedKey::verifies(const std::string& message, const std::string& signatu
                                     reinterpret_cast<const unsigned char*>(message.data()), message.size());
   c.ERR_clear_error();  // a malformed DER signature queues errors: it simply does not verify
   return ok == 1;
+}
+
+bool TrustedKey::is_key_of(const std::string& der, const std::string& field) const {
+  const Crypto& c = crypto();
+  c.ERR_clear_error();
+  const unsigned char* p = reinterpret_cast<const unsigned char*>(der.data());
+  X509* cert = c.d2i_X509(nullptr, &p, long(der.size()));
+  if (!cert) throw SignatureProblem(field + ": not a DER X.509 certificate (" + crypto_errors(c) + ")");
+  const bool whole = p == reinterpret_cast<const unsigned char*>(der.data()) + der.size();
+  EVP_PKEY* key = whole ? c.X509_get0_pubkey(cert) : nullptr;  // owned by cert
+  const bool same = key && c.EVP_PKEY_eq(key, static_cast<EVP_PKEY*>(pkey_)) == 1;
+  c.X509_free(cert);
+  c.ERR_clear_error();
+  if (!whole) throw SignatureProblem(field + ": bytes after the DER X.509 certificate");
+  return same;
+}
+
+std::string untrusted(const std::string& sig, size_t keys) {
+  return sig + ": signed by a key not in the trust list (" + std::to_string(keys) + (keys == 1 ? " key" : " keys") +
+         " trusted)";
+}
+
+std::vector<const TrustedKey*> keys_of(const Envelope& env, const std::vector<TrustedKey>& keys, const std::string& sig) {
+  std::vector<const TrustedKey*> out;
+  if (!env.certificates.empty()) {
+    // every certificate must be one (upstream parses the whole chain); the leaf's key must be trusted
+    const std::string field = sig + ": verificationMaterial.x509CertificateChain.certificates[";
+    for (size_t i = 1; i < env.certificates.size(); ++i) keys.front().is_key_of(env.certificates[i], field + std::to_string(i) + "]");
+    for (const TrustedKey& k : keys)
+      if (k.is_key_of(env.certificates[0], field + "0]")) out.push_back(&k);
+  } else {
+    // upstream refuses a hint that is not the sha256 of the key it is given, even when that key signed
+    for (const TrustedKey& k : keys)
+      if (env.key_hint.empty() || k.hint() == env.key_hint) out.push_back(&k);
+  }
+  if (out.empty()) throw SignatureProblem(untrusted(sig, keys.size()));
+  return out;
 }
 
 std::string sha256_hex(const std::string& data) {

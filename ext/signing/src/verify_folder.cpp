@@ -130,13 +130,11 @@ SignedDigests verify_folder(const std::string& folder_arg, const std::vector<std
 
   // 3-5. JSON, bundle fields, base64, payload type
   const Envelope env = read_bundle(text, sig);
-  // 6. the signature, by one of the trusted keys
+  // 6. the signature, by one of the trusted keys the bundle names (its key hint or leaf certificate)
   const std::string message = pae(env.payload_type, env.payload);
   bool verified = false;
-  for (const TrustedKey& key : keys) verified = verified || key.verifies(message, env.signature);
-  if (!verified)
-    throw SignatureProblem(sig + ": signed by a key not in the trust list (" + std::to_string(keys.size()) +
-                           (keys.size() == 1 ? " key" : " keys") + " trusted)");
+  for (const TrustedKey* key : keys_of(env, keys, sig)) verified = verified || key->verifies(message, env.signature);
+  if (!verified) throw SignatureProblem(untrusted(sig, keys.size()));
   // 7. the statement
   const Statement st = read_statement(env.payload, sig);
 

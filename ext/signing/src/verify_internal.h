@@ -20,18 +20,34 @@ class TrustedKey {
   /// True when `signature` (DER ECDSA) over `message` verifies with this key.
   bool verifies(const std::string& message, const std::string& signature) const;
   const std::string& name() const { return name_; }
+  /// sha256 hex of the key's PEM (SubjectPublicKeyInfo), as model signing writes publicKey.hint.
+  const std::string& hint() const { return hint_; }
+  /// True when the DER X.509 certificate's public key is this key; SignatureProblem naming `field` when `der`
+  /// is not exactly one certificate.
+  bool is_key_of(const std::string& der, const std::string& field) const;
 
  private:
-  std::string name_;
+  std::string name_, hint_;
   void* pkey_ = nullptr;  ///< EVP_PKEY*
   int hash_bits_ = 0;     ///< 256, 384 or 512
 };
 
-/// The DSSE envelope of a bundle, decoded: checks the file's JSON, the bundle's fields, base64, payload type.
+/// The DSSE envelope of a bundle and what identifies its key, decoded: checks the file's JSON, the bundle's
+/// fields (unknown fields, nulls and types at every level, as model signing's reader refuses them), base64,
+/// payload type.
 struct Envelope {
   std::string payload_type, payload, signature;
+  std::string key_hint;                   ///< verificationMaterial.publicKey.hint; "" when absent or empty
+  std::vector<std::string> certificates;  ///< x509CertificateChain's DER certificates, leaf first; or none
 };
 Envelope read_bundle(const std::string& text, const std::string& sig_name);
+
+/// The trusted keys that may have signed `env`: those its publicKey.hint names (all when it has none), or
+/// the one its leaf certificate holds; refuses with untrusted() when there are none.
+std::vector<const TrustedKey*> keys_of(const Envelope& env, const std::vector<TrustedKey>& keys, const std::string& sig);
+
+/// "SIG: signed by a key not in the trust list (N keys trusted)": the one text for a wrong key, however found.
+std::string untrusted(const std::string& sig, size_t keys);
 
 /// DSSE's pre-authentication encoding of the payload: what the signature signs.
 std::string pae(const std::string& payload_type, const std::string& payload);
