@@ -23,16 +23,6 @@ namespace leapp::signing::detail {
 
 namespace {
 
-struct Fd {
-  int fd;
-  explicit Fd(int f) : fd(f) {}
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-};
-
 bool ignored(const std::string& rel, const std::vector<std::string>& ignore) {
   for (const std::string& p : ignore)
     if (rel == p || (rel.size() > p.size() && rel.compare(0, p.size(), p) == 0 && rel[p.size()] == '/')) return true;
@@ -149,13 +139,7 @@ std::string hash_file(int root_fd, const std::string& folder, const std::string&
   unsigned int len = 0;
   if (c.EVP_DigestFinal_ex(ctx.ctx, out, &len) != 1)
     throw SignatureProblem("cannot verify signatures: sha256 failed in libcrypto (" + crypto_errors(c) + ")");
-  static const char* hex = "0123456789abcdef";
-  std::string s;
-  for (unsigned int i = 0; i < len; ++i) {
-    s += hex[out[i] >> 4];
-    s += hex[out[i] & 15];
-  }
-  return s;
+  return hex_digest(out, len);
 }
 
 #endif

@@ -171,15 +171,19 @@ std::string sha256_hex(const std::string& data) {
   if (c.EVP_DigestInit_ex(ctx.ctx, c.EVP_sha256(), nullptr) != 1 ||
       c.EVP_DigestUpdate(ctx.ctx, data.data(), data.size()) != 1 || c.EVP_DigestFinal_ex(ctx.ctx, out, &len) != 1)
     throw SignatureProblem("cannot verify signatures: sha256 failed in libcrypto (" + crypto_errors(c) + ")");
-  static const char* hex = "0123456789abcdef";
-  std::string s;
-  for (unsigned int i = 0; i < len; ++i) {
-    s += hex[out[i] >> 4];
-    s += hex[out[i] & 15];
-  }
-  return s;
+  return hex_digest(out, len);
 }
 
 #endif
+
+std::string hex_digest(const unsigned char* bytes, unsigned int len) {
+  static const char* hex = "0123456789abcdef";
+  std::string s;
+  for (unsigned int i = 0; i < len; ++i) {
+    s += hex[bytes[i] >> 4];
+    s += hex[bytes[i] & 15];
+  }
+  return s;
+}
 
 }  // namespace leapp::signing::detail

@@ -19,16 +19,6 @@ namespace leapp::signing {
 
 namespace {
 
-struct Fd {
-  int fd;
-  explicit Fd(int f) : fd(f) {}
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-};
-
 /// A regular file's bytes from `fd` (already open), at most `limit`; `what` names it in errors.
 std::string read_bounded(int fd, const std::string& what, size_t limit, const std::string& too_big) {
   struct stat st {};
@@ -63,7 +53,7 @@ std::string joined(const std::vector<std::string>& names) {
 }  // namespace
 
 std::string read_key_file(const std::string& path) {
-  Fd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  detail::Fd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (f.fd < 0) throw SignatureProblem("trusted key " + path + ": cannot be opened: " + std::strerror(errno));
   return read_bounded(f.fd, "trusted key " + path, kMaxKeyBytes, "more than a PEM public key may have");
 }

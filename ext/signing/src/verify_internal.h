@@ -1,11 +1,27 @@
 // ext/signing/src/verify_internal.h: the steps verify_folder runs, one file each (internal).
 #pragma once
 
+#include <unistd.h>
+
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace leapp::signing::detail {
+
+/// A file descriptor this scope owns: closed when it ends.
+struct Fd {
+  int fd;
+  explicit Fd(int f) : fd(f) {}
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+};
+
+/// `len` digest bytes as lower-case hex (how model signing writes digests).
+std::string hex_digest(const unsigned char* bytes, unsigned int len);
 
 /// A trusted key loaded from PEM: EC P-256/384/521 only, with the hash upstream pairs with the curve.
 class TrustedKey {
