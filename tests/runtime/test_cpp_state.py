@@ -213,22 +213,27 @@ int main(int, char** argv) {
 """
 
 
+def build_program(name: str, program: str, tmp_path: Path, cmake_build_with_leapp) -> Path:
+    """Builds ``program`` (main.cpp) as executable ``name`` against leapp::pipeline; returns its build folder."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "CMakeLists.txt").write_text(textwrap.dedent(f"""\
+        cmake_minimum_required(VERSION 3.18)
+        project({name} CXX)
+        find_package(leapp 0.1 REQUIRED)
+        add_executable({name} main.cpp)
+        target_compile_features({name} PRIVATE cxx_std_17)
+        target_link_libraries({name} PRIVATE leapp::pipeline)
+        set_target_properties({name} PROPERTIES BUILD_RPATH "$<TARGET_FILE_DIR:leapp::pipeline>")
+        """))
+    (src / "main.cpp").write_text(program)
+    return cmake_build_with_leapp(src, tmp_path / "build")
+
+
 def test_cpp_api_carries_resets_and_reads_the_state(export, tmp_path, cmake_build_with_leapp):
     """leapp::Pipeline: run() takes the external inputs only; reset() restores the initial values, reset(map) sets
     some states, state(name) reads one; a refused run or reset leaves the state as it was; all as leapp.load."""
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "CMakeLists.txt").write_text(textwrap.dedent("""\
-        cmake_minimum_required(VERSION 3.18)
-        project(use_state CXX)
-        find_package(leapp 0.1 REQUIRED)
-        add_executable(use_state main.cpp)
-        target_compile_features(use_state PRIVATE cxx_std_17)
-        target_link_libraries(use_state PRIVATE leapp::pipeline)
-        set_target_properties(use_state PROPERTIES BUILD_RPATH "$<TARGET_FILE_DIR:leapp::pipeline>")
-        """))
-    (src / "main.cpp").write_text(_PROGRAM)
-    build = cmake_build_with_leapp(src, tmp_path / "build")
+    build = build_program("use_state", _PROGRAM, tmp_path, cmake_build_with_leapp)
     obs = _observations(4, seed=3)
     (tmp_path / "obs.bin").write_bytes(obs.numpy().tobytes())
     out = tmp_path / "out"

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +33,7 @@ from leapp.pipeline_format import read_pipeline
 from leapp.runtime.pipeline import load
 from leapp.testing.cpp_runner import LeappRunPipeline, leapp_run_device, leapp_run_env, leapp_run_path
 
-from test_cpp_state import ACT, HIDDEN, OBS, STEPS, Cell, _observations, _write_steps
+from test_cpp_state import ACT, HIDDEN, OBS, STEPS, Cell, _observations, _write_steps, build_program
 
 pytestmark = [
     pytest.mark.cuda,
@@ -317,19 +316,7 @@ def test_cpp_api_on_device_memory_carries_resets_and_reads_the_state(device_expo
     capture); reset() restores the initial values, reset(map) sets h from a device buffer and keeps last_action,
     state() reads them; a refused run or reset changes nothing. Every episode equals leapp.load's."""
     folder, backend = device_export
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "CMakeLists.txt").write_text(textwrap.dedent("""\
-        cmake_minimum_required(VERSION 3.18)
-        project(use_state_cuda CXX)
-        find_package(leapp 0.1 REQUIRED)
-        add_executable(use_state_cuda main.cpp)
-        target_compile_features(use_state_cuda PRIVATE cxx_std_17)
-        target_link_libraries(use_state_cuda PRIVATE leapp::pipeline)
-        set_target_properties(use_state_cuda PROPERTIES BUILD_RPATH "$<TARGET_FILE_DIR:leapp::pipeline>")
-        """))
-    (src / "main.cpp").write_text(_PROGRAM)
-    build = cmake_build_with_leapp(src, tmp_path / "build")
+    build = build_program("use_state_cuda", _PROGRAM, tmp_path, cmake_build_with_leapp)
     steps = 4
     obs = _observations(steps, seed=3)
     (tmp_path / "obs.bin").write_bytes(obs.numpy().tobytes())
