@@ -168,3 +168,18 @@ def test_inspect_shows_state_edges_and_the_checked_initial_values(exported, tmp_
     out = io.StringIO()
     assert inspect_path(copy, out) == 1
     assert "initial values: artifact" in out.getvalue() and "has sha256" in out.getvalue()
+
+
+def test_an_export_with_state_and_its_leapp_bundle_are_byte_reproducible(tmp_path):
+    """Two exports of one recurrent policy into different folders: every file (the artifact, pipeline.yaml and
+    its twin, initial_values.safetensors, the LEAPP bundle's yaml) is byte-identical."""
+    from leapp.interchange import write_leapp_bundle
+
+    folders = [export_policy(tmp_path / name, validate=False) for name in ("a", "b")]
+    for folder in folders:
+        write_leapp_bundle(folder)
+    names = sorted(p.name for p in folders[0].iterdir())
+    assert {INITIAL_VALUES_FILE, "pipeline.yaml", "pipeline.json", "recurrent.yaml"} <= set(names)
+    assert names == sorted(p.name for p in folders[1].iterdir())
+    for name in names:
+        assert (folders[0] / name).read_bytes() == (folders[1] / name).read_bytes(), name
