@@ -56,7 +56,9 @@ def write_initial_values(record: SessionRecord, folder: Path) -> dict | None:
 
     initial = {f"{n.name}/{s.input}": s.initial for n in record.nodes.values() for s in n.state}
     tensors = {key: initial[key].detach().to("cpu").contiguous() for key in (e.key for e in edges)}
-    data = save(tensors, metadata={"format": "pt", "producer": "leapp"})
+    # One metadata key: safetensors keeps metadata in a hash map whose order changes from call to call, and an
+    # export must be byte-reproducible (pipeline.yaml's producer says who wrote it).
+    data = save(tensors, metadata={"format": "pt"})
     path = Path(folder) / INITIAL_VALUES_FILE
     try:
         check_initial_values(data, str(path), edges)
