@@ -1,4 +1,4 @@
-"""leapp/_export/rnn_cells.py: CUDA's fused RNN cell kernels as plain torch ops, for the ONNX route.
+"""leapp/_export/rnn_cells.py: CUDA's fused RNN cell kernels as plain torch ops, for ONNX and PT2 exports.
 
 On CUDA, ``torch.nn.GRUCell`` and ``LSTMCell`` dispatch to ``aten._thnn_fused_gru_cell`` and
 ``aten._thnn_fused_lstm_cell``, and the recorder keeps the ops that ran. ONNX has no translation for
@@ -6,7 +6,7 @@ them (``torch.onnx.export``: "No ONNX function found"), so a recurrent policy tr
 not export to ONNX. ``decompose_fused_rnn_cells`` replaces each call in a node's graph with the gate
 equations ATen's unfused path computes (aten/src/ATen/native/RNN.cpp, ``GRUCell`` / ``LSTMCell``),
 over the fused op's own arguments: the two gate products, the state and the optional biases. The
-PT2 route keeps the fused kernels (AOTInductor runs them).
+PT2 route needs the same: the fused ops have no fake kernel, so AOTInductor cannot compile them.
 """
 
 from __future__ import annotations
@@ -61,6 +61,10 @@ def decompose_fused_rnn_cells(module: torch.fx.GraphModule, where: str) -> int:
         if fx_node.op != "call_function" or fx_node.target not in table:
             continue
         decomposition, computed = table[fx_node.target]
+        for user in list(fx_node.users):  # the recorder reads every output: an unread workspace is dropped
+            if user.op == "call_function" and user.target is operator.getitem and not user.users \
+                    and user.args[1] >= computed:
+                module.graph.erase_node(user)
         for user in fx_node.users:
             if not (user.op == "call_function" and user.target is operator.getitem and user.args[1] < computed):
                 raise ExportError(f"{where}: {fx_node.target} output {user.args[1] if len(user.args) > 1 else '?'} "

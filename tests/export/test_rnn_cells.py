@@ -1,4 +1,4 @@
-"""CUDA's fused GRU/LSTM cell kernels, decomposed for the ONNX route (leapp/_export/rnn_cells.py).
+"""CUDA's fused GRU/LSTM cell kernels, decomposed for ONNX and PT2 exports (leapp/_export/rnn_cells.py).
 
 On the CPU the decompositions are checked against torch.nn.GRUCell / LSTMCell (hypothesis over sizes and
 values) and the graph rewrite on a graph holding the fused op; on a GPU a node with both cells, traced on cuda,
@@ -41,10 +41,14 @@ def test_the_decompositions_compute_what_the_cells_compute(batch, inputs, hidden
         torch.testing.assert_close(cy, want_c)
 
 
-def _fused_graph(op, outputs: list[int]) -> torch.fx.GraphModule:
+def _fused_graph(op, outputs: list[int], unread: list[int] = ()) -> torch.fx.GraphModule:
+    """A graph calling ``op`` that returns its ``outputs`` and also takes (as the recorder does) but never reads
+    its ``unread`` ones."""
     graph = torch.fx.Graph()
     args = [graph.placeholder(n) for n in ("ig", "hg", "state", "ib", "hb")]
     call = graph.call_function(op, tuple(args))
+    for i in unread:
+        graph.call_function(operator.getitem, (call, i))
     graph.output(tuple(graph.call_function(operator.getitem, (call, i)) for i in outputs))
     return torch.fx.GraphModule(torch.nn.Module(), graph)
 
@@ -54,13 +58,13 @@ def test_the_rewrite_replaces_every_fused_call_and_runs_on_the_cpu():
     torch.manual_seed(0)
     x, h, c = torch.randn(2, 3), torch.randn(2, 4), torch.randn(2, 4)
     gru, lstm = torch.nn.GRUCell(3, 4), torch.nn.LSTMCell(3, 4)
-    module = _fused_graph(aten._thnn_fused_gru_cell.default, [0])
+    module = _fused_graph(aten._thnn_fused_gru_cell.default, [0], unread=[1])  # the workspace, taken and unread
     assert decompose_fused_rnn_cells(module, "node 'n'") == 1
     assert not any(n.target == aten._thnn_fused_gru_cell.default for n in module.graph.nodes)
     with torch.no_grad():
         (hy,) = module(*_gates(gru, x, h), h, gru.bias_ih, gru.bias_hh)
         torch.testing.assert_close(hy, gru(x, h))
-        module = _fused_graph(aten._thnn_fused_lstm_cell.default, [0, 1])
+        module = _fused_graph(aten._thnn_fused_lstm_cell.default, [0, 1], unread=[2])
         assert decompose_fused_rnn_cells(module, "node 'n'") == 1
         hy, cy = module(*_gates(lstm, x, h), c, lstm.bias_ih, lstm.bias_hh)
         torch.testing.assert_close((hy, cy), lstm(x, (h, c)))
@@ -85,10 +89,11 @@ class Recurrent(torch.nn.Module):
 
 
 @pytest.mark.cuda
-def test_gru_and_lstm_cells_traced_on_cuda_export_to_onnx_and_validate(tmp_path):
-    """The cells run their fused kernels on cuda; the ONNX export decomposes them and validates against eager."""
+@pytest.mark.parametrize("backend", ["onnx", "pt2"])
+def test_gru_and_lstm_cells_traced_on_cuda_export_and_validate(tmp_path, backend):
+    """The cells run their fused kernels on cuda; the export decomposes them and validates against eager."""
     model = Recurrent().cuda()
-    node = leapp.node("cells", export_with="onnx")(model.forward)
+    node = leapp.node("cells", export_with=backend)(model.forward)
     with torch.no_grad(), leapp.trace("rnn", save_path=str(tmp_path)) as session:
         for seed in range(3):
             g = torch.Generator(device="cuda").manual_seed(seed)
