@@ -46,8 +46,10 @@ class Cell(torch.nn.Module):
         self.cell = torch.nn.GRUCell(OBS + ACT, HIDDEN)
         self.head = torch.nn.Linear(HIDDEN, ACT)
 
+    backend = "onnx"  # the policy node's (test_cpp_state_cuda exports it as PT2 too)
+
     def step(self, obs, h, last):
-        with leapp.node("policy", export_with="onnx"):
+        with leapp.node("policy", export_with=self.backend):
             obs = annotate.input_tensors("policy", {"obs": obs})
             h, last = annotate.state_tensors("policy", {"h": h, "last_action": last})
             h = self.cell(torch.cat([obs, last], -1), h)

@@ -28,7 +28,6 @@ import torch
 
 import leapp
 import leapp.aoti
-from leapp import annotate
 from leapp.pipeline_format import read_pipeline
 from leapp.runtime.pipeline import load
 from leapp.testing.cpp_runner import LeappRunPipeline, leapp_run_device, leapp_run_env, leapp_run_path
@@ -53,19 +52,6 @@ class DeviceCell(Cell):
     def __init__(self, backend: str) -> None:
         super().__init__()
         self.backend = backend
-
-    def step(self, obs, h, last):
-        with leapp.node("policy", export_with=self.backend):
-            obs = annotate.input_tensors("policy", {"obs": obs})
-            h, last = annotate.state_tensors("policy", {"h": h, "last_action": last})
-            h = self.cell(torch.cat([obs, last], -1), h)
-            action = torch.tanh(self.head(h))
-            h, action = annotate.update_state("policy", {"h": h, "last_action": action})
-            annotate.output_tensors("policy", {"action": action})
-        with leapp.node("post", export_with="onnx"):
-            action = annotate.input_tensors("post", {"action": action})
-            annotate.output_tensors("post", {"command": action * 0.5 + 0.1})
-        return h, action
 
 
 def _needs_cuda_runner(backend: str) -> None:
