@@ -24,6 +24,7 @@ import torch.fx
 
 from leapp._contract.names import identifier
 from leapp._contract.records import NodeRecord, SegmentRecord, TensorSpec, warp_segment_call
+from leapp._export.rnn_cells import decompose_fused_rnn_cells
 from leapp.errors import ExportError
 
 __all__ = [
@@ -180,6 +181,7 @@ def build_exportable(record: NodeRecord, bundles: BundleProvider | None = None,
     src = record.graph
     gm = torch.fx.GraphModule(src, _copy_graph(src.graph), class_name=f"leapp_{identifier(record.name)}")
     gm.training = False  # inference export; root flag only: submodules are shared with the recording
+    decompose_fused_rnn_cells(gm, f"node '{record.name}' ({record.source})")  # GRU/LSTM cells traced on CUDA
     if record.dynamic_batch is not None:  # sizes baked from the batch become expressions of input 0's dim 0
         from leapp._export.dynamic_batch import symbolize_batch_sizes
 

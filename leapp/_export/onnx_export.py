@@ -25,7 +25,6 @@ import torch
 from leapp._export.exportable import ExportableNode
 from leapp._export.onnx_gemm import split_gemm_bias
 from leapp._export.paths import artifact_path
-from leapp._export.rnn_cells import decompose_fused_rnn_cells
 from leapp.errors import ExportError
 
 __all__ = [
@@ -111,7 +110,6 @@ def to_onnx_program(node: ExportableNode):
 
         args = example_batch_inputs(record)
         kwargs["dynamic_shapes"] = batch_dynamic_shapes(record, args)
-    decompose_fused_rnn_cells(node.module, f"node '{record.name}' ({record.source})")  # GRU/LSTM cells traced on CUDA
     try:
         program = torch.onnx.export(
             node.module,

@@ -22,7 +22,6 @@ import torch
 
 from leapp._export.exportable import ExportableNode
 from leapp._export.paths import artifact_path
-from leapp._export.rnn_cells import decompose_fused_rnn_cells
 from leapp.errors import ExportError
 
 __all__ = ["export_pt2", "to_exported_program", "zero_example_inputs"]
@@ -34,7 +33,6 @@ def to_exported_program(node: ExportableNode) -> torch.export.ExportedProgram:
 
     ops.ensure_registered()
     record = node.record
-    decompose_fused_rnn_cells(node.module, f"node '{record.name}' ({record.source})")  # GRU/LSTM cells traced on CUDA
     strict = bool(record.backend_params.get("strict", False))
     args, dynamic_shapes = node.example_inputs, None
     if record.dynamic_batch is not None:

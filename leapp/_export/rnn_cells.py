@@ -6,7 +6,8 @@ them (``torch.onnx.export``: "No ONNX function found"), so a recurrent policy tr
 not export to ONNX. ``decompose_fused_rnn_cells`` replaces each call in a node's graph with the gate
 equations ATen's unfused path computes (aten/src/ATen/native/RNN.cpp, ``GRUCell`` / ``LSTMCell``),
 over the fused op's own arguments: the two gate products, the state and the optional biases. The
-PT2 route needs the same: the fused ops have no fake kernel, so AOTInductor cannot compile them.
+PT2 route needs the same (the fused ops have no fake kernel, so AOTInductor cannot compile them), so
+``build_exportable`` rewrites the node's graph once, for every route.
 """
 
 from __future__ import annotations
