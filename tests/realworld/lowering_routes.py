@@ -8,8 +8,11 @@ outputs as .npz or the traceback as text, so that one job's failure is reported 
 Routes: ``ort-cpu`` / ``ort-cuda`` (ONNX Runtime's CPU or CUDA execution provider), ``reference``
 (``onnx.reference.ReferenceEvaluator``), ``pt2`` (``torch.export.load`` then ``module()``) and ``aoti-cpu`` /
 ``aoti-cuda`` (``torch._inductor.aoti_compile_and_package`` of the loaded ExportedProgram, then
-``aoti_load_package``). The ``pt2`` job also writes what the loaded graph calls (``graph.json``). leapp's ``.pt2`` stores no example inputs (docs/aoti.md), so the AOTI routes set the
-job's inputs as the program's example inputs, as a user compiling it would.
+``aoti_load_package``). The ``pt2`` job also writes what the loaded graph calls (``graph.json``). leapp's
+``.pt2`` stores no example inputs (docs/aoti.md), so the AOTI routes set the job's inputs as the program's
+example inputs, as a user compiling it would. A PT2 traced on one device and run on the other (a CUDA trace on
+the CPU routes, a CPU trace on ``aoti-cuda``) is first moved with ``torch.export.passes.move_to_device_pass``,
+as a user deploying it there would; a program run where it was traced is run as loaded.
 """
 
 from __future__ import annotations
@@ -63,16 +66,20 @@ _CHILD = textwrap.dedent("""
         assert session.get_providers()[0] == provider, session.get_providers()
         return session.run(None, feeds)
 
-    programs = {}  # artifact -> ExportedProgram: a big graph is loaded once for the pt2 and AOTI jobs
+    programs = {}  # (artifact, device) -> ExportedProgram: a big graph is loaded once for the pt2 and AOTI jobs
 
-    def pt2_route(route, artifact, arrays, workdir):
+    def pt2_route(route, artifact, arrays, workdir, traced_on):
         import torch
         device = "cuda" if route == "aoti-cuda" else "cpu"
         if device == "cuda" and not torch.cuda.is_available():
             raise Unavailable("torch sees no CUDA device")
-        if artifact not in programs:
-            programs[artifact] = torch.export.load(artifact)
-        program = programs[artifact]
+        if (artifact, device) not in programs:
+            program = torch.export.load(artifact)
+            if torch.device(traced_on).type != device:  # the pass moves the program in place
+                from torch.export.passes import move_to_device_pass
+                program = move_to_device_pass(program, device)
+            programs[artifact, device] = program
+        program = programs[artifact, device]
         args = tuple(torch.from_numpy(a).to(device) for a in arrays)
         if route == "pt2":
             graph = {"targets": sorted({str(n.target) for m in program.graph_module.modules() if hasattr(m, "graph")
@@ -84,9 +91,6 @@ _CHILD = textwrap.dedent("""
             out = program.module()(*args)
         else:
             from torch._inductor import aoti_compile_and_package, aoti_load_package
-            if device == "cuda":
-                from torch.export.passes import move_to_device_pass
-                program = move_to_device_pass(program, "cuda")
             program.example_inputs = (args, {})  # leapp's .pt2 stores none (docs/aoti.md)
             package = aoti_compile_and_package(program, package_path=str(Path(workdir) / "model.pt2"))
             out = aoti_load_package(package)(*args)
@@ -103,7 +107,7 @@ _CHILD = textwrap.dedent("""
             if job["route"] in ("ort-cpu", "ort-cuda", "reference"):
                 outs = onnx_route(job["route"], job["artifact"], arrays)
             else:
-                outs = pt2_route(job["route"], job["artifact"], arrays, job["workdir"])
+                outs = pt2_route(job["route"], job["artifact"], arrays, job["workdir"], job["traced_on"])
             np.savez(job["outputs"], *[np.asarray(o) for o in outs])
             status = "ok"
         except Unavailable as why:
@@ -116,19 +120,21 @@ _CHILD = textwrap.dedent("""
 
 @dataclass
 class Job:
-    """One export run on one route; ``folder`` holds its inputs, outputs, status and AOTI package."""
+    """One export run on one route; ``folder`` holds its inputs, outputs, status and AOTI package;
+    ``traced_on`` is the device the export was traced on."""
 
     route: str
     artifact: Path
     inputs: Sequence[np.ndarray]
     folder: Path
+    traced_on: str = "cpu"
 
     def spec(self) -> dict:
         self.folder.mkdir(parents=True, exist_ok=True)
         np.savez(self.folder / "inputs.npz", **{f"arg{i}": np.ascontiguousarray(a) for i, a in enumerate(self.inputs)})
         return {"route": self.route, "artifact": str(self.artifact), "inputs": str(self.folder / "inputs.npz"),
                 "outputs": str(self.folder / "outputs.npz"), "status": str(self.folder / "status.json"),
-                "workdir": str(self.folder)}
+                "workdir": str(self.folder), "traced_on": self.traced_on}
 
 
 class RouteRun:

@@ -35,9 +35,10 @@ SCALE = 0.5
 HIP_CLIP = (-0.4, 0.4)
 
 
-def make_apply(joint_names=(".*",)):
-    """A fresh env and JointPositionAction, and the node that processes and applies one action batch."""
-    env = make_env(N, JOINTS, num_actions=len(JOINTS))
+def make_apply(joint_names=(".*",), device: str = "cpu"):
+    """A fresh env on ``device`` and JointPositionAction, and the node that processes and applies one action
+    batch."""
+    env = make_env(N, JOINTS, num_actions=len(JOINTS), device=device)
     robot = env.scene["robot"]
     cfg = JointPositionActionCfg(asset_name="robot", joint_names=list(joint_names), scale=SCALE,
                                  use_default_offset=True, clip={"hip_.*": HIP_CLIP})

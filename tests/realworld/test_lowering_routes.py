@@ -8,6 +8,10 @@ The ONNX must be standard ONNX only (default domain, one opset, no bundle) and t
 ``onnx.reference.ReferenceEvaluator`` for the ONNX; ``torch.export.load`` and AOTInductor for the PT2; on a
 GPU also ONNX Runtime's CUDA EP and AOTInductor on CUDA. Each result equals the eager node (Isaac Lab's
 terms, MuJoCo Warp's kernels, run by Warp in this process) within rtol = atol = 1e-5.
+
+Where Warp sees a CUDA device the cases are traced there (TRACE_DEVICE), as simulators run them, and the same
+lowered exports then run on every route, CPU ones too; otherwise they are traced on the CPU. A machine with a
+GPU need not have Warp's CPU compiler at all.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import torch  # noqa: E402
+import warp as wp  # noqa: E402
 from lowering_routes import ONNX_ROUTES, Job, RouteRun  # noqa: E402
 from test_isaaclab_actions import _actions, make_apply  # noqa: E402
 from test_isaaclab_observations import _inputs as _observation_inputs  # noqa: E402
@@ -43,25 +48,33 @@ NEW_SEED = 1009  # inputs no trace pass saw
 RTOL = ATOL = 1e-5
 CASES = ("policy", "locomotion", "action", "fk")
 BACKENDS = ("onnx", "pt2")
+TRACE_DEVICE = "cuda:0" if wp.is_cuda_available() else "cpu"
+
+
+def _on_device(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    return [t.to(TRACE_DEVICE) for t in inputs]
 
 
 def _policy(backend: str):
-    return make_observe(backend=backend)[0], lambda seed: _observation_inputs(seed)
+    node = make_observe(device=TRACE_DEVICE, backend=backend)[0]
+    return node, lambda seed: _on_device(_observation_inputs(seed))
 
 
 def _locomotion(backend: str):
-    return make_observe(locomotion=True, backend=backend)[0], lambda seed: _observation_inputs(seed, True)
+    node = make_observe(locomotion=True, device=TRACE_DEVICE, backend=backend)[0]
+    return node, lambda seed: _on_device(_observation_inputs(seed, True))
 
 
 def _action(backend: str):
     """make_apply's node has no backend parameter: its eager function (``__wrapped__``) as a node of ours."""
-    apply, _, _ = make_apply()
-    return leapp.node("joint_targets", export_with=backend)(apply.__wrapped__), lambda seed: [_actions(seed)]
+    apply, _, _ = make_apply(device=TRACE_DEVICE)
+    node = leapp.node("joint_targets", export_with=backend)(apply.__wrapped__)
+    return node, lambda seed: _on_device([_actions(seed)])
 
 
 def _fk(backend: str):
-    forward, mjm = make_forward()
-    return leapp.node("fk", export_with=backend)(forward.__wrapped__), lambda seed: [_qpos(mjm, seed)]
+    forward, mjm = make_forward(device=TRACE_DEVICE)
+    return leapp.node("fk", export_with=backend)(forward.__wrapped__), lambda seed: _on_device([_qpos(mjm, seed)])
 
 
 BUILDERS: dict[str, Callable] = {"policy": _policy, "locomotion": _locomotion, "action": _action, "fk": _fk}
@@ -86,7 +99,8 @@ class Export:
 
 
 def _as_list(out) -> list[torch.Tensor]:
-    return [t.detach().clone() for t in (out if isinstance(out, (tuple, list)) else [out])]
+    """The node's outputs, copied to the CPU (where the fresh processes' results are compared)."""
+    return [t.detach().cpu().clone() for t in (out if isinstance(out, (tuple, list)) else [out])]
 
 
 def _export(case: str, backend: str, folder: Path) -> Export:
@@ -105,7 +119,7 @@ def _export(case: str, backend: str, folder: Path) -> Export:
     for seed in TRACE_SEEDS:  # a graph that baked a trace pass's result cannot pass
         traced = _as_list(node(*inputs(seed)))
         assert any(not torch.equal(e, t) for e, t in zip(expected, traced)), f"{case}: new inputs change nothing"
-    return Export(case, backend, report, report.path / entry.artifact, seconds, new, expected)
+    return Export(case, backend, report, report.path / entry.artifact, seconds, [t.cpu() for t in new], expected)
 
 
 # Routes run in one fresh process per group, so a big program is loaded once for its pt2 and AOTI jobs.
@@ -138,7 +152,8 @@ def _start(exports, backend: str, routes: set[str], folder: Path, runs: dict) ->
         if not members:
             continue
         jobs = [(route, case, Job(route, exports[case, backend].artifact,
-                                  [t.numpy() for t in exports[case, backend].new_inputs], folder / route / case))
+                                  [t.numpy() for t in exports[case, backend].new_inputs], folder / route / case,
+                                  traced_on=TRACE_DEVICE))
                 for case in JOB_ORDER for route in members]
         if not jobs:
             continue
@@ -189,8 +204,9 @@ def test_lowered_export_equals_eager_without_leapp(lowered, route, case):
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("route", ["ort-cuda", "aoti-cuda"])
 def test_lowered_export_equals_eager_on_cuda_without_leapp(lowered, route, case):
-    """The CPU-traced lowered exports on a GPU: ORT's CUDA EP on the ONNX, AOTInductor on the PT2 moved to
-    CUDA (torch.export.passes.move_to_device_pass). Skips when that ORT build has no CUDA EP."""
+    """The lowered exports on a GPU: ORT's CUDA EP on the ONNX, AOTInductor on the PT2 (moved to CUDA by
+    torch.export.passes.move_to_device_pass when it was traced on the CPU). Skips when that ORT build has no
+    CUDA EP."""
     _check_route(lowered, route, case)
 
 

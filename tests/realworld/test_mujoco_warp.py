@@ -36,18 +36,19 @@ NWORLD = 4
 MJCF = Path(__file__).with_name("hopper.xml")
 
 
-def _model():
+def _model(device: str = "cpu"):
     mjm = mujoco.MjModel.from_xml_path(str(MJCF))
-    with wp.ScopedDevice("cpu"):
+    with wp.ScopedDevice(device):
         m = mjw.put_model(mjm)
         d = mjw.put_data(mjm, mujoco.MjData(mjm), nworld=NWORLD)
-    assert d.qpos.device.is_cpu and d.qpos.shape == (NWORLD, mjm.nq)
+    assert d.qpos.device == wp.get_device(device) and d.qpos.shape == (NWORLD, mjm.nq)
     return mjm, m, d
 
 
-def make_forward(world_rows: bool = True):
-    """A fresh model and Data, and the FK node; ``world_rows=False`` leaves out the copy of body 0's rows."""
-    mjm, m, d = _model()
+def make_forward(world_rows: bool = True, device: str = "cpu"):
+    """A fresh model and Data on ``device``, and the FK node; ``world_rows=False`` leaves out the copy of body
+    0's rows."""
+    mjm, m, d = _model(device)
     world_xpos, world_xquat = wp.to_torch(d.xpos).clone(), wp.to_torch(d.xquat).clone()
 
     @leapp.node("fk")
@@ -56,7 +57,7 @@ def make_forward(world_rows: bool = True):
         if world_rows:
             wp.to_torch(d.xpos).copy_(world_xpos)
             wp.to_torch(d.xquat).copy_(world_xquat)
-        with wp.ScopedDevice("cpu"), annotate.warp_op():  # MJWarp launches on the current device
+        with wp.ScopedDevice(device), annotate.warp_op():  # MJWarp launches on the current device
             mjw.kinematics(m, d)
             mjw.com_pos(m, d)
         return wp.to_torch(d.site_xpos).clone(), wp.to_torch(d.subtree_com).clone()
