@@ -16,6 +16,8 @@ Routes, built the same way for both exports (only the artifacts differ):
         both are loaded through leapp.runtime.runners.load_pt2, which checks the archive and registers it)
   aoti  the PT2 node compiled by leapp.aoti.package (same Inductor configs for both) and loaded with
         torch._inductor.aoti_load_package; skipped with --quick or --no-aoti
+  inductor  the PT2 node's module through torch.compile (Inductor in process; not in the default --routes:
+        it is where AOTInductor cannot load, as on a machine whose torch build crashes in aoti_load_package)
 
 Each route's step is checked against eager first (the table's error column). Timing: after a warm-up,
 ``--repeats`` interleaved rounds (replayed, lowered, eager) of ``--calls`` calls; a row is the median of the
@@ -55,7 +57,8 @@ import go2_pipeline  # noqa: E402
 from quiet_output import quiet_output  # noqa: E402
 
 VARIANTS = ("replay", "lower")
-ROUTES = ("onnx", "pt2", "aoti")
+ROUTES = ("onnx", "pt2", "aoti", "inductor")
+DEFAULT_ROUTES = ("onnx", "pt2", "aoti")
 CASES = ("go2", "seg")
 
 
@@ -165,6 +168,9 @@ def pt2_runner(path: Path, route: str, node: str):
     if route == "pt2":
         module = load_pt2(path).module()
         return (lambda *t: list(module(*t))), "torch.export module"
+    if route == "inductor":
+        module = torch.compile(load_pt2(path).module(), fullgraph=True)
+        return (lambda *t: list(module(*t))), "torch.compile (Inductor)"
     import leapp.aoti
 
     with warnings.catch_warnings():
@@ -274,7 +280,7 @@ def parse_args(argv=None):
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--batches", default="1,64,4096", help="numbers of robots (comma separated)")
     p.add_argument("--cases", default=",".join(CASES), help=f"of {CASES}")
-    p.add_argument("--routes", default=",".join(ROUTES), help=f"of {ROUTES}")
+    p.add_argument("--routes", default=",".join(DEFAULT_ROUTES), help=f"of {ROUTES}")
     p.add_argument("--calls", type=int, default=100, help="timed calls per round (at least 50)")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--repeats", type=int, default=5, help="interleaved rounds; a row is their median")
