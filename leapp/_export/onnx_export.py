@@ -35,6 +35,7 @@ __all__ = [
     "export_onnx",
     "to_onnx_program",
     "translation_table",
+    "clone_copied_constants",
 ]
 
 log = logging.getLogger(__name__)
@@ -96,9 +97,39 @@ def translation_table() -> dict:
     return {torch.ops.leapp.warp_segment.default: _warp_segment}
 
 
+_COPIES = (torch.ops.aten.copy_.default, torch.ops.aten.copy.default)
+
+
+def clone_copied_constants(gm: torch.fx.GraphModule) -> int:
+    """Gives each ``aten.copy_`` whose source is a constant (a ``get_attr``) a clone of it as its source;
+    returns how many it changed.
+
+    torch's ONNX exporter before 2.13 writes a copy between tensors of one dtype as its source value itself
+    and renames that value after the copy. When the source is an initializer the export then fails ("Key
+    'b_<constant>' does not match the name of the value 'copy'", pytorch/pytorch#178868). A node that copies
+    a constant into simulator memory does this: MuJoCo Warp's world rows put back into ``Data``. The clone
+    computes the same values and is a node of its own, so no initializer is renamed; the ONNX optimizer
+    removes the Identity it becomes.
+    """
+    changed = 0
+    for call in list(gm.graph.nodes):
+        if call.op != "call_function" or call.target not in _COPIES or len(call.args) < 2:
+            continue
+        source = call.args[1]
+        if isinstance(source, torch.fx.Node) and source.op == "get_attr":
+            with gm.graph.inserting_before(call):
+                clone = gm.graph.call_function(torch.ops.aten.clone.default, (source,))
+            call.replace_input_with(source, clone)
+            changed += 1
+    if changed:
+        gm.recompile()
+    return changed
+
+
 def to_onnx_program(node: ExportableNode):
     """``torch.onnx.export(..., dynamo=True)`` of the node; graph inputs/outputs carry the node's names."""
     record = node.record
+    clone_copied_constants(node.module)
     params = record.backend_params
     kwargs = {}
     if params.get("opset_version") is not None:

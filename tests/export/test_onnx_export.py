@@ -157,3 +157,55 @@ def test_pure_torch_mlp_onnx_matches_eager(tmp_path_factory, batch, n_in, hidden
     runner = OnnxRunner(path, [IOSpec("obs", torch.float32, (batch, n_in))], [IOSpec("actions", torch.float32, (batch, n_out))], "cpu", False)
     got = runner([samples[1]])[0]
     np.testing.assert_allclose(got.numpy(), node.samples[1].outputs[0].numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_constant_copied_into_memory_exports_and_runs(tmp_path):
+    """A node that writes a constant into memory it does not own (as MuJoCo Warp nodes put back the world rows
+    of Data) and then its input: the exported ONNX runs on ONNX Runtime equal to eager. torch's ONNX exporter
+    before 2.13 renamed the constant's initializer there (pytorch/pytorch#178868); clone_copied_constants
+    sidesteps that."""
+    import leapp
+
+    memory, rows = torch.zeros(4, 3), torch.arange(12.0).reshape(4, 3)
+
+    @leapp.node("put_back", export_with="onnx")
+    def put_back(x):
+        memory.copy_(rows)
+        memory[1:].add_(x[1:])
+        return memory * 2.0
+
+    with leapp.trace("put_back", save_path=str(tmp_path)) as session:
+        for seed in range(3):
+            put_back(torch.randn(4, 3, generator=torch.Generator().manual_seed(seed)))
+    report = session.compile(validate=True)
+    assert report.nodes[0].validation.status == "passed", str(report)
+    import onnxruntime as ort
+
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(99))
+    model = ort.InferenceSession(str(report.path / report.nodes[0].artifact), providers=["CPUExecutionProvider"])
+    (got,) = model.run(None, {"x": x.numpy()})
+    np.testing.assert_allclose(got, put_back(x).numpy(), rtol=0, atol=0)
+
+
+def test_clone_copied_constants_clones_constant_sources_only():
+    from leapp._export.onnx_export import clone_copied_constants
+
+    root = torch.nn.Module()
+    root.register_buffer("rows", torch.ones(2, 3))
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    rows = graph.get_attr("rows")
+    dst = graph.call_function(torch.ops.aten.zeros.default, ([2, 3],), {"dtype": torch.float32})
+    from_rows = graph.call_function(torch.ops.aten.copy_.default, (dst, rows))
+    from_input = graph.call_function(torch.ops.aten.copy_.default, (graph.call_function(torch.ops.aten.clone.default,
+                                                                                        (dst,)), x))
+    graph.output((from_rows, from_input))
+    gm = torch.fx.GraphModule(root, graph)
+    x_value = torch.randn(2, 3)
+    before = [t.clone() for t in gm(x_value)]
+    assert clone_copied_constants(gm) == 1
+    assert from_rows.args[1].target is torch.ops.aten.clone.default and from_rows.args[1].args == (rows,)
+    assert from_input.args[1] is x
+    after = gm(x_value)
+    assert all(torch.equal(a, b) for a, b in zip(before, after))
+    assert clone_copied_constants(gm) == 0  # the clone is no constant: nothing left to change

@@ -17,7 +17,8 @@ if _RECORDER_TESTS not in sys.path:  # recorder_helpers / warp_replay, as tests/
 
 
 def pytest_collection_modifyitems(config, items):
-    """The CPU tests need Warp's CPU compiler (warp-clang), which some GPU images leave out."""
+    """The CPU tests need Warp's CPU compiler (warp-clang), which some GPU images leave out; a module that
+    traces on a GPU when there is one says so with ``TRACE_DEVICE``."""
     import pytest
     import warp as wp
 
@@ -26,5 +27,6 @@ def pytest_collection_modifyitems(config, items):
         return
     skip = pytest.mark.skip(reason="Warp has no CPU compiler here (warp-clang is not installed)")
     for item in items:
-        if item.fspath.dirpath().basename == "realworld" and "cuda" not in item.keywords:
+        traces_on_cpu = getattr(item.module, "TRACE_DEVICE", "cpu") == "cpu"
+        if item.fspath.dirpath().basename == "realworld" and "cuda" not in item.keywords and traces_on_cpu:
             item.add_marker(skip)
