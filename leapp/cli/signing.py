@@ -8,9 +8,11 @@ reason on stderr), 2 a usage problem (no key configured).
 from __future__ import annotations
 
 import argparse
+import getpass
+import os
 import sys
 
-__all__ = ["add_commands", "sign_command", "verify_command"]
+__all__ = ["add_commands", "read_password", "sign_command", "verify_command"]
 
 
 def add_commands(commands) -> None:
@@ -25,7 +27,11 @@ def add_commands(commands) -> None:
     )
     sign.add_argument("export_dir", metavar="EXPORT_DIR", help="an export folder with pipeline.yaml")
     sign.add_argument("--key", metavar="PRIVATE_KEY.pem", required=True, help="the PEM private key to sign with")
-    sign.add_argument("--password", default=None, help="the private key's password, if it is encrypted")
+    sign.add_argument("--password-from", metavar="SOURCE", default=None,
+                      help="where the encrypted private key's password is: env:NAME (an environment variable), "
+                      "file:PATH (the file's first line) or stdin (one line; asked for on a terminal). It is never "
+                      "an argument: other users of the machine read arguments in the process list")
+    sign.add_argument("--password", default=None, help=argparse.SUPPRESS)  # refused by name, never echoed
     sign.add_argument("--certificate", metavar="CERT.pem", default=None,
                       help="sign with this certificate of the key (the signature carries it instead of the key's hint)")
     sign.add_argument("--certificate-chain", metavar="CHAIN.pem", action="append", default=[],
@@ -43,6 +49,33 @@ def add_commands(commands) -> None:
                         help="a trusted PEM public key (repeatable: one of them must have signed the folder)")
 
 
+class _PasswordSourceError(Exception):
+    pass
+
+
+def read_password(source: str) -> str:
+    """The password that ``source`` names (``env:NAME``, ``file:PATH`` or ``stdin``), as OpenSSL's ``-passin``
+    takes it: one line, its line ending removed."""
+    kind, _, rest = source.partition(":")
+    if kind == "env" and rest:
+        if rest not in os.environ:
+            raise _PasswordSourceError(f"--password-from {source}: the environment has no variable {rest}")
+        return os.environ[rest]
+    if kind == "file" and rest:
+        try:
+            with open(rest, encoding="utf-8") as f:
+                line = f.readline()
+        except (OSError, UnicodeDecodeError) as e:
+            raise _PasswordSourceError(f"--password-from {source}: cannot read it: {e}") from None
+        return line.rstrip("\r\n")
+    if source == "stdin":
+        if sys.stdin is not None and sys.stdin.isatty():
+            return getpass.getpass("private key password: ")
+        return (sys.stdin.readline() if sys.stdin is not None else "").rstrip("\r\n")
+    # the value is not repeated: a careless user may have put the password itself here
+    raise _PasswordSourceError("--password-from: give env:NAME, file:PATH or stdin (the value given is not shown)")
+
+
 def sign_command(args: argparse.Namespace) -> int:
     from leapp.errors import SignatureError
     from leapp.signing.sign import sign_folder
@@ -50,8 +83,17 @@ def sign_command(args: argparse.Namespace) -> int:
     if args.certificate_chain and args.certificate is None:
         print("leapp sign: --certificate-chain needs --certificate", file=sys.stderr)
         return 2
+    if args.password is not None:
+        print("leapp sign: --password is refused: every user of the machine can read a command line in the "
+              "process list; give --password-from env:NAME, file:PATH or stdin", file=sys.stderr)
+        return 2
     try:
-        out = sign_folder(args.export_dir, args.key, password=args.password, certificate=args.certificate,
+        password = None if args.password_from is None else read_password(args.password_from)
+    except _PasswordSourceError as e:
+        print(f"leapp sign: {e}", file=sys.stderr)
+        return 2
+    try:
+        out = sign_folder(args.export_dir, args.key, password=password, certificate=args.certificate,
                           certificate_chain=args.certificate_chain)
     except SignatureError as e:
         print(f"leapp sign: {e}", file=sys.stderr)

@@ -30,7 +30,7 @@ def model_signing_modules():
     return signing, hashing
 
 
-def sign_folder(folder: str | os.PathLike, private_key: str | os.PathLike, *, password: str | None = None,
+def sign_folder(folder: str | os.PathLike, private_key: str | os.PathLike, *, password: str | bytes | None = None,
                 certificate: str | os.PathLike | None = None, certificate_chain: Sequence[str | os.PathLike] = (),
                 signature: str = SIGNATURE_FILE) -> Path:
     """Signs every file of the export ``folder`` with ``private_key`` (PEM, elliptic curve P-256/P-384/P-521) and
@@ -51,11 +51,16 @@ def sign_folder(folder: str | os.PathLike, private_key: str | os.PathLike, *, pa
                        *(("certificate chain", c) for c in certificate_chain)]:
         if path is not None and not Path(path).is_file():
             raise SignatureError(f"{what} {path}: no such file")
+    if password is not None and certificate is not None:  # upstream's certificate signer reads unencrypted keys only
+        raise SignatureError(f"{private_key}: a password cannot be used with a certificate: the model-signing "
+                             "library signs with a certificate from an unencrypted private key only")
     signing, hashing = model_signing_modules()
     config = signing.Config()
     try:
         if certificate is None:
-            config.use_elliptic_key_signer(private_key=Path(private_key), password=password)
+            # the library declares a str password, but hands it to cryptography, which takes bytes only
+            secret = password.encode() if isinstance(password, str) else password
+            config.use_elliptic_key_signer(private_key=Path(private_key), password=secret)
         else:
             config.use_certificate_signer(private_key=Path(private_key), signing_certificate=Path(certificate),
                                           certificate_chain=[Path(c) for c in certificate_chain])

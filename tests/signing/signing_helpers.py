@@ -43,8 +43,9 @@ def record_export(save_path: Path) -> Path:
     return save_path / "mlp"
 
 
-def make_key(folder: Path, name: str, curve: str = "secp256r1") -> tuple[Path, Path]:
-    """(private, public) PEM files of a new EC key on ``curve`` (or ``"rsa"``), in ``folder``."""
+def make_key(folder: Path, name: str, curve: str = "secp256r1", password: str | None = None) -> tuple[Path, Path]:
+    """(private, public) PEM files of a new EC key on ``curve`` (or ``"rsa"``), in ``folder``; the private key
+    encrypted with ``password`` when one is given."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
@@ -53,8 +54,9 @@ def make_key(folder: Path, name: str, curve: str = "secp256r1") -> tuple[Path, P
     else:
         key = ec.generate_private_key(getattr(ec, curve.upper())())
     private, public = folder / f"{name}.pem", folder / f"{name}.pub.pem"
-    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()))
+    encryption = (serialization.NoEncryption() if password is None
+                  else serialization.BestAvailableEncryption(password.encode()))
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption))
     public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
                                                      serialization.PublicFormat.SubjectPublicKeyInfo))
     return private, public

@@ -11,12 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from signing_helpers import MODEL_SIGNING, copy, upstream_verify
+from signing_helpers import MODEL_SIGNING, copy, make_key, upstream_verify
 
 from leapp.cli import main
 from leapp.errors import SignatureError
 from leapp.signing import TRUST_ENV, trusted_keys
 from leapp.signing.sign import sign_folder
+from leapp.signing.trust import verify_folder
 
 
 @pytest.mark.parametrize("curve", ["a", "p384", "p521"])
@@ -133,3 +134,55 @@ def test_loading_without_trust_imports_no_crypto(export):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split("\n")[-2] == "[] None"
+
+
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture(scope="module")
+def encrypted_key(tmp_path_factory) -> tuple[Path, Path]:
+    return make_key(tmp_path_factory.mktemp("encrypted"), "enc", password=PASSWORD)
+
+
+@pytest.mark.parametrize("how", ["env", "file", "stdin"])
+def test_an_encrypted_key_signs_with_its_password_from_a_source(export, encrypted_key, tmp_path, monkeypatch, how):
+    """The password comes from an environment variable, a file or stdin, never from argv (ps shows argv)."""
+    import io
+
+    folder = copy(export, tmp_path / "mlp")
+    source = {"env": "env:LEAPP_TEST_KEY_PASSWORD", "file": f"file:{tmp_path / 'pw.txt'}", "stdin": "stdin"}[how]
+    monkeypatch.setenv("LEAPP_TEST_KEY_PASSWORD", PASSWORD)
+    (tmp_path / "pw.txt").write_text(PASSWORD + "\n")
+    monkeypatch.setattr("sys.stdin", io.StringIO(PASSWORD + "\n"))
+    assert main(["sign", str(folder), "--key", str(encrypted_key[0]), "--password-from", source]) == 0
+    assert verify_folder(folder, [encrypted_key[1]])
+
+
+def test_password_sources_refuse_by_name(export, encrypted_key, tmp_path, monkeypatch, capsys):
+    folder = copy(export, tmp_path / "mlp")
+    key = str(encrypted_key[0])
+    monkeypatch.delenv("LEAPP_NO_SUCH_PASSWORD", raising=False)
+    assert main(["sign", str(folder), "--key", key, "--password-from", "env:LEAPP_NO_SUCH_PASSWORD"]) == 2
+    assert "no variable LEAPP_NO_SUCH_PASSWORD" in capsys.readouterr().err
+    assert main(["sign", str(folder), "--key", key, "--password-from", f"file:{tmp_path / 'absent'}"]) == 2
+    assert "cannot read it" in capsys.readouterr().err
+    assert main(["sign", str(folder), "--key", key, "--password-from", PASSWORD]) == 2  # a password given as such
+    err = capsys.readouterr().err
+    assert "give env:NAME, file:PATH or stdin" in err and PASSWORD not in err
+    monkeypatch.setenv("LEAPP_TEST_KEY_PASSWORD", "wrong")
+    assert main(["sign", str(folder), "--key", key, "--password-from", "env:LEAPP_TEST_KEY_PASSWORD"]) == 1
+    assert "cannot sign with it" in capsys.readouterr().err
+    assert main(["sign", str(folder), "--key", key]) == 1  # encrypted, and no password
+    assert "cannot sign with it" in capsys.readouterr().err
+    assert not (folder / "model.sig").exists()
+    # a password as an argument is in the process list: refused by name, and not echoed
+    assert main(["sign", str(folder), "--key", key, "--password", PASSWORD]) == 2
+    err = capsys.readouterr().err
+    assert "--password is refused" in err and PASSWORD not in err
+    assert not (folder / "model.sig").exists()
+
+
+def test_a_password_with_a_certificate_is_refused(export, keys, tmp_path):
+    folder = copy(export, tmp_path / "mlp")
+    with pytest.raises(SignatureError, match="a password cannot be used with a certificate"):
+        sign_folder(folder, keys["a"][0], password="x", certificate=keys["a"][1])
