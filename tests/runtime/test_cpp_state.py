@@ -264,6 +264,61 @@ def test_cpp_api_carries_resets_and_reads_the_state(export, tmp_path, cmake_buil
     assert f"refused reset: {python.value}" in r.stdout
 
 
+_THREADS_PROGRAM = r"""
+#include <leapp/pipeline.h>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <thread>
+#include <vector>
+
+int main(int, char** argv) {
+  auto p = leapp::Pipeline::open(argv[1]);
+  std::ifstream f(argv[2], std::ios::binary);
+  const std::vector<char> obs((std::istreambuf_iterator<char>(f)), {});
+  const int threads = std::stoi(argv[4]), runs = std::stoi(argv[5]);
+  const size_t bytes = p->outputs()[0].byte_size();
+  std::vector<std::vector<char>> got(threads, std::vector<char>(bytes * runs));
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {  // every thread steps the one pipeline, each into its own buffers
+      std::vector<char> command(bytes);
+      for (int k = 0; k < runs; ++k) {
+        p->run({{"obs", obs.data()}}, {{"command", command.data()}});
+        std::copy(command.begin(), command.end(), got[t].begin() + k * bytes);
+      }
+    });
+  for (auto& t : pool) t.join();
+  std::ofstream all(std::string(argv[3]) + "/commands.bin", std::ios::binary);
+  for (const auto& g : got) all.write(g.data(), std::streamsize(g.size()));
+  const leapp::StateInfo& h = p->state_infos()[0];
+  std::ofstream(std::string(argv[3]) + "/h.bin", std::ios::binary)
+      .write(static_cast<const char*>(p->state(h.name)), std::streamsize(h.byte_size()));
+  return 0;
+}
+"""
+
+
+def test_cpp_pipeline_called_from_threads_runs_one_step_at_a_time(export, tmp_path, cmake_build_with_leapp):
+    """Four threads step one leapp::Pipeline at once, on one observation: each step runs whole (the lock), so the
+    commands they got are the commands of that many steps in a row, and the state is the state after them all."""
+    threads, runs = 4, 40
+    build = build_program("threads", _THREADS_PROGRAM, tmp_path, cmake_build_with_leapp)
+    obs = _observations(1, seed=5)[0]
+    (tmp_path / "obs.bin").write_bytes(obs.numpy().tobytes())
+    r = subprocess.run([str(build / "threads"), str(export), str(tmp_path / "obs.bin"), str(tmp_path), str(threads),
+                        str(runs)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    pipeline = leapp.load(export)
+    steps = [pipeline(obs=obs)["command"].numpy().tobytes() for _ in range(threads * runs)]
+    data = (tmp_path / "commands.bin").read_bytes()
+    got = [data[i:i + len(steps[0])] for i in range(0, len(data), len(steps[0]))]
+    assert len(set(steps)) > threads  # the state moves the command: an interleaved step would show
+    assert sorted(got) == sorted(steps)
+    assert (tmp_path / "h.bin").read_bytes() == _bytes(pipeline.state)["policy/h"]
+
+
 # ---- refusals: both readers, one text ----
 
 

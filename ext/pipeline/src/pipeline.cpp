@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <new>
 
 #include "artifact_check.h"
@@ -270,7 +271,10 @@ const std::string& Pipeline::name() const { return impl_->description.name; }
 const std::vector<TensorInfo>& Pipeline::inputs() const { return impl_->inputs; }
 const std::vector<TensorInfo>& Pipeline::outputs() const { return impl_->outputs; }
 const std::vector<NodeInfo>& Pipeline::nodes() const { return impl_->node_infos; }
-void Pipeline::set_timing(bool on) { impl_->timing = on; }
+void Pipeline::set_timing(bool on) {
+  std::lock_guard<std::mutex> one_at_a_time(impl_->calls);
+  impl_->timing = on;
+}
 const std::vector<double>& Pipeline::last_node_seconds() const { return impl_->seconds; }
 const std::string& Pipeline::graph_reason() const { return impl_->graphs.reason(); }
 int64_t Pipeline::graph_captures() const { return impl_->graphs.captures(); }
@@ -355,6 +359,7 @@ void Pipeline::Impl::copy(void* dst, const void* src, size_t bytes, bool from_ho
 
 void Pipeline::run(const std::map<std::string, const void*>& inputs, const std::map<std::string, void*>& outputs) {
   Impl& p = *impl_;
+  std::lock_guard<std::mutex> one_at_a_time(p.calls);
   auto where = [&] { return "Pipeline '" + p.description.name + "'"; };  // built for errors only
   if (!p.options.only_node.empty())
     throw PipelineError(where() + " was opened for node '" + p.options.only_node + "' alone (PipelineOptions::only_node): "
@@ -375,6 +380,7 @@ void Pipeline::run(const std::map<std::string, const void*>& inputs, const std::
 void Pipeline::run_node(const std::string& name, const std::map<std::string, const void*>& inputs,
                         const std::map<std::string, void*>& outputs) {
   Impl& p = *impl_;
+  std::lock_guard<std::mutex> one_at_a_time(p.calls);
   auto it = std::find_if(p.nodes.begin(), p.nodes.end(), [&](const Node& n) { return n.info.name == name; });
   if (it == p.nodes.end()) {
     std::vector<std::string> names;
@@ -427,6 +433,7 @@ void Pipeline::download(void* host, const void* buffer, size_t bytes) {
 
 void Pipeline::set_batch(int64_t batch) {
   Impl& p = *impl_;
+  std::lock_guard<std::mutex> one_at_a_time(p.calls);
   const std::string where = "Pipeline '" + p.description.name + "'";
   int64_t lo = 0, hi = 0;
   std::string named;

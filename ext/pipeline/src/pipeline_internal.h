@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <utility>
@@ -101,6 +102,9 @@ struct Pipeline::Impl {
   std::unique_ptr<Ort::RunOptions> capture_run_options;  // device runs while the stream is captured: no host wait
   bool timing = false;
   std::vector<double> seconds;
+  // run, run_node, reset, set_batch and set_timing one at a time: they share the intermediate buffers, the state
+  // and the step graphs (docs/deploy.md, "Threads"); a second thread waits, as with leapp.load's lock
+  std::mutex calls;
   CUcontext context = nullptr;
   CUstream own_stream = nullptr;  // kDevice without PipelineOptions::stream: the pipeline's (see pipeline.h)
   int64_t batch = 0;  // set_batch: 0 = the traced shapes

@@ -8,6 +8,7 @@
 // state buffer is ever a caller's.
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <new>
 
 #include "initial_values.h"
@@ -78,12 +79,14 @@ const std::vector<StateInfo>& Pipeline::state_infos() const { return impl_->stat
 const void* Pipeline::state(const std::string& name) const { return impl_->state_named(name, "state(name)").buffer.data(); }
 
 void Pipeline::reset() {
+  std::lock_guard<std::mutex> one_at_a_time(impl_->calls);
   impl_->make_current();
   for (State& state : impl_->states) impl_->copy(state.buffer.data(), state.initial.data(), state.initial.size(), true);
 }
 
 void Pipeline::reset(const std::map<std::string, const void*>& values) {
   Impl& p = *impl_;
+  std::lock_guard<std::mutex> one_at_a_time(p.calls);
   if (p.states.empty() && !values.empty())
     throw PipelineError("Pipeline '" + p.description.name + "': reset(state): the pipeline has no state");
   std::vector<std::pair<State*, const void*>> chosen;  // every name checked before anything is copied

@@ -133,6 +133,7 @@ class Pipeline {
   const std::vector<NodeInfo>& nodes() const;      ///< in execution order
 
   /// Runs every node; every pipeline input and output by name, each a buffer of byte_size() in options.memory.
+  /// Thread-safe: run, run_node, reset, set_batch and set_timing take the pipeline's lock, one call at a time.
   /// kDevice: enqueued on options.stream; returns without waiting (synchronize() waits).
   void run(const std::map<std::string, const void*>& inputs, const std::map<std::string, void*>& outputs);
   /// Runs one node alone on its own inputs and outputs (NodeInfo), by name.
