@@ -28,24 +28,20 @@ from leapp import annotate
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # quiet_output.py, also when loaded by path
 from quiet_output import quiet_output
 
+# the robot (its joints, default pose and metadata) and its observation are cpu_policy.py's
+from cpu_policy import (
+    ACTION_METADATA,
+    DEFAULT_POSE,
+    INPUT_METADATA,
+    JOINTS,
+    NUM_JOINTS,
+    projected_gravity,
+    random_state,
+)
+
 NAME = "recurrent_policy"
-NUM_JOINTS = 12
 HIDDEN = 32
-JOINTS = [f"{leg}_{part}" for leg in ("FL", "FR", "RL", "RR") for part in ("hip", "thigh", "calf")]
-DEFAULT_POSE = torch.tensor([0.1, 0.8, -1.5] * 4)
-INPUT_METADATA = {"quat": {"kind": "base_quat", "order": "xyzw", "frame": "world"},
-                  "joints": {"kind": "joint_positions", "units": "rad", "joints": JOINTS}}
-ACTION_METADATA = {"action": {"kind": "joint_position_targets", "units": "rad", "joints": JOINTS,
-                              "control_rate_hz": 50}}
 STATE_METADATA = {"last_action": {"kind": "joint_position_targets", "units": "rad", "joints": JOINTS}}
-
-
-def projected_gravity(quat: torch.Tensor) -> torch.Tensor:
-    """World gravity (0, 0, -1) in the base frame: the inverse rotation of an xyzw quaternion."""
-    xyz, w = quat[:, :3], quat[:, 3:]
-    g = torch.tensor([0.0, 0.0, -1.0]).expand_as(xyz)
-    t = 2.0 * torch.linalg.cross(xyz, g, dim=-1)
-    return g - w * t + torch.linalg.cross(xyz, t, dim=-1)
 
 
 class RecurrentPolicy(torch.nn.Module):
@@ -82,11 +78,6 @@ class RecurrentPolicy(torch.nn.Module):
             self.h, self.last_action = annotate.update_state("policy", {"h": h, "last_action": action})
             annotate.output_tensors("policy", {"action": action}, metadata=ACTION_METADATA)
         return action
-
-
-def random_state(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    return torch.nn.functional.normalize(torch.randn(n, 4, generator=g), dim=-1), torch.randn(n, NUM_JOINTS, generator=g)
 
 
 def export(policy: RecurrentPolicy, out: str, steps: int = 4) -> str:
