@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("model_signing", reason="the signing extra is not installed: pip install -e '.[signing]'")
 
-from signing_helpers import copy, make_key, record_export, sign
+from signing_helpers import copy, make_key, sign
+
+_RUNTIME_TESTS = str(Path(__file__).resolve().parents[1] / "runtime")
+if _RUNTIME_TESTS not in sys.path:  # runtime_helpers.record_mlp: the two-node export the C++ runner's tests sign too
+    sys.path.insert(0, _RUNTIME_TESTS)
+from runtime_helpers import record_mlp  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def export(tmp_path_factory) -> Path:
-    return record_export(tmp_path_factory.mktemp("signing_export"))
+    return record_mlp(tmp_path_factory.mktemp("signing_export"))
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""What the signing tests share: a small CPU export, EC key pairs, the upstream CLI, leapp-run and refusal texts."""
+"""What the signing tests share: EC key pairs, the upstream CLI, leapp-run and refusal texts."""
 
 from __future__ import annotations
 
@@ -11,36 +11,11 @@ from pathlib import Path
 import pytest
 
 __all__ = ["LEAPP_RUN", "MODEL_SIGNING", "copy", "leapp_load_refusal", "leapp_run_refusal", "make_key",
-           "native_verifier", "record_export", "run_trust_supported", "sign", "upstream_sign", "upstream_verify"]
+           "native_verifier", "run_trust_supported", "sign", "upstream_sign", "upstream_verify"]
 
 BIN = Path(sys.executable).parent
 MODEL_SIGNING = BIN / "model_signing"  # the upstream CLI of the model-signing package (the signing extra)
 LEAPP_RUN = BIN / "leapp-run"
-
-
-def record_export(save_path: Path) -> Path:
-    """Two ONNX nodes recorded on the CPU (an MLP, then a clamp and offset): ``save_path/mlp``."""
-    import torch
-
-    import leapp
-
-    torch.manual_seed(0)
-    mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ELU(), torch.nn.Linear(16, 4))
-
-    @leapp.node("policy", export_with="onnx")
-    def policy(obs):
-        return mlp(obs)
-
-    @leapp.node("post", export_with="onnx")
-    def post(actions, default_pos):
-        return torch.clamp(actions, -5.0, 5.0) * 0.25 + default_pos
-
-    obs, default_pos = torch.randn(2, 8), torch.randn(2, 4)
-    with leapp.trace("mlp", save_path=save_path) as session, torch.no_grad():
-        for _ in range(3):
-            post(policy(obs), default_pos)
-    session.compile(validate=False)
-    return save_path / "mlp"
 
 
 def make_key(folder: Path, name: str, curve: str = "secp256r1", password: str | None = None) -> tuple[Path, Path]:
