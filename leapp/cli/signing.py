@@ -53,9 +53,20 @@ class _PasswordSourceError(Exception):
     pass
 
 
+_PASSWORD_LIMIT = 4096  # characters: a line read from a file or stdin stops here (a device or a huge file)
+
+
+def _one_line(stream, source: str) -> str:
+    line = stream.readline(_PASSWORD_LIMIT + 1)
+    if len(line.rstrip("\r\n")) > _PASSWORD_LIMIT:
+        raise _PasswordSourceError(f"--password-from {source}: its first line is longer than {_PASSWORD_LIMIT} "
+                                   "characters: not a password")
+    return line.rstrip("\r\n")
+
+
 def read_password(source: str) -> str:
     """The password that ``source`` names (``env:NAME``, ``file:PATH`` or ``stdin``), as OpenSSL's ``-passin``
-    takes it: one line, its line ending removed."""
+    takes it: one line (at most 4096 characters), its line ending removed."""
     kind, _, rest = source.partition(":")
     if kind == "env" and rest:
         if rest not in os.environ:
@@ -64,14 +75,13 @@ def read_password(source: str) -> str:
     if kind == "file" and rest:
         try:
             with open(rest, encoding="utf-8") as f:
-                line = f.readline()
+                return _one_line(f, source)
         except (OSError, UnicodeDecodeError) as e:
             raise _PasswordSourceError(f"--password-from {source}: cannot read it: {e}") from None
-        return line.rstrip("\r\n")
     if source == "stdin":
         if sys.stdin is not None and sys.stdin.isatty():
             return getpass.getpass("private key password: ")
-        return (sys.stdin.readline() if sys.stdin is not None else "").rstrip("\r\n")
+        return _one_line(sys.stdin, source) if sys.stdin is not None else ""
     # the value is not repeated: a careless user may have put the password itself here
     raise _PasswordSourceError("--password-from: give env:NAME, file:PATH or stdin (the value given is not shown)")
 

@@ -166,6 +166,8 @@ def test_password_sources_refuse_by_name(export, encrypted_key, tmp_path, monkey
     assert "no variable LEAPP_NO_SUCH_PASSWORD" in capsys.readouterr().err
     assert main(["sign", str(folder), "--key", key, "--password-from", f"file:{tmp_path / 'absent'}"]) == 2
     assert "cannot read it" in capsys.readouterr().err
+    assert main(["sign", str(folder), "--key", key, "--password-from", "file:/dev/zero"]) == 2  # endless: read no further
+    assert "longer than 4096 characters" in capsys.readouterr().err
     assert main(["sign", str(folder), "--key", key, "--password-from", PASSWORD]) == 2  # a password given as such
     err = capsys.readouterr().err
     assert "give env:NAME, file:PATH or stdin" in err and PASSWORD not in err
