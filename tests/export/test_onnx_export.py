@@ -161,9 +161,9 @@ def test_pure_torch_mlp_onnx_matches_eager(tmp_path_factory, batch, n_in, hidden
 
 def test_constant_copied_into_memory_exports_and_runs(tmp_path):
     """A node that writes a constant into memory it does not own (as MuJoCo Warp nodes put back the world rows
-    of Data) and then its input: the exported ONNX runs on ONNX Runtime equal to eager. torch's ONNX exporter
-    before 2.13 renamed the constant's initializer there (pytorch/pytorch#178868); clone_copied_constants
-    sidesteps that."""
+    of Data) and then its input: the exported ONNX runs on ONNX Runtime equal to eager, and two exports are the
+    same bytes. torch's ONNX exporter before 2.13 renamed the constant's initializer there
+    (pytorch/pytorch#178868); clone_copied_constants sidesteps that."""
     import leapp
 
     memory, rows = torch.zeros(4, 3), torch.arange(12.0).reshape(4, 3)
@@ -174,11 +174,16 @@ def test_constant_copied_into_memory_exports_and_runs(tmp_path):
         memory[1:].add_(x[1:])
         return memory * 2.0
 
-    with leapp.trace("put_back", save_path=str(tmp_path)) as session:
-        for seed in range(3):
-            put_back(torch.randn(4, 3, generator=torch.Generator().manual_seed(seed)))
-    report = session.compile(validate=True)
+    def export(folder):
+        with leapp.trace("put_back", save_path=str(folder)) as session:
+            for seed in range(3):
+                put_back(torch.randn(4, 3, generator=torch.Generator().manual_seed(seed)))
+        return session.compile(validate=True)
+
+    report, again = export(tmp_path / "a"), export(tmp_path / "b")
     assert report.nodes[0].validation.status == "passed", str(report)
+    artifact = report.nodes[0].artifact
+    assert (report.path / artifact).read_bytes() == (again.path / artifact).read_bytes()  # reproducible
     import onnxruntime as ort
 
     x = torch.randn(4, 3, generator=torch.Generator().manual_seed(99))
